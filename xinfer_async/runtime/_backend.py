@@ -1,0 +1,116 @@
+"""The primitives a backend supplies, and nothing else.
+
+Policy (validation, resource-state tracking, pooling, deferred frees, fences, scheduling, error
+wrapping) lives in ``runtime/`` and ``model/``. A backend (``backends/cpu``, ``backends/cuda``)
+implements the two abstract classes below over raw addresses and lowered commands.
+
+Lowered commands, as handed to :meth:`BackendQueue.execute` (addresses are plain ``int``):
+
+- ``("copy", dst, src, nbytes)``
+- ``("fill", dst, nbytes, pattern)``: ``pattern`` a 4-byte ``int`` (uint32) repeated; ``nbytes % 4 == 0``
+- ``("upload", dst, host)``: ``host`` a C-contiguous ``numpy.uint8`` array, kept alive by the runtime
+  until the list's fence completes
+- ``("download", src, host)``: device bytes into the writable C-contiguous ``numpy.uint8`` array
+  ``host``; valid once the fence completes
+- ``("dispatch", kernel, grid, addresses, constants)``: ``kernel`` from :meth:`Backend.load_kernel`,
+  ``grid`` a ``(x, y, z)`` tuple of blocks (ignored by cpu), ``addresses`` a list of ``int`` in the
+  kernel's binding order, ``constants`` the packed constants ``bytes``
+- ``("gemm", gemm, a, b, c)``: ``gemm`` from :meth:`Backend.create_gemm`
+- ``("timestamp", ts)``: ``ts`` from :meth:`Backend.create_timestamp`
+- ``("graph", graph)``: replay a graph from :meth:`Backend.capture`
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Sequence
+
+Command = tuple
+
+
+class BackendQueue(abc.ABC):
+    """One in-order queue (cpu: a queue thread; cuda: a stream)."""
+
+    @abc.abstractmethod
+    def execute(self, commands: Sequence[Command], signal: Any) -> None:
+        """Enqueue ``commands`` and return at once.
+
+        After the last command has completed on the device, the backend calls the native
+        ``xi_fence_signal(signal)`` (cuda: as a ``cuLaunchHostFunc`` host callback). A command that
+        fails sets ``self.error`` (a :class:`~xinfer_async.hal.DeviceError`) before the signal.
+        """
+
+    def wait_for(self, other: "BackendQueue", signal: Any) -> None:
+        """Make later work on this queue wait for ``other``'s work up to ``signal`` (cuda:
+        ``cuStreamWaitEvent``). The cpu backend's queues are ordered by the runtime, so no-op."""
+
+    def close(self) -> None:
+        """Stop accepting work; pending work completes first."""
+
+
+class Backend(abc.ABC):
+    """Memory, queues, kernels and timestamps of one device."""
+
+    name: str
+    #: human-readable device description, e.g. "NVIDIA H200 (sm_90, 139 GiB)"
+    description: str
+
+    @abc.abstractmethod
+    def alloc(self, nbytes: int) -> int:
+        """Allocate ``nbytes`` (> 0) of device memory, 256-byte aligned; returns its address.
+
+        Raises:
+            DeviceOutOfMemoryError: the device has no room.
+        """
+
+    @abc.abstractmethod
+    def free(self, address: int) -> None:
+        """Free an allocation; the runtime calls it only after every fence that used it completed."""
+
+    @abc.abstractmethod
+    def write(self, address: int, data: memoryview) -> None:
+        """Synchronously copy host bytes to device memory no queued work is touching."""
+
+    @abc.abstractmethod
+    def read(self, address: int, out: memoryview) -> None:
+        """Synchronously copy device bytes into the writable host buffer ``out``."""
+
+    @abc.abstractmethod
+    def create_queue(self) -> BackendQueue:
+        """A new in-order queue."""
+
+    @abc.abstractmethod
+    def load_kernel(self, spec: Any) -> Any:
+        """Compile or look up the kernel ``spec`` (an ``ops.KernelSpec``); returns a handle for
+        ``("dispatch", ...)`` commands.
+
+        Raises:
+            KernelCompileError: the source does not compile (carries the log).
+        """
+
+    @abc.abstractmethod
+    def create_gemm(self, dtype: Any, m: int, n: int, k: int, trans_b: bool) -> Any:
+        """A GEMM handle: ``C (m, n) f32|dtype = A (m, k) @ B`` with ``B (k, n)``, or ``(n, k)``
+        transposed when ``trans_b``; row-major, all three of ``dtype`` (f32, f16 or bf16)."""
+
+    @abc.abstractmethod
+    def create_timestamp(self) -> Any:
+        """A timestamp slot for ``("timestamp", ts)`` commands."""
+
+    @abc.abstractmethod
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        """Milliseconds between two recorded, completed timestamps."""
+
+    def capture(self, commands: Sequence[Command]) -> Any:
+        """Capture ``commands`` (no upload/download/timestamp) once for replay; the cpu backend
+        keeps the list itself, cuda builds a CUDA graph."""
+        return tuple(commands)
+
+    def destroy_graph(self, graph: Any) -> None:
+        """Release a captured graph."""
+
+    def synchronize(self) -> None:
+        """Block until every queue of this device is idle."""
+
+    def close(self) -> None:
+        """Release the device; no further calls follow."""
