@@ -1,0 +1,84 @@
+/* attention: causal by position, GQA, max-subtracted softmax. */
+#include <stdlib.h>
+#include "xi_common.h"
+
+static inline float xi_dot(const float *a, const float *b, long n)
+{
+#ifdef __AVX2__
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    long i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s0 = _mm256_add_ps(s0, s1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    float s = _mm_cvtss_f32(h);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+#else
+    float s = 0.0f;
+    for (long i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+#endif
+}
+
+int xi_k_attention(void *const *b, const void *c)
+{
+    XI_C(xi_attention_c);
+    if (k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->ctx < 0 ||
+        k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim)
+        return XI_EINVAL;
+    const float *q = (const float *)b[0], *kc = (const float *)b[1], *vc = (const float *)b[2];
+    const int32_t *pos = (const int32_t *)b[3];
+    float *out = (float *)b[4];
+    const long T = k->T, nh = k->n_head, nkv = k->n_kv, hd = k->head_dim, ctx = k->ctx;
+    const long qs = k->q_stride, group = nh / (nkv ? nkv : 1), kvs = nkv * hd;
+    const float scale = k->scale;
+    long work = 0;
+    for (long t = 0; t < T; t++) {
+        long p = pos[t];
+        if (p >= ctx) p = ctx - 1;
+        if (p >= 0) work += (p + 1);
+    }
+    work *= nh * hd;
+
+#pragma omp parallel if (T * nh > 1 && work >= 2 * XI_OMP_MIN_WORK)
+    {
+        /* per-thread score buffer; without memory the scores are recomputed */
+        float *sc = ctx > 0 ? (float *)malloc((size_t)ctx * sizeof(float)) : NULL;
+#pragma omp for schedule(dynamic, 1)
+        for (long th = 0; th < T * nh; th++) {
+            const long t = th / nh, h = th % nh, g = h / group;
+            float *o = out + (t * nh + h) * hd;
+            for (long d = 0; d < hd; d++) o[d] = 0.0f;
+            long p = pos[t];
+            if (p >= ctx) p = ctx - 1; /* keys past the cache do not exist */
+            if (p < 0) continue;       /* pos < 0: zero row */
+            const float *qh = q + t * qs + h * hd;
+            const float *kh = kc + g * hd, *vh = vc + g * hd;
+            float mx = -INFINITY;
+            for (long j = 0; j <= p; j++) {
+                float s = xi_dot(qh, kh + j * kvs, hd) * scale;
+                if (sc) sc[j] = s;
+                mx = s > mx ? s : mx;
+            }
+            double sum = 0.0;
+            for (long j = 0; j <= p; j++) {
+                float s = sc ? sc[j] : xi_dot(qh, kh + j * kvs, hd) * scale;
+                float e = expf(s - mx);
+                sum += e;
+                const float *vj = vh + j * kvs;
+                for (long d = 0; d < hd; d++) o[d] += e * vj[d];
+            }
+            const float inv = (float)(1.0 / sum);
+            for (long d = 0; d < hd; d++) o[d] *= inv;
+        }
+        free(sc);
+    }
+    return XI_OK;
+}

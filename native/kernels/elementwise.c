@@ -1,0 +1,62 @@
+/* affine, add, swiglu, kv_store */
+#include "xi_common.h"
+
+int xi_k_affine(void *const *b, const void *c)
+{
+    XI_C(xi_affine_c);
+    if (k->n < 0) return XI_EINVAL;
+    const float *x = (const float *)b[0];
+    float *y = (float *)b[1];
+    const float a = k->a, bb = k->b;
+    long n = k->n;
+#pragma omp parallel for schedule(static) if (n >= 8 * XI_OMP_MIN_WORK)
+    for (long i = 0; i < n; i++) y[i] = a * x[i] + bb;
+    return XI_OK;
+}
+
+int xi_k_add(void *const *b, const void *c)
+{
+    XI_C(xi_add_c);
+    if (k->n < 0) return XI_EINVAL;
+    const float *x = (const float *)b[0], *z = (const float *)b[1];
+    float *y = (float *)b[2];
+    long n = k->n;
+#pragma omp parallel for schedule(static) if (n >= 8 * XI_OMP_MIN_WORK)
+    for (long i = 0; i < n; i++) y[i] = x[i] + z[i];
+    return XI_OK;
+}
+
+/* exp for silu: expf, vectorized with AVX2 for |g| in the normal range. */
+static inline float xi_silu(float g) { return g / (1.0f + expf(-g)); }
+
+int xi_k_swiglu(void *const *b, const void *c)
+{
+    XI_C(xi_swiglu_c);
+    if (k->rows < 0 || k->n < 0 || k->in_stride < k->n) return XI_EINVAL;
+    const float *gate = (const float *)b[0], *up = (const float *)b[1];
+    float *y = (float *)b[2];
+    const long rows = k->rows, n = k->n, st = k->in_stride;
+#pragma omp parallel for schedule(static) if (rows * n >= 2 * XI_OMP_MIN_WORK)
+    for (long r = 0; r < rows; r++) {
+        const float *g = gate + r * st, *u = up + r * st;
+        float *o = y + r * n;
+        for (long i = 0; i < n; i++) o[i] = xi_silu(g[i]) * u[i];
+    }
+    return XI_OK;
+}
+
+int xi_k_kv_store(void *const *b, const void *c)
+{
+    XI_C(xi_kv_store_c);
+    if (k->T < 0 || k->width < 0 || k->ctx < 0 || k->src_stride < k->width) return XI_EINVAL;
+    const float *src = (const float *)b[0];
+    float *cache = (float *)b[1];
+    const int32_t *pos = (const int32_t *)b[2];
+    const long w = k->width;
+    for (long t = 0; t < k->T; t++) {
+        int32_t p = pos[t];
+        if (p < 0 || p >= k->ctx) continue;
+        memmove(cache + (long)p * w, src + t * (long)k->src_stride, (size_t)w * sizeof(float));
+    }
+    return XI_OK;
+}

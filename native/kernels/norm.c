@@ -1,0 +1,31 @@
+/* rmsnorm */
+#include "xi_common.h"
+
+int xi_k_rmsnorm(void *const *b, const void *c)
+{
+    XI_C(xi_rmsnorm_c);
+    if (k->rows < 0 || k->dim < 0) return XI_EINVAL;
+    const float *x = (const float *)b[0], *w = (const float *)b[1];
+    float *y = (float *)b[2];
+    const long rows = k->rows, dim = k->dim;
+    const double eps = k->eps;
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * dim >= 4 * XI_OMP_MIN_WORK)
+    for (long r = 0; r < rows; r++) {
+        const float *xr = x + r * dim;
+        float *yr = y + r * dim;
+        /* four double partial sums: exact enough, and not a serial chain */
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        long i = 0;
+        for (; i + 4 <= dim; i += 4) {
+            s0 += (double)xr[i] * xr[i];
+            s1 += (double)xr[i + 1] * xr[i + 1];
+            s2 += (double)xr[i + 2] * xr[i + 2];
+            s3 += (double)xr[i + 3] * xr[i + 3];
+        }
+        for (; i < dim; i++) s0 += (double)xr[i] * xr[i];
+        const double ms = dim > 0 ? (s0 + s1 + s2 + s3) / (double)dim : 0.0;
+        const float scale = (float)(1.0 / sqrt(ms + eps));
+        for (i = 0; i < dim; i++) yr[i] = xr[i] * scale * w[i];
+    }
+    return XI_OK;
+}

@@ -1,0 +1,286 @@
+/* get_rows / matmul for f32, f16, q8_0, q4_0, q4_1; dequantize for the block types.
+ *
+ * Dequantization is bit-exact to gguf / ggml (f32 math, no FMA contraction:
+ * the build passes -ffp-contract=off). The matmuls accumulate in float32: a
+ * weight block is dequantized to float registers once per tile of up to 4 x
+ * rows and FMA'd against x (AVX2/FMA intrinsics, portable scalar fallback).
+ */
+#include <stdlib.h>
+#include "xi_common.h"
+
+/* ------------------------------------------------------------------ */
+/* exact scalar block dequantization (the gguf reference formulas)      */
+
+static inline void deq_q8_0(const uint8_t *blk, float *o)
+{
+    const float d = xi_h2f_bits(xi_rd16(blk));
+    const int8_t *qs = (const int8_t *)(blk + 2);
+    for (int j = 0; j < 32; j++) o[j] = d * (float)qs[j];
+}
+
+static inline void deq_q4_0(const uint8_t *blk, float *o)
+{
+    const float d = xi_h2f_bits(xi_rd16(blk));
+    const uint8_t *qs = blk + 2;
+    for (int j = 0; j < 16; j++) {
+        o[j] = d * (float)((int)(qs[j] & 15) - 8);
+        o[j + 16] = d * (float)((int)(qs[j] >> 4) - 8);
+    }
+}
+
+static inline void deq_q4_1(const uint8_t *blk, float *o)
+{
+    const float d = xi_h2f_bits(xi_rd16(blk));
+    const float m = xi_h2f_bits(xi_rd16(blk + 2));
+    const uint8_t *qs = blk + 4;
+    for (int j = 0; j < 16; j++) {
+        o[j] = d * (float)(qs[j] & 15) + m;
+        o[j + 16] = d * (float)(qs[j] >> 4) + m;
+    }
+}
+
+/* f32 / f16 "blocks" of 32 elements for the shared matmul driver */
+static inline void deq_f32(const uint8_t *blk, float *o) { memcpy(o, blk, 32 * sizeof(float)); }
+static inline void deq_f16(const uint8_t *blk, float *o)
+{
+    for (int j = 0; j < 32; j++) o[j] = xi_h2f(xi_rd16(blk + 2 * j));
+}
+
+/* ------------------------------------------------------------------ */
+/* get_rows                                                            */
+
+#define XI_GET_ROWS(NAME, ESIZE_NUM, ESIZE_DEN, BLOCK, DEQ)                         \
+int xi_k_get_rows_##NAME(void *const *b, const void *c)                              \
+{                                                                                    \
+    XI_C(xi_get_rows_##NAME##_c);                                                    \
+    if (k->T < 0 || k->dim < 0 || k->vocab < 0 || k->dim % (BLOCK) != 0)             \
+        return XI_EINVAL;                                                            \
+    const uint8_t *table = (const uint8_t *)b[0];                                    \
+    const int32_t *ids = (const int32_t *)b[1];                                      \
+    float *out = (float *)b[2];                                                      \
+    const long T = k->T, dim = k->dim, vocab = k->vocab;                             \
+    const long rowbytes = dim * (ESIZE_NUM) / (ESIZE_DEN);                           \
+    _Pragma("omp parallel for schedule(static) if (T > 1 && T * dim >= 4 * XI_OMP_MIN_WORK)") \
+    for (long t = 0; t < T; t++) {                                                   \
+        float *o = out + t * dim;                                                    \
+        const long id = ids[t];                                                      \
+        if (id < 0 || id >= vocab) {                                                 \
+            for (long i = 0; i < dim; i++) o[i] = NAN;                               \
+            continue;                                                                \
+        }                                                                            \
+        const uint8_t *row = table + id * rowbytes;                                  \
+        DEQ                                                                          \
+    }                                                                                \
+    return XI_OK;                                                                    \
+}
+
+XI_GET_ROWS(f32, 4, 1, 1, { memcpy(o, row, (size_t)dim * sizeof(float)); })
+XI_GET_ROWS(f16, 2, 1, 1, { for (long i = 0; i < dim; i++) o[i] = xi_h2f_bits(xi_rd16(row + 2 * i)); })
+XI_GET_ROWS(q8_0, XI_Q8_0_BYTES, 32, 32, { for (long i = 0; i < dim / 32; i++) deq_q8_0(row + i * XI_Q8_0_BYTES, o + 32 * i); })
+XI_GET_ROWS(q4_0, XI_Q4_0_BYTES, 32, 32, { for (long i = 0; i < dim / 32; i++) deq_q4_0(row + i * XI_Q4_0_BYTES, o + 32 * i); })
+XI_GET_ROWS(q4_1, XI_Q4_1_BYTES, 32, 32, { for (long i = 0; i < dim / 32; i++) deq_q4_1(row + i * XI_Q4_1_BYTES, o + 32 * i); })
+
+/* ------------------------------------------------------------------ */
+/* dequantize                                                          */
+
+#define XI_DEQUANTIZE(NAME, BYTES)                                                   \
+int xi_k_dequantize_##NAME(void *const *b, const void *c)                            \
+{                                                                                    \
+    XI_C(xi_dequantize_##NAME##_c);                                                  \
+    if (k->n < 0 || k->n % 32 != 0) return XI_EINVAL;                                \
+    const uint8_t *src = (const uint8_t *)b[0];                                      \
+    float *dst = (float *)b[1];                                                      \
+    const long nb = k->n / 32;                                                       \
+    _Pragma("omp parallel for schedule(static) if (nb >= XI_OMP_MIN_WORK)")          \
+    for (long i = 0; i < nb; i++) deq_##NAME(src + i * (BYTES), dst + 32 * i);       \
+    return XI_OK;                                                                    \
+}
+
+XI_DEQUANTIZE(q8_0, XI_Q8_0_BYTES)
+XI_DEQUANTIZE(q4_0, XI_Q4_0_BYTES)
+XI_DEQUANTIZE(q4_1, XI_Q4_1_BYTES)
+
+/* ------------------------------------------------------------------ */
+/* matmul                                                              */
+
+#ifdef __AVX2__
+/* a block of 32 weights -> four __m256 of floats (rounding may differ from the
+ * exact scalar formula by at most one float ulp per weight: fma for q4_1) */
+static inline __attribute__((always_inline)) void vdeq_q8_0(const uint8_t *blk, __m256 v[4])
+{
+    const __m256 d = _mm256_set1_ps(xi_h2f(xi_rd16(blk)));
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 2));
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    v[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)));
+    v[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo))));
+    v[2] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)));
+    v[3] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi))));
+}
+
+static inline __attribute__((always_inline)) void nibbles(const uint8_t *qs, __m128i *lo, __m128i *hi)
+{
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i m4 = _mm_set1_epi8(15);
+    *lo = _mm_and_si128(q, m4);
+    *hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+}
+
+static inline __attribute__((always_inline)) void vdeq_q4_0(const uint8_t *blk, __m256 v[4])
+{
+    const __m256 d = _mm256_set1_ps(xi_h2f(xi_rd16(blk)));
+    __m128i lo, hi;
+    nibbles(blk + 2, &lo, &hi);
+    const __m128i e8 = _mm_set1_epi8(8);
+    lo = _mm_sub_epi8(lo, e8);
+    hi = _mm_sub_epi8(hi, e8);
+    v[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)));
+    v[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo))));
+    v[2] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)));
+    v[3] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi))));
+}
+
+static inline __attribute__((always_inline)) void vdeq_q4_1(const uint8_t *blk, __m256 v[4])
+{
+    const __m256 d = _mm256_set1_ps(xi_h2f(xi_rd16(blk)));
+    const __m256 m = _mm256_set1_ps(xi_h2f(xi_rd16(blk + 2)));
+    __m128i lo, hi;
+    nibbles(blk + 4, &lo, &hi);
+    v[0] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), m);
+    v[1] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(lo, lo))), m);
+    v[2] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), m);
+    v[3] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(hi, hi))), m);
+}
+
+static inline __attribute__((always_inline)) void vdeq_f32(const uint8_t *blk, __m256 v[4])
+{
+    const float *f = (const float *)blk;
+    v[0] = _mm256_loadu_ps(f);
+    v[1] = _mm256_loadu_ps(f + 8);
+    v[2] = _mm256_loadu_ps(f + 16);
+    v[3] = _mm256_loadu_ps(f + 24);
+}
+
+static inline __attribute__((always_inline)) void vdeq_f16(const uint8_t *blk, __m256 v[4])
+{
+    const __m128i *h = (const __m128i *)blk;
+    v[0] = _mm256_cvtph_ps(_mm_loadu_si128(h));
+    v[1] = _mm256_cvtph_ps(_mm_loadu_si128(h + 1));
+    v[2] = _mm256_cvtph_ps(_mm_loadu_si128(h + 2));
+    v[3] = _mm256_cvtph_ps(_mm_loadu_si128(h + 3));
+}
+
+static inline float hsum8(__m256 s)
+{
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* one weight row (nb blocks) against TT x rows (stride K): res[t] = dot */
+#define XI_TILE(NAME, BYTES)                                                         \
+static inline __attribute__((always_inline)) void                                   \
+tile_##NAME(const uint8_t *wr, long nb, const float *x, long K, float *res, const int TT) \
+{                                                                                    \
+    __m256 acc[4][4];                                                                \
+    for (int t = 0; t < 4; t++)                                                      \
+        for (int j = 0; j < 4; j++) acc[t][j] = _mm256_setzero_ps();                 \
+    for (long ib = 0; ib < nb; ib++) {                                               \
+        __m256 v[4];                                                                 \
+        vdeq_##NAME(wr + ib * (BYTES), v);                                           \
+        for (int t = 0; t < TT; t++) {                                               \
+            const float *xb = x + t * K + ib * 32;                                   \
+            if (TT == 1) {                                                           \
+                for (int j = 0; j < 4; j++)                                          \
+                    acc[t][j] = _mm256_fmadd_ps(v[j], _mm256_loadu_ps(xb + 8 * j), acc[t][j]); \
+            } else {                                                                 \
+                acc[t][0] = _mm256_fmadd_ps(v[0], _mm256_loadu_ps(xb), acc[t][0]);   \
+                acc[t][1] = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(xb + 8), acc[t][1]); \
+                acc[t][0] = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(xb + 16), acc[t][0]); \
+                acc[t][1] = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(xb + 24), acc[t][1]); \
+            }                                                                        \
+        }                                                                            \
+    }                                                                                \
+    for (int t = 0; t < TT; t++)                                                     \
+        res[t] = hsum8(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]),            \
+                                     _mm256_add_ps(acc[t][2], acc[t][3])));          \
+}
+#else
+/* portable fallback: exact block dequantization into float[32], then dot */
+#define XI_TILE(NAME, BYTES)                                                         \
+static inline void                                                                   \
+tile_##NAME(const uint8_t *wr, long nb, const float *x, long K, float *res, const int TT) \
+{                                                                                    \
+    float acc[4][8];                                                                 \
+    memset(acc, 0, sizeof acc);                                                      \
+    for (long ib = 0; ib < nb; ib++) {                                               \
+        float w[32];                                                                 \
+        deq_##NAME(wr + ib * (BYTES), w);                                            \
+        for (int t = 0; t < TT; t++) {                                               \
+            const float *xb = x + t * K + ib * 32;                                   \
+            for (int j = 0; j < 32; j++) acc[t][j & 7] += w[j] * xb[j];              \
+        }                                                                            \
+    }                                                                                \
+    for (int t = 0; t < TT; t++) {                                                   \
+        float s = 0.0f;                                                              \
+        for (int j = 0; j < 8; j++) s += acc[t][j];                                  \
+        res[t] = s;                                                                  \
+    }                                                                                \
+}
+#endif
+
+static inline float scalar_f32(const uint8_t *row, long i) { return ((const float *)row)[i]; }
+static inline float scalar_f16(const uint8_t *row, long i) { return xi_h2f(xi_rd16(row + 2 * i)); }
+
+#define XI_NCHUNK 16 /* weight rows per chunk: x tiles stay in L1 across a chunk */
+
+/* ROWBYTES(K): bytes of one weight row; BLOCKED: K must be a multiple of 32;
+ * TAIL(row, i): scalar weight i for the K % 32 tail (float types only). */
+#define XI_MATMUL(NAME, BYTES, ROWBYTES, BLOCKED, TAIL)                              \
+XI_TILE(NAME, BYTES)                                                                 \
+int xi_k_matmul_##NAME(void *const *b, const void *c)                                \
+{                                                                                    \
+    XI_C(xi_matmul_##NAME##_c);                                                      \
+    if (k->T < 0 || k->N < 0 || k->K < 0 || ((BLOCKED) && k->K % 32 != 0))           \
+        return XI_EINVAL;                                                            \
+    const uint8_t *w = (const uint8_t *)b[0];                                        \
+    const float *x = (const float *)b[1];                                            \
+    float *y = (float *)b[2];                                                        \
+    const long T = k->T, N = k->N, K = k->K, nb = K / 32, kt = nb * 32;              \
+    const long rb = ROWBYTES;                                                        \
+    const int accum = k->accumulate != 0;                                            \
+    const long nchunks = (N + XI_NCHUNK - 1) / XI_NCHUNK;                            \
+    _Pragma("omp parallel for schedule(static) if (nchunks > 1 && N * K * T >= 4 * XI_OMP_MIN_WORK)") \
+    for (long ch = 0; ch < nchunks; ch++) {                                          \
+        const long n0 = ch * XI_NCHUNK;                                              \
+        const long n1 = n0 + XI_NCHUNK < N ? n0 + XI_NCHUNK : N;                     \
+        for (long t0 = 0; t0 < T; t0 += 4) {                                         \
+            const long tt = T - t0 < 4 ? T - t0 : 4;                                 \
+            const float *xt = x + t0 * K;                                            \
+            for (long n = n0; n < n1; n++) {                                         \
+                const uint8_t *wr = w + n * rb;                                      \
+                float res[4];                                                        \
+                switch (tt) {                                                        \
+                case 1: tile_##NAME(wr, nb, xt, K, res, 1); break;                   \
+                case 2: tile_##NAME(wr, nb, xt, K, res, 2); break;                   \
+                case 3: tile_##NAME(wr, nb, xt, K, res, 3); break;                   \
+                default: tile_##NAME(wr, nb, xt, K, res, 4); break;                  \
+                }                                                                    \
+                for (long t = 0; t < tt; t++) {                                      \
+                    float s = res[t];                                                \
+                    for (long i = kt; i < K; i++) s += TAIL(wr, i) * xt[t * K + i];  \
+                    float *yp = y + (t0 + t) * N + n;                                \
+                    *yp = accum ? *yp + s : s;                                       \
+                }                                                                    \
+            }                                                                        \
+        }                                                                            \
+    }                                                                                \
+    return XI_OK;                                                                    \
+}
+
+#define XI_NO_TAIL(row, i) 0.0f
+XI_MATMUL(f32, 128, K * 4, 0, scalar_f32)
+XI_MATMUL(f16, 64, K * 2, 0, scalar_f16)
+XI_MATMUL(q8_0, XI_Q8_0_BYTES, nb * XI_Q8_0_BYTES, 1, XI_NO_TAIL)
+XI_MATMUL(q4_0, XI_Q4_0_BYTES, nb * XI_Q4_0_BYTES, 1, XI_NO_TAIL)
+XI_MATMUL(q4_1, XI_Q4_1_BYTES, nb * XI_Q4_1_BYTES, 1, XI_NO_TAIL)

@@ -1,0 +1,34 @@
+/* rope, GGUF "normal" layout: adjacent pairs (x[2i], x[2i+1]) of each head. */
+#include <stdlib.h>
+#include "xi_common.h"
+
+int xi_k_rope(void *const *b, const void *c)
+{
+    XI_C(xi_rope_c);
+    if (k->rows < 0 || k->n_head < 0 || k->head_dim < 0 || (k->head_dim & 1) ||
+        k->row_stride < k->n_head * k->head_dim || !(k->theta > 0.0f))
+        return XI_EINVAL;
+    float *x = (float *)b[0];
+    const int32_t *pos = (const int32_t *)b[1];
+    const long rows = k->rows, nh = k->n_head, hd = k->head_dim, st = k->row_stride;
+    const long half = hd / 2;
+    const double ltheta = log((double)k->theta);
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * nh * hd >= 4 * XI_OMP_MIN_WORK)
+    for (long r = 0; r < rows; r++) {
+        const int32_t p = pos[r];
+        if (p < 0) continue;
+        float *xr = x + r * st;
+        for (long i = 0; i < half; i++) {
+            /* angle in double: pos * theta^(-2i/hd) loses nothing for large pos */
+            const double ang = (double)p * exp(-ltheta * (double)(2 * i) / (double)hd);
+            const float cs = (float)cos(ang), sn = (float)sin(ang);
+            for (long h = 0; h < nh; h++) {
+                float *v = xr + h * hd + 2 * i;
+                const float a = v[0], bb = v[1];
+                v[0] = a * cs - bb * sn;
+                v[1] = a * sn + bb * cs;
+            }
+        }
+    }
+    return XI_OK;
+}

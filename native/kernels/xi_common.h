@@ -1,0 +1,62 @@
+/* Private helpers shared by native/kernels/ C files (not part of the cdef). */
+#ifndef XI_COMMON_H
+#define XI_COMMON_H
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include "xinfer_native.h"
+#if defined(__AVX2__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#define XI_QK 32
+#define XI_Q8_0_BYTES 34
+#define XI_Q4_0_BYTES 18
+#define XI_Q4_1_BYTES 20
+
+/* Exact IEEE half -> float (subnormals, inf, nan); portable bit conversion. */
+static inline float xi_h2f_bits(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalize */
+            int e = -1;
+            do { man <<= 1; e++; } while (!(man & 0x400u));
+            man &= 0x3ffu;
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | (man << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13); /* inf / nan (payload kept) */
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline float xi_h2f(uint16_t h)
+{
+#ifdef __F16C__
+    return _cvtsh_ss(h); /* exact: every half is a float */
+#else
+    return xi_h2f_bits(h);
+#endif
+}
+
+static inline uint16_t xi_rd16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+#define XI_C(type) const type *k = (const type *)c
+#define XI_OMP_MIN_WORK 32768L  /* below this much work, stay single-threaded */
+
+#endif
