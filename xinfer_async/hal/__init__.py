@@ -12,4 +12,4 @@ from ._errors import (
     XinferError as XinferError,
 )
 from ._protocols import Buffer as Buffer, Device as Device
-from ._state import ResourceState as ResourceState
+from ._state import Access as Access, ResourceState as ResourceState

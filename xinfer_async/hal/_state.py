@@ -15,3 +15,11 @@ class ResourceState(enum.Enum):
     @property
     def writes(self) -> bool:
         return self in (ResourceState.COPY_DEST, ResourceState.UNORDERED_ACCESS)
+
+
+class Access(enum.Flag):
+    """How a command touches a binding."""
+
+    READ = 1
+    WRITE = 2
+    READ_WRITE = 3

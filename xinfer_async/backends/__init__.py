@@ -1,0 +1,1 @@
+"""Backends: primitives only (memory, queues, kernels). Policy lives in ``runtime/``."""

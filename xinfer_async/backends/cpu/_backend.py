@@ -1,0 +1,238 @@
+"""The cpu backend: host memory, a queue thread per queue, kernels in C (``native/``).
+
+The queue thread runs each submitted list in order; native kernels release the GIL, so trio keeps
+serving other tasks while the "device" works. After a list, the thread calls the native
+``xi_fence_signal``, which stores the fence value and writes the fence's eventfd.
+"""
+
+from __future__ import annotations
+
+import os
+import queue as _queue
+import threading
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from ... import _native
+from ...hal import DeviceError, DeviceOutOfMemoryError, DType
+from ...runtime._backend import Backend, BackendQueue
+
+ffi, lib = _native.ffi, _native.lib
+_ALIGN = 256
+
+
+def _host_view(address: int, nbytes: int) -> np.ndarray:
+    return np.frombuffer(ffi.buffer(ffi.cast("char *", address), nbytes), np.uint8)
+
+
+class _Kernel:
+    __slots__ = ("name", "fn")
+
+    def __init__(self, name: str, fn: Any):
+        self.name = name
+        self.fn = fn
+
+    def launch_grid(self, constants: dict) -> tuple:
+        return (1, 1, 1)
+
+
+class _Timestamp:
+    __slots__ = ("ns",)
+
+    def __init__(self):
+        self.ns: int | None = None
+
+
+class _Gemm:
+    def __init__(self, dtype: DType, m: int, n: int, k: int, trans_b: bool):
+        self.dtype, self.m, self.n, self.k, self.trans_b = dtype, m, n, k, trans_b
+
+    def _load(self, address: int, shape: tuple) -> np.ndarray:
+        isz = self.dtype.block_nbytes
+        raw = _host_view(address, shape[0] * shape[1] * isz)
+        if self.dtype is DType.bf16:
+            return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(shape)
+        return raw.view(self.dtype.numpy_type).reshape(shape)
+
+    def run(self, a: int, b: int, c: int) -> None:
+        A = self._load(a, (self.m, self.k))
+        B = self._load(b, (self.n, self.k) if self.trans_b else (self.k, self.n))
+        if self.trans_b:
+            B = B.T
+        if self.dtype is DType.f32:
+            np.matmul(A, B, out=self._load(c, (self.m, self.n)))
+            return
+        out = np.matmul(A.astype(np.float32), B.astype(np.float32))
+        if self.dtype is DType.bf16:
+            bits = out.view(np.uint32)
+            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+            _host_view(c, out.size * 2).view(np.uint16)[:] = rounded.reshape(-1)
+        else:
+            _host_view(c, out.size * 2).view(np.float16)[:] = out.astype(np.float16).reshape(-1)
+
+
+class CPUQueue(BackendQueue):
+    """A queue thread that executes lowered command lists in order."""
+
+    def __init__(self, backend: "CPUBackend", index: int):
+        self.backend = backend
+        self.error: DeviceError | None = None
+        self._items: _queue.SimpleQueue = _queue.SimpleQueue()
+        self._done = 0
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name=f"xinfer-cpu-queue-{index}", daemon=True)
+        self._thread.start()
+
+    def execute(self, commands: Sequence[tuple], signal: Any) -> None:
+        self._items.put((commands, signal))
+
+    def wait_for(self, other: BackendQueue, value: int) -> None:
+        self._items.put(("wait", other, value))
+
+    def close(self) -> None:
+        self._items.put(None)
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while True:
+            item = self._items.get()
+            if item is None:
+                return
+            if item[0] == "wait":
+                other, value = item[1], item[2]
+                with other._cond:
+                    other._cond.wait_for(lambda: other._done >= value or other.error is not None)
+                continue
+            commands, signal = item
+            if self.error is None:
+                try:
+                    self._execute(commands)
+                except DeviceError as exc:
+                    self.error = exc
+                except Exception as exc:  # a backend bug must not kill the queue thread silently
+                    self.error = DeviceError(f"cpu queue: {type(exc).__name__}: {exc}", "XI_INTERNAL")
+            with self._cond:
+                self._done = int(signal.value)
+                self._cond.notify_all()
+            lib.xi_fence_signal(signal)
+
+    def _execute(self, commands: Sequence[tuple]) -> None:
+        for cmd in commands:
+            op = cmd[0]
+            if op == "dispatch":
+                kernel, args, consts = cmd[1], cmd[3], cmd[4]
+                rc = kernel.fn(ffi.new("void *[]", [ffi.cast("void *", a) for a in args]), ffi.from_buffer(consts))
+                if rc:
+                    raise DeviceError(f"kernel {kernel.name} rejected its constants (XI_EINVAL)", "XI_EINVAL")
+            elif op == "prepared":
+                for kernel, argv, consts in cmd[1]:
+                    if kernel.fn(argv, consts):
+                        raise DeviceError(f"kernel {kernel.name} rejected its constants (XI_EINVAL)", "XI_EINVAL")
+            elif op == "graph":
+                self._execute(cmd[1])
+            elif op == "copy":
+                _, dst, src, n = cmd
+                if n:
+                    np.copyto(_host_view(dst, n), _host_view(src, n))
+            elif op == "fill":
+                _, dst, n, pattern = cmd
+                if n:
+                    _host_view(dst, n).view(np.uint32).fill(pattern)
+            elif op == "upload":
+                _, dst, host = cmd
+                if host.nbytes:
+                    np.copyto(_host_view(dst, host.nbytes), host)
+            elif op == "download":
+                _, src, host = cmd
+                if host.nbytes:
+                    np.copyto(host, _host_view(src, host.nbytes))
+            elif op == "gemm":
+                cmd[1].run(cmd[2], cmd[3], cmd[4])
+            elif op == "timestamp":
+                cmd[1].ns = time.perf_counter_ns()
+            else:
+                raise DeviceError(f"cpu queue: unknown command {op!r}", "XI_INTERNAL")
+
+
+class CPUBackend(Backend):
+    """Host memory and queue threads; kernels from the native module."""
+
+    def __init__(self, memory_limit_bytes: int | None = None):
+        self.name = "cpu"
+        self.description = f"cpu ({os.cpu_count()} cores, native C kernels)"
+        self._arrays: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
+        self._queues: list[CPUQueue] = []
+        self._allocated = 0
+        self.memory_limit_bytes = memory_limit_bytes
+
+    def alloc(self, nbytes: int) -> int:
+        if self.memory_limit_bytes is not None and self._allocated + nbytes > self.memory_limit_bytes:
+            raise DeviceOutOfMemoryError(
+                f"cpu: allocation of {nbytes} bytes exceeds the memory limit of {self.memory_limit_bytes}", "XI_OOM")
+        try:
+            arr = np.empty(nbytes + _ALIGN, np.uint8)
+        except MemoryError:
+            raise DeviceOutOfMemoryError(f"cpu: no room for {nbytes} bytes", "XI_OOM") from None
+        base = arr.ctypes.data
+        address = base + (-base % _ALIGN)
+        with self._lock:
+            self._arrays[address] = arr
+            self._allocated += nbytes
+        return address
+
+    def free(self, address: int) -> None:
+        with self._lock:
+            arr = self._arrays.pop(address)
+            self._allocated -= arr.nbytes - _ALIGN
+
+    def write(self, address: int, data: memoryview) -> None:
+        src = np.frombuffer(data, np.uint8)
+        np.copyto(_host_view(address, src.nbytes), src)
+
+    def read(self, address: int, out: memoryview) -> None:
+        dst = np.frombuffer(out, np.uint8)
+        np.copyto(dst, _host_view(address, dst.nbytes))
+
+    def create_queue(self) -> CPUQueue:
+        q = CPUQueue(self, len(self._queues))
+        self._queues.append(q)
+        return q
+
+    def load_kernel(self, spec: Any) -> _Kernel:
+        fn = getattr(lib, f"xi_k_{spec.name}", None)
+        if fn is None:
+            raise DeviceError(f"cpu: the native module has no kernel xi_k_{spec.name}", "XI_NO_KERNEL")
+        return _Kernel(spec.name, fn)
+
+    def create_gemm(self, dtype: Any, m: int, n: int, k: int, trans_b: bool) -> _Gemm:
+        return _Gemm(dtype, m, n, k, trans_b)
+
+    def create_timestamp(self) -> _Timestamp:
+        return _Timestamp()
+
+    def elapsed_ms(self, start: _Timestamp, end: _Timestamp) -> float:
+        return (end.ns - start.ns) / 1e6
+
+    def capture(self, commands: Sequence[tuple]) -> tuple:
+        """Pre-builds the argument arrays of consecutive dispatches (the cpu "graph")."""
+        out: list[tuple] = []
+        run: list[tuple] = []
+        for cmd in commands:
+            if cmd[0] == "dispatch":
+                run.append((cmd[1], ffi.new("void *[]", [ffi.cast("void *", a) for a in cmd[3]]),
+                            ffi.new("char[]", bytes(cmd[4]) or b"\0")))
+                continue
+            if run:
+                out.append(("prepared", tuple(run)))
+                run = []
+            out.append(cmd)
+        if run:
+            out.append(("prepared", tuple(run)))
+        return tuple(out)
+
+    def close(self) -> None:
+        for q in self._queues:
+            q.close()

@@ -1,0 +1,252 @@
+"""``Device``: the policy every backend shares (validation, deferred frees, queues, pools)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..hal import DeviceError, DType, TensorDesc
+from ._backend import Backend
+from ._buffer import DeviceBuffer
+from ._queue import Queue
+
+_ALIGN = 256
+
+
+class Device:
+    """A device: memory, queues with timeline fences, a pool of command lists, kernels, timers.
+
+    Backends subclass it only to pick their ``Backend`` (``CPUDevice``, ``CUDADevice``); everything
+    here is backend-neutral.
+
+    Args:
+        backend: the primitives.
+        command_lists: size of the ``command_lists`` pool.
+        validate: run the validation layer on recorded commands (state, lifetime, hazards).
+    """
+
+    def __init__(self, backend: Backend, *, command_lists: int = 8, validate: bool = True):
+        self.backend = backend
+        self.name = backend.name
+        self.description = getattr(backend, "description", backend.name)
+        self.validate = validate
+        self._lost: DeviceError | None = None
+        self._deferred: list[DeviceBuffer] = []
+        self._kernels: dict[str, Any] = {}
+        self._pool = None
+        self._pool_size = command_lists
+        self.allocated_bytes = 0
+        self.peak_allocated_bytes = 0
+        self._queues: list[Queue] = []
+        self.queue = self.create_queue()
+        self._closed = False
+
+    # -- lifetime --------------------------------------------------------------------------
+    def _check_alive(self) -> None:
+        if self._closed:
+            raise DeviceError(f"device {self.name} is closed")
+        if self._lost is not None:
+            raise self._lost
+        for q in self._queues:
+            err = q._error()
+            if err is not None and getattr(err, "sticky", True):
+                self._lost = err
+                raise err
+
+    def close(self) -> None:
+        """Wait for all work, free everything, and release the device. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.synchronize()
+        except Exception:
+            pass
+        self._reap(force=True)
+        for q in self._queues:
+            q.close()
+        self._closed = True
+        self.backend.close()
+
+    def __enter__(self) -> "Device":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def synchronize(self, timeout_s: float | None = None) -> None:
+        """Block until every queue has completed everything submitted."""
+        for q in self._queues:
+            q.fence.wait_blocking(q.fence.submitted_value, timeout_s)
+        self._reap()
+
+    # -- queues and pools ------------------------------------------------------------------
+    def create_queue(self) -> Queue:
+        """A new in-order queue with its own fence (cuda: a stream)."""
+        q = Queue(self, self.backend.create_queue(), len(self._queues))
+        q.fence.add_listener(self._reap)
+        self._queues.append(q)
+        return q
+
+    @property
+    def command_lists(self):
+        """The device's ``CommandListPool`` (created on first use)."""
+        if self._pool is None:
+            from ._pool import CommandListPool
+
+            self._pool = CommandListPool(self, self._pool_size)
+        return self._pool
+
+    def executor(self, **kwargs) -> Any:
+        """A new one-shot command list (``Executor``); see its arguments."""
+        from ._executor import Executor
+
+        return Executor(self, **kwargs)
+
+    def timer(self) -> Any:
+        """A ``GpuTimer`` for this device."""
+        from ._timer import GpuTimer
+
+        return GpuTimer(self)
+
+    def kernel(self, name: str) -> Any:
+        """The ``ComputeKernel`` ``name`` (see ``native/KERNELS.md``), compiled once per device.
+
+        Raises:
+            ValueError: no kernel has that name.
+            KernelCompileError: its source does not compile.
+        """
+        k = self._kernels.get(name)
+        if k is None:
+            from ..ops import ComputeKernel
+
+            k = self._kernels[name] = ComputeKernel(self, name)
+        return k
+
+    # -- memory ----------------------------------------------------------------------------
+    def alloc(self, shape, dtype) -> DeviceBuffer:
+        """Allocate an uninitialized buffer.
+
+        Args:
+            shape: int or tuple of non-negative ints.
+            dtype: a ``DType``, its label or a numpy dtype.
+
+        Raises:
+            ValueError / TypeError: a bad shape or dtype (named in the message).
+            DeviceOutOfMemoryError: no room, even after releasing completed deferred frees.
+        """
+        desc = TensorDesc(shape, dtype)
+        return self._alloc_desc(desc)
+
+    def _alloc_desc(self, desc: TensorDesc) -> DeviceBuffer:
+        self._check_alive()
+        self._reap()
+        nbytes = max(_ALIGN, -(-desc.nbytes // _ALIGN) * _ALIGN)
+        address = self.backend.alloc(nbytes)
+        self.allocated_bytes += nbytes
+        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
+        return DeviceBuffer(self, address, desc)
+
+    def upload(self, data: Any, shape=None, dtype=None) -> DeviceBuffer:
+        """Allocate a buffer and copy host data into it (synchronous).
+
+        Args:
+            data: a numpy array or a bytes-like object.
+            shape, dtype: the buffer's description; default: the array's own. For bytes-like data
+                or block-quantized dtypes both must be given and the byte count must match.
+
+        Raises:
+            ValueError: the byte count of ``data`` differs from ``shape`` x ``dtype``.
+            TypeError: an unsupported dtype, or ``data`` is not array-like.
+        """
+        host = _host_bytes(data)
+        if shape is None and dtype is None and isinstance(data, np.ndarray):
+            desc = TensorDesc(data.shape, DType.parse(data.dtype))
+        elif shape is None or dtype is None:
+            if isinstance(data, np.ndarray):
+                desc = TensorDesc(data.shape if shape is None else shape, data.dtype if dtype is None else dtype)
+            else:
+                raise ValueError("upload of bytes-like data needs both shape and dtype")
+        else:
+            desc = TensorDesc(shape, dtype)
+        if host.nbytes != desc.nbytes:
+            raise ValueError(f"data has {host.nbytes} bytes but shape={desc.shape} dtype={desc.dtype.label} needs {desc.nbytes}")
+        buf = self._alloc_desc(desc)
+        if host.nbytes:
+            self.backend.write(buf.address, memoryview(host))
+        return buf
+
+    def write(self, buffer: DeviceBuffer, data: Any, offset: int = 0) -> None:
+        """Synchronously copy host bytes into ``buffer`` at byte ``offset``, after any submitted
+        work that uses the buffer has completed.
+
+        Raises:
+            ValueError: the bytes run past the buffer.
+        """
+        from ._buffer import as_view
+
+        view = as_view(buffer, self, "buffer")
+        host = _host_bytes(data)
+        if offset < 0 or offset + host.nbytes > view.nbytes:
+            raise ValueError(f"write of {host.nbytes} bytes at offset={offset} runs past {view.nbytes} bytes")
+        self._wait_unused(view.buffer)
+        self.backend.write(view.address + offset, memoryview(host))
+
+    def download(self, buffer: Any) -> bytes:
+        """The buffer's bytes, after any submitted work that uses it has completed.
+
+        Raises:
+            ValidationError: the buffer was freed.
+            ValueError: it belongs to another device.
+        """
+        from ._buffer import as_view
+
+        view = as_view(buffer, self, "buffer")
+        self._wait_unused(view.buffer)
+        out = bytearray(view.nbytes)
+        if view.nbytes:
+            self.backend.read(view.address, memoryview(out))
+        return bytes(out)
+
+    def download_numpy(self, buffer: DeviceBuffer) -> np.ndarray:
+        """The buffer as a numpy array of its shape and dtype (raw ``uint8`` for block types and
+        bf16)."""
+        raw = self.download(buffer)
+        dt = buffer.dtype
+        if dt.numpy_type is None:
+            return np.frombuffer(raw, np.uint8).copy()
+        return np.frombuffer(raw, dt.numpy_type).reshape(buffer.shape).copy()
+
+    def _wait_unused(self, buf: DeviceBuffer) -> None:
+        for q, v in list(buf.last_use.items()):
+            q.fence.wait_blocking(v)
+
+    def _free_buffer(self, buf: DeviceBuffer) -> None:
+        self._deferred.append(buf)
+        self._reap()
+
+    def _reap(self, force: bool = False) -> None:
+        """Free deferred buffers whose every use has completed."""
+        if not self._deferred:
+            return
+        keep = []
+        for buf in self._deferred:
+            if buf.busy() and not force:
+                keep.append(buf)
+                continue
+            self.backend.free(buf.address)
+            self.allocated_bytes -= max(_ALIGN, -(-buf.nbytes // _ALIGN) * _ALIGN)
+        self._deferred = keep
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+def _host_bytes(data: Any) -> np.ndarray:
+    if isinstance(data, np.ndarray):
+        arr = np.ascontiguousarray(data)
+        return arr.reshape(-1).view(np.uint8)
+    try:
+        return np.frombuffer(memoryview(data), np.uint8)
+    except TypeError:
+        raise TypeError(f"data must be a numpy array or bytes-like, got {type(data).__name__}") from None

@@ -1,0 +1,392 @@
+"""``Executor``: a one-shot command list with resource-state tracking and the validation layer.
+
+Recording checks every command at once (bounds, lifetime, states, hazards) and lowers it to the
+backend's command tuples (``runtime/_backend.py``); ``submit`` hands them to a queue.
+
+Resource states follow D3D12: a copy reads ``COPY_SOURCE`` and writes ``COPY_DEST``; a dispatch reads
+``SHADER_READ`` and writes ``UNORDERED_ACCESS`` (a buffer already in ``UNORDERED_ACCESS`` may also be
+read there). ``ensure_state`` records a transition barrier only when the state changes. With
+``auto_barriers=True`` (the default) every command transitions its buffers and inserts a UAV barrier
+where a byte range written by one command is touched by another; with ``auto_barriers=False`` the
+caller records them, and the validation layer raises ``ValidationError`` on a wrong state or an
+unordered hazard.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ..hal import Access, ResourceState, ValidationError
+from ._buffer import BufferView, DeviceBuffer, as_view
+
+_S = ResourceState
+
+
+class _Phase(enum.Enum):
+    RECORDING = "recording"
+    SUBMITTED = "submitted"
+
+
+class Readback:
+    """Host bytes that a recorded ``download`` fills; readable once its fence completes."""
+
+    def __init__(self, executor: "Executor", host: np.ndarray):
+        self._executor = executor
+        self._host = host
+
+    def ready(self) -> bool:
+        v = self._executor.fence_value
+        return v is not None and self._executor.queue.fence.completed_value >= v
+
+    def bytes(self) -> bytes:
+        """Raises: ValidationError: the list was not submitted or its fence has not completed."""
+        if not self.ready():
+            raise ValidationError("readback is not ready: await the command list's fence first")
+        return self._host.tobytes()
+
+    def numpy(self, shape=None, dtype=np.float32) -> np.ndarray:
+        """The bytes as an array (copied), reshaped to ``shape`` when given."""
+        raw = np.frombuffer(self.bytes(), dtype)
+        return raw.reshape(shape) if shape is not None else raw
+
+
+class Executor:
+    """A command list: record commands, ``submit`` once, await its fence, ``reset`` to reuse.
+
+    Args:
+        device: the owning device.
+        queue: the queue ``submit`` uses (the device's default queue).
+        auto_barriers: record transitions and UAV barriers automatically (see the module doc).
+
+    Attributes:
+        transition_count: transition barriers recorded since the last reset.
+        uav_barrier_count: UAV barriers recorded since the last reset.
+        fence_value: the queue fence value of the submission (``None`` before ``submit``).
+    """
+
+    def __init__(self, device: Any, *, queue: Any = None, auto_barriers: bool = True):
+        self.device = device
+        self.queue = queue if queue is not None else device.queue
+        self.auto_barriers = auto_barriers
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self._phase = _Phase.RECORDING
+        self._lowered: list[tuple] = []
+        self._keepalive: list[Any] = []
+        self._used: dict[DeviceBuffer, None] = {}
+        self._entry: dict[DeviceBuffer, ResourceState] = {}
+        self._pending: dict[DeviceBuffer, list[tuple[int, int, bool, int]]] = {}
+        self._host_io = False
+        self._n_commands = 0
+        self.transition_count = 0
+        self.uav_barrier_count = 0
+        self.fence_value: int | None = None
+
+    @property
+    def commands(self) -> Sequence[tuple]:
+        """The lowered commands recorded so far (read-only view for inspection)."""
+        return tuple(self._lowered)
+
+    # -- barriers and validation -----------------------------------------------------------
+    def _check_recording(self) -> None:
+        if self._phase is not _Phase.RECORDING:
+            raise ValidationError("command list was submitted: call reset() before recording again")
+
+    def _touch(self, buf: DeviceBuffer) -> None:
+        if buf not in self._used:
+            self._used[buf] = None
+            self._entry[buf] = buf.state
+
+    def ensure_state(self, buffer: Any, state: ResourceState) -> bool:
+        """Record a transition barrier if ``buffer`` is not in ``state``; returns whether one was
+        recorded. A transition orders every earlier access to the buffer before later ones."""
+        self._check_recording()
+        buf = as_view(buffer, self.device, "buffer").buffer
+        self._touch(buf)
+        if buf.state is state:
+            return False
+        buf.state = state
+        self.transition_count += 1
+        self._pending.pop(buf, None)
+        return True
+
+    def uav_barrier(self, buffer: Any) -> None:
+        """Order every earlier access to ``buffer`` before later ones (cpu and one cuda stream:
+        ordering only, no device work)."""
+        self._check_recording()
+        buf = as_view(buffer, self.device, "buffer").buffer
+        self._touch(buf)
+        self.uav_barrier_count += 1
+        self._pending.pop(buf, None)
+
+    def _access(self, accesses: Iterable[tuple[BufferView, Access, ResourceState, str]]) -> None:
+        """Transition/validate then hazard-check the bindings of one command."""
+        accesses = list(accesses)
+        for view, access, state, arg in accesses:
+            buf = view.buffer
+            self._touch(buf)
+            reads_uav = access is Access.READ and buf.state is _S.UNORDERED_ACCESS and state is _S.SHADER_READ
+            if buf.state is not state and not reads_uav:
+                if self.auto_barriers:
+                    self.ensure_state(buf, state)
+                elif self.device.validate:
+                    raise ValidationError(
+                        f"{arg}: buffer #{buf.id} is in state {buf.state.name} but this command needs "
+                        f"{state.name}; record ensure_state(buffer, ResourceState.{state.name}) first"
+                    )
+        for view, access, state, arg in accesses:
+            buf = view.buffer
+            lo, hi, writes = view.offset, view.offset + view.nbytes, bool(access & Access.WRITE)
+            for plo, phi, pwrites, idx in self._pending.get(buf, ()):
+                if (writes or pwrites) and plo < hi and lo < phi and idx != self._n_commands:
+                    if self.auto_barriers:
+                        self.uav_barrier(buf)
+                        break
+                    if self.device.validate:
+                        what = "writes" if pwrites else "reads"
+                        raise ValidationError(
+                            f"{arg}: bytes [{lo}:{hi}] of buffer #{buf.id} are "
+                            f"{'written' if writes else 'read'} while command #{idx} {what} "
+                            f"[{plo}:{phi}] without a barrier in between; record uav_barrier(buffer)"
+                        )
+        for view, access, state, arg in accesses:
+            self._pending.setdefault(view.buffer, []).append(
+                (view.offset, view.offset + view.nbytes, bool(access & Access.WRITE), self._n_commands)
+            )
+
+    def _record(self, command: tuple, accesses: Iterable[tuple[BufferView, Access, ResourceState, str]]) -> None:
+        self._check_recording()
+        self._access(accesses)
+        self._lowered.append(command)
+        self._n_commands += 1
+
+    # -- commands --------------------------------------------------------------------------
+    def copy(self, dst: Any, src: Any, nbytes: int | None = None) -> None:
+        """Copy ``nbytes`` (default: all of ``src``) from ``src`` to ``dst`` (buffers or views).
+
+        Raises:
+            ValueError: ``nbytes`` is negative or larger than either side.
+        """
+        d = as_view(dst, self.device, "dst")
+        s = as_view(src, self.device, "src")
+        n = s.nbytes if nbytes is None else nbytes
+        if n < 0 or n > s.nbytes or n > d.nbytes:
+            raise ValueError(f"copy of nbytes={n}: src has {s.nbytes} bytes, dst has {d.nbytes}")
+        if d.buffer is s.buffer and d.offset < s.offset + n and s.offset < d.offset + n:
+            raise ValueError("copy: src and dst ranges overlap")
+        self._record(
+            ("copy", d.address, s.address, n),
+            [(s, Access.READ, _S.COPY_SOURCE, "src"), (d, Access.WRITE, _S.COPY_DEST, "dst")],
+        )
+
+    def fill(self, dst: Any, value: float | int) -> None:
+        """Fill ``dst`` with ``value`` in the buffer's own dtype (f32, f16, i32, u8), or with the raw
+        32-bit ``value`` for other dtypes.
+
+        Raises:
+            ValueError: the byte count is not a multiple of 4.
+        """
+        d = as_view(dst, self.device, "dst")
+        if d.nbytes % 4:
+            raise ValueError(f"fill: dst has {d.nbytes} bytes, not a multiple of 4")
+        self._record(("fill", d.address, d.nbytes, _pattern(d.buffer.dtype.label, value)),
+                     [(d, Access.WRITE, _S.COPY_DEST, "dst")])
+
+    def upload(self, dst: Any, data: Any) -> None:
+        """Copy host ``data`` (snapshotted now) into ``dst`` when the list executes.
+
+        Raises:
+            ValueError: ``data`` is larger than ``dst``.
+        """
+        from ._device import _host_bytes
+
+        d = as_view(dst, self.device, "dst")
+        host = np.array(_host_bytes(data), copy=True)
+        if host.nbytes > d.nbytes:
+            raise ValueError(f"upload of {host.nbytes} bytes into dst of {d.nbytes} bytes")
+        self._keepalive.append(host)
+        self._host_io = True
+        self._record(("upload", d.address, host), [(BufferView(d.buffer, d.offset, host.nbytes), Access.WRITE, _S.COPY_DEST, "dst")])
+
+    def download(self, src: Any, nbytes: int | None = None) -> Readback:
+        """Copy ``src`` to host memory when the list executes; read the ``Readback`` after the fence."""
+        s = as_view(src, self.device, "src")
+        n = s.nbytes if nbytes is None else nbytes
+        if n < 0 or n > s.nbytes:
+            raise ValueError(f"download of nbytes={n} from src of {s.nbytes} bytes")
+        host = np.empty(n, np.uint8)
+        self._keepalive.append(host)
+        self._host_io = True
+        self._record(("download", s.address, host), [(BufferView(s.buffer, s.offset, n), Access.READ, _S.COPY_SOURCE, "src")])
+        return Readback(self, host)
+
+    def dispatch(self, kernel: Any, bindings: Sequence[Any], constants: Any = None, grid: Any = None) -> None:
+        """Record a compute kernel launch.
+
+        Args:
+            kernel: a ``ComputeKernel`` or a kernel name (``native/KERNELS.md``).
+            bindings: buffers or views, in the kernel's binding order.
+            constants: a dict (or sequence in order) of the kernel's constants.
+            grid: ``(x, y, z)`` blocks; default: the kernel's launch config for these constants.
+
+        Raises:
+            ValueError / TypeError: a binding too small for the constants, a wrong count, a bad
+                constant (each message names the binding or constant).
+        """
+        if isinstance(kernel, str):
+            kernel = self.device.kernel(kernel)
+        views, accesses, packed, launch = kernel.bind(bindings, constants)
+        self._record(
+            ("dispatch", kernel.handle, grid if grid is not None else launch, [v.address for v in views], packed),
+            [(v, a, _S.UNORDERED_ACCESS if a & Access.WRITE else _S.SHADER_READ, f"binding {i} ({name})")
+             for i, (v, a, name) in enumerate(accesses)],
+        )
+
+    def record_operator(self, command: tuple, accesses: Sequence[tuple[BufferView, Access, str]]) -> None:
+        """Record a lowered vendor-library command (``Operator.dispatch`` calls this)."""
+        self._record(command, [(v, a, _S.UNORDERED_ACCESS if a & Access.WRITE else _S.SHADER_READ, n)
+                               for v, a, n in accesses])
+
+    def timestamp(self) -> Any:
+        """Record a device timestamp; returns the slot (read through ``GpuTimer``)."""
+        self._check_recording()
+        ts = self.device.backend.create_timestamp()
+        self._lowered.append(("timestamp", ts))
+        self._host_io = True
+        self._n_commands += 1
+        return ts
+
+    # -- graphs ----------------------------------------------------------------------------
+    def capture(self) -> "CapturedGraph":
+        """Turn the recorded commands into a replayable graph (cuda: a CUDA graph) and reset.
+
+        The graph keeps the buffers' addresses: replaying it after one was freed raises.
+
+        Raises:
+            ValidationError: the list holds uploads, downloads or timestamps (host I/O cannot be
+                captured) or was submitted.
+        """
+        self._check_recording()
+        if self._host_io:
+            raise ValidationError("capture: uploads, downloads and timestamps cannot be captured; record them around replay()")
+        graph = CapturedGraph(self.device, self.device.backend.capture(self._lowered), dict(self._entry),
+                              {b: b.state for b in self._used})
+        for b, s in self._entry.items():  # capture does not execute: states stay as they were
+            b.state = s
+        self._reset_state()
+        return graph
+
+    def replay(self, graph: "CapturedGraph") -> None:
+        """Record one replay of ``graph``.
+
+        Raises:
+            ValidationError: a buffer the graph uses was freed since capture, or the graph was
+                destroyed.
+        """
+        self._check_recording()
+        if graph.destroyed:
+            raise ValidationError("replay of a destroyed graph")
+        for buf in graph.entry:
+            if buf.freed:
+                raise ValidationError(f"replay: buffer #{buf.id} used by the graph was freed after capture")
+        for buf, state in graph.entry.items():
+            self._touch(buf)
+            if buf.state is not state:
+                self.ensure_state(buf, state)
+            self._pending.pop(buf, None)
+        self._lowered.append(("graph", graph.handle))
+        self._n_commands += 1
+        for buf, state in graph.exit.items():
+            buf.state = state
+            self._pending[buf] = [(0, buf.size_in_bytes, True, self._n_commands - 1)]
+        self._keepalive.append(graph)
+
+    # -- submission ------------------------------------------------------------------------
+    def submit(self) -> int:
+        """Submit to the queue; returns the fence value to await.
+
+        Raises:
+            ValidationError: already submitted, or a recorded buffer was freed before submission.
+            DeviceError: the device is lost.
+        """
+        self._check_recording()
+        for buf in self._used:
+            if buf.freed:
+                raise ValidationError(f"submit: buffer #{buf.id} was freed after it was recorded (use after free)")
+        for buf in self._used:
+            for q, v in buf.last_use.items():
+                if q is not self.queue:
+                    self.queue.wait_for(q, v)
+        value = self.queue.submit_lowered(self._lowered, keepalive=self._keepalive)
+        for buf in self._used:
+            buf.last_use[self.queue] = value
+        self.fence_value = value
+        self._phase = _Phase.SUBMITTED
+        return value
+
+    async def wait(self) -> None:
+        """Await the fence of this list's submission.
+
+        Raises:
+            ValidationError: the list was not submitted.
+        """
+        if self.fence_value is None:
+            raise ValidationError("wait(): the command list was not submitted")
+        await self.queue.fence.wait(self.fence_value)
+
+    async def submit_and_wait(self) -> int:
+        """``submit()`` then await its fence; returns the fence value."""
+        value = self.submit()
+        await self.queue.fence.wait(value)
+        return value
+
+    def is_complete(self) -> bool:
+        return self.fence_value is not None and self.queue.fence.completed_value >= self.fence_value
+
+    def reset(self) -> None:
+        """Make the list recordable again.
+
+        Raises:
+            ValidationError: its submission has not completed (a list still executing must not be
+                reset).
+        """
+        if self._phase is _Phase.SUBMITTED and not self.is_complete():
+            raise ValidationError(
+                f"reset of a command list whose fence value {self.fence_value} has not completed"
+            )
+        self._reset_state()
+
+
+class CapturedGraph:
+    """A captured command list for replay with fixed addresses (see ``Executor.capture``)."""
+
+    def __init__(self, device: Any, handle: Any, entry: dict, exit: dict):
+        self.device = device
+        self.handle = handle
+        self.entry = entry
+        self.exit = exit
+        self.destroyed = False
+
+    def destroy(self) -> None:
+        if not self.destroyed:
+            self.destroyed = True
+            self.device.backend.destroy_graph(self.handle)
+
+
+def _pattern(dtype_label: str, value: float | int) -> int:
+    if dtype_label == "f32":
+        return int(np.array([value], np.float32).view(np.uint32)[0])
+    if dtype_label == "f16":
+        h = int(np.array([value], np.float16).view(np.uint16)[0])
+        return h | (h << 16)
+    if dtype_label == "bf16":
+        h = int(np.array([value], np.float32).view(np.uint32)[0]) >> 16
+        return h | (h << 16)
+    if dtype_label == "u8":
+        b = int(value) & 0xFF
+        return b * 0x01010101
+    return int(np.array([value]).astype(np.int64)[0]) & 0xFFFFFFFF

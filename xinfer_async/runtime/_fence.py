@@ -1,0 +1,173 @@
+"""``Fence``: the timeline of one queue, awaitable from trio without busy-waiting.
+
+A queue signals value ``v`` when the ``v``-th submitted command list has completed: the native
+``xi_fence_signal`` (``native/fence.c``) stores ``v`` into the shared completed counter and writes
+the fence's eventfd. It runs on the cpu queue thread or as a CUDA host callback, and never runs
+Python. Trio tasks wait with ``trio.lowlevel.wait_readable`` on that eventfd; one waiting task
+reads it at a time and wakes the others.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable
+
+import trio
+
+from ..hal import FenceTimeoutError, XinferError
+
+
+def _native():
+    from .. import _native  # built by `pip install -e .` (native/build_native.py)
+
+    return _native.ffi, _native.lib
+
+
+class Fence:
+    """A monotonically increasing timeline value per queue.
+
+    Attributes:
+        completed_value: the highest value the device has signalled (``int``).
+        submitted_value: the highest value handed out by ``Queue.submit``.
+    """
+
+    def __init__(self, label: str = "queue", error_source: Callable[[], XinferError | None] | None = None):
+        ffi, lib = _native()
+        self._ffi = ffi
+        self.label = label
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._completed = ffi.new("int64_t *", 0)
+        self._submitted = 0
+        self._pending: dict[int, tuple[Any, Any]] = {}  # value -> (xi_signal*, keepalive)
+        self._lock = threading.Lock()
+        self._reader_busy = False
+        self._wakeup = trio.Event()
+        self._listeners: list[Callable[[], None]] = []
+        self._error_source = error_source
+        self._closed = False
+
+    # -- state -----------------------------------------------------------------------------
+    @property
+    def completed_value(self) -> int:
+        return int(self._completed[0])
+
+    @property
+    def submitted_value(self) -> int:
+        return self._submitted
+
+    @property
+    def error(self) -> XinferError | None:
+        """The device error that a signalled command list raised, if any (sticky)."""
+        return self._error_source() if self._error_source else None
+
+    def is_complete(self, value: int) -> bool:
+        return self.completed_value >= value
+
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` (plain code, no trio operations) whenever progress is observed."""
+        self._listeners.append(fn)
+
+    # -- used by Queue ---------------------------------------------------------------------
+    def _next_signal(self, keepalive: Any = None) -> tuple[int, Any]:
+        """Reserve the next value; returns it and the native ``xi_signal *`` to hand the backend."""
+        if self._closed:
+            raise trio.ClosedResourceError(f"fence of {self.label} is closed")
+        with self._lock:
+            self._submitted += 1
+            value = self._submitted
+            sig = self._ffi.new("xi_signal *", {"fd": self._fd, "completed": self._completed, "value": value})
+            self._pending[value] = (sig, keepalive)
+        return value, sig
+
+    def _progress(self) -> None:
+        done = self.completed_value
+        with self._lock:
+            for v in [v for v in self._pending if v <= done]:
+                del self._pending[v]
+        for fn in self._listeners:
+            fn()
+
+    def _raise_if_error(self) -> None:
+        err = self.error
+        if err is not None:
+            raise err
+
+    # -- waiting ---------------------------------------------------------------------------
+    async def wait(self, value: int, *, timeout_s: float | None = None) -> None:
+        """Wait until the fence reaches ``value``.
+
+        Never blocks the trio thread and never spins: the eventfd wakes the waiter.
+
+        Args:
+            value: a timeline value (from ``Queue.submit``).
+            timeout_s: give up after this many seconds.
+
+        Raises:
+            FenceTimeoutError: ``timeout_s`` passed first (also a ``trio.TooSlowError``).
+            DeviceError: the device failed while executing the submitted work.
+        """
+        if timeout_s is None:
+            await self._wait(value)
+            return
+        with trio.move_on_after(timeout_s) as scope:
+            await self._wait(value)
+        if scope.cancelled_caught:
+            raise FenceTimeoutError(
+                f"{self.label}: fence value {value} not reached within {timeout_s} s "
+                f"(completed {self.completed_value}, submitted {self._submitted})"
+            )
+
+    async def _wait(self, value: int) -> None:
+        if self.completed_value >= value:
+            await trio.lowlevel.checkpoint()
+            self._progress()
+            self._raise_if_error()
+            return
+        while self.completed_value < value:
+            if self._reader_busy:
+                await self._wakeup.wait()
+                continue
+            self._reader_busy = True
+            try:
+                await trio.lowlevel.wait_readable(self._fd)
+                try:
+                    os.eventfd_read(self._fd)
+                except BlockingIOError:
+                    pass
+            finally:
+                self._reader_busy = False
+                wake, self._wakeup = self._wakeup, trio.Event()
+                wake.set()
+            self._progress()
+        self._raise_if_error()
+
+    def wait_blocking(self, value: int, timeout_s: float | None = None) -> None:
+        """Block the calling thread until the fence reaches ``value`` (polls with backoff).
+
+        Raises:
+            FenceTimeoutError: ``timeout_s`` passed first.
+            DeviceError: the device failed while executing the submitted work.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        delay = 2e-6
+        while self.completed_value < value:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise FenceTimeoutError(
+                    f"{self.label}: fence value {value} not reached within {timeout_s} s "
+                    f"(completed {self.completed_value}, submitted {self._submitted})"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 1e-3)
+        self._progress()
+        self._raise_if_error()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            try:
+                trio.lowlevel.notify_closing(self._fd)
+            except RuntimeError:  # not inside trio: nobody can be waiting on the fd
+                pass
+            os.close(self._fd)

@@ -1,0 +1,120 @@
+"""``CommandListPool``: a fixed number of command lists shared by many tasks.
+
+A list goes back to the pool only once its submission's fence is reached: a task that leaves
+``async with pool.acquire()`` (or is cancelled) before that hands the list to a system task that
+awaits the fence first. A list still executing is never reset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import trio
+
+from ._executor import Executor
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolStatistics:
+    size: int
+    free: int
+    in_use: int  # held by a task or still executing
+    max_in_use: int
+    waiting_tasks: int
+    acquired_total: int
+
+
+class _Lease:
+    def __init__(self, pool: "CommandListPool", executor: Executor | None = None):
+        self._pool = pool
+        self._executor = executor
+
+    async def __aenter__(self) -> Executor:
+        if self._executor is None:
+            self._executor = await self._pool._acquire()
+        return self._executor
+
+    async def __aexit__(self, *exc) -> None:
+        self._pool.release(self._executor)
+
+    def __enter__(self) -> Executor:
+        if self._executor is None:
+            raise RuntimeError("use `async with pool.acquire()`; only acquire_nowait() works with plain `with`")
+        return self._executor
+
+    def __exit__(self, *exc) -> None:
+        self._pool.release(self._executor)
+
+
+class CommandListPool:
+    """A bounded pool of ``Executor``s on one device.
+
+    ``async with pool.acquire() as cl`` waits for a free list; ``with pool.acquire_nowait() as cl``
+    raises ``trio.WouldBlock`` when none is free.
+    """
+
+    def __init__(self, device: Any, size: int, **executor_kwargs):
+        if size < 1:
+            raise ValueError(f"size must be >= 1, got {size}")
+        self.device = device
+        self.size = size
+        self._free = [Executor(device, **executor_kwargs) for _ in range(size)]
+        self._lot = trio.lowlevel.ParkingLot()
+        self._in_use = 0
+        self._max_in_use = 0
+        self._acquired = 0
+
+    def acquire(self) -> _Lease:
+        """An async context manager yielding a free, reset command list."""
+        return _Lease(self)
+
+    def acquire_nowait(self) -> _Lease:
+        """A context manager holding a free list now.
+
+        Raises:
+            trio.WouldBlock: every list is in use or still executing.
+        """
+        if not self._free:
+            raise trio.WouldBlock
+        return _Lease(self, self._take())
+
+    async def _acquire(self) -> Executor:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while not self._free:
+            await self._lot.park()
+        ex = self._take()
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return ex
+
+    def _take(self) -> Executor:
+        ex = self._free.pop()
+        ex.reset()
+        self._in_use += 1
+        self._acquired += 1
+        self._max_in_use = max(self._max_in_use, self._in_use)
+        return ex
+
+    def release(self, ex: Executor) -> None:
+        """Return ``ex``; if its submission is still executing, it returns when its fence does."""
+        if ex.fence_value is None or ex.is_complete():
+            self._return(ex)
+        else:
+            trio.lowlevel.spawn_system_task(self._return_after_fence, ex, name="xinfer_async.pool-reclaim")
+
+    async def _return_after_fence(self, ex: Executor) -> None:
+        try:
+            await ex.queue.fence.wait(ex.fence_value)
+        except Exception:
+            pass  # a device error surfaces to whoever awaits the work; the list is still reusable
+        self._return(ex)
+
+    def _return(self, ex: Executor) -> None:
+        ex.reset()
+        self._free.append(ex)
+        self._in_use -= 1
+        self._lot.unpark()
+
+    def statistics(self) -> PoolStatistics:
+        return PoolStatistics(self.size, len(self._free), self._in_use, self._max_in_use,
+                              self._lot.statistics().tasks_waiting, self._acquired)

@@ -1,0 +1,56 @@
+"""``Queue``: an in-order device queue with its timeline ``Fence``."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..hal import DeviceError, XinferError
+from ._backend import BackendQueue
+from ._fence import Fence
+
+
+class Queue:
+    """Executes submitted command lists in order; ``submit`` returns the fence value to await.
+
+    Attributes:
+        fence: this queue's timeline ``Fence``.
+        index: the queue's number on its device (0 is the default queue).
+    """
+
+    def __init__(self, device: Any, backend_queue: BackendQueue, index: int):
+        self.device = device
+        self.index = index
+        self._backend = backend_queue
+        self.fence = Fence(f"{device.name} queue {index}", error_source=self._error)
+
+    def _error(self) -> XinferError | None:
+        err = getattr(self._backend, "error", None)
+        if err is None:
+            return None
+        return err if isinstance(err, XinferError) else DeviceError(str(err))
+
+    def submit_lowered(self, commands: Sequence[tuple], keepalive: Any = None) -> int:
+        """Hand already-validated lowered commands to the backend; returns the fence value.
+
+        ``keepalive`` (host arrays, signals) is held until that value completes.
+
+        Raises:
+            DeviceError: the device is lost.
+        """
+        self.device._check_alive()
+        value, signal = self.fence._next_signal(keepalive)
+        self._backend.execute(commands, signal)
+        return value
+
+    def wait_for(self, other: "Queue", value: int) -> None:
+        """Make later work on this queue wait until ``other`` reaches ``value``."""
+        if other is not self and other.fence.completed_value < value:
+            self._backend.wait_for(other._backend, value)
+
+    async def wait_idle(self) -> None:
+        """Wait until everything submitted so far has completed."""
+        await self.fence.wait(self.fence.submitted_value)
+
+    def close(self) -> None:
+        self._backend.close()
+        self.fence.close()
