@@ -1,0 +1,275 @@
+"""A plain numpy float32 Llama forward pass: the independent reference for kernel tests.
+
+No KV cache, no batching, no cleverness: every call runs the whole sequence from position 0.
+Follows llama.cpp's ``llm_build_llama`` (and Meta's ``llama/model.py``) for a GGUF Llama file:
+
+- ``x = token_embd[ids]``
+- per block: ``h = x + attn_output(attention(rmsnorm(x) * attn_norm))``,
+  ``x = h + ffn_down(silu(ffn_gate(rmsnorm(h) * ffn_norm)) * ffn_up(...))``
+- ``logits = (rmsnorm(x) * output_norm) @ output.T`` (``output`` = ``token_embd`` when tied).
+
+RoPE uses the GGUF "normal" layout: within each head, dims ``(2i, 2i+1)`` form a pair rotated by
+``pos * theta ** (-2i / head_dim)`` (the converter permutes HF's q/k weights into this layout).
+Attention is causal, grouped-query (query head ``h`` reads kv head ``h // (n_head // n_kv_head)``),
+scaled by ``1 / sqrt(head_dim)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+
+import numpy as np
+
+from ._gguf import GGUFModel, LlamaConfig
+
+__all__ = ["ReferenceLlama", "reference_logits", "rmsnorm", "rope", "rope_tables", "quantize_q8_blocks"]
+
+_QUANTIZED = ("q8_0", "q4_0", "q4_1")
+
+
+def quantize_q8_blocks(x: np.ndarray) -> np.ndarray:
+    """Round activations as llama.cpp's CPU matmul does before a quantized dot product.
+
+    ggml converts the activation row to the weight type's ``vec_dot_type`` (Q8_0 for Q8_0/Q4_0,
+    Q8_1 for Q4_1): blocks of 32 values share a scale ``d = max|x| / 127`` stored as float16, each
+    value becomes ``round(x / d)`` in int8. This returns the dequantized result.
+
+    Args:
+        x: float32 (..., K), K a multiple of 32.
+
+    Returns:
+        float32 (..., K).
+    """
+    b = x.reshape(-1, 32).astype(np.float32)  # (blocks, 32)
+    amax = np.abs(b).max(axis=1, keepdims=True)
+    d = amax / np.float32(127.0)
+    safe = np.where(d > 0, d, np.float32(1.0))
+    q = np.round(b / safe)
+    d16 = d.astype(np.float16).astype(np.float32)
+    return (q * d16).reshape(x.shape).astype(np.float32)
+
+
+def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """RMSNorm (Zhang & Sennrich 2019): ``x / sqrt(mean(x**2, -1) + eps) * weight``.
+
+    Args:
+        x: float32 (..., dim).
+        weight: float32 (dim,).
+        eps: added to the mean square.
+
+    Returns:
+        float32 (..., dim).
+    """
+    ms = np.mean(np.square(x, dtype=np.float32), axis=-1, keepdims=True)
+    return (x / np.sqrt(ms + np.float32(eps))).astype(np.float32) * weight
+
+
+def rope_tables(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin tables for RoPE.
+
+    Args:
+        positions: int (T,) token positions.
+        head_dim: even head width.
+        theta: base frequency (``rope_theta``).
+
+    Returns:
+        (cos, sin), each float32 (T, head_dim // 2); column i is for the pair (2i, 2i+1), at angle
+        ``pos * theta ** (-2i / head_dim)`` (computed in float64, then rounded).
+    """
+    i = np.arange(head_dim // 2, dtype=np.float64)
+    freq = theta ** (-2.0 * i / head_dim)  # (head_dim/2,)
+    ang = np.asarray(positions, dtype=np.float64)[:, None] * freq[None, :]  # (T, head_dim/2)
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Rotate adjacent pairs (GGUF "normal" layout).
+
+    Args:
+        x: float32 (T, n_heads, head_dim).
+        cos, sin: float32 (T, head_dim // 2) from :func:`rope_tables`.
+
+    Returns:
+        float32 (T, n_heads, head_dim): ``(x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos)`` for
+        every pair ``(x[..., 2i], x[..., 2i+1])``.
+    """
+    x0 = x[..., 0::2]  # (T, H, hd/2)
+    x1 = x[..., 1::2]
+    c = cos[:, None, :]
+    s = sin[:, None, :]
+    out = np.empty_like(x)
+    out[..., 0::2] = x0 * c - x1 * s
+    out[..., 1::2] = x0 * s + x1 * c
+    return out
+
+
+@dataclasses.dataclass
+class _Layer:
+    attn_norm: np.ndarray  # (dim,)
+    wq: np.ndarray  # (n_head * head_dim, dim)
+    wk: np.ndarray  # (n_kv_head * head_dim, dim)
+    wv: np.ndarray  # (n_kv_head * head_dim, dim)
+    wo: np.ndarray  # (dim, n_head * head_dim)
+    ffn_norm: np.ndarray  # (dim,)
+    w_gate: np.ndarray  # (ffn_dim, dim)
+    w_up: np.ndarray  # (ffn_dim, dim)
+    w_down: np.ndarray  # (dim, ffn_dim)
+
+
+class ReferenceLlama:
+    """Dequantized float32 weights of a GGUF Llama and its forward pass.
+
+    Dequantizing SmolLM2-135M takes about two seconds and ~550 MB of host memory.
+
+    Args:
+        model: from :func:`~xinfer_async.llm._gguf.load_gguf`.
+        quantize_activations: round the input of every matmul with a quantized weight to Q8
+            blocks first (:func:`quantize_q8_blocks`), as llama.cpp's CPU backend does. Off by
+            default: the plain float32 reference. On, it tracks llama.cpp's greedy choices more
+            closely where the top-1 margin is small.
+
+    Attributes:
+        config: the model's :class:`LlamaConfig`.
+    """
+
+    def __init__(self, model: GGUFModel, quantize_activations: bool = False):
+        cfg = model.config
+        t = model.tensors
+        self.config: LlamaConfig = cfg
+        self.quantize_activations = bool(quantize_activations)
+        self._qact = self.quantize_activations and t["blk.0.attn_q.weight"].dtype in _QUANTIZED
+        self._qact_out = self.quantize_activations and t[
+            "token_embd.weight" if cfg.tied_embeddings else "output.weight"].dtype in _QUANTIZED
+        self.token_embd = t["token_embd.weight"].dequantize()  # (vocab, dim)
+        self.output_norm = t["output_norm.weight"].dequantize()  # (dim,)
+        self.output = self.token_embd if cfg.tied_embeddings else t["output.weight"].dequantize()
+        self.layers: list[_Layer] = []
+        for i in range(cfg.n_layer):
+            b = f"blk.{i}."
+            self.layers.append(_Layer(
+                attn_norm=t[b + "attn_norm.weight"].dequantize(),
+                wq=t[b + "attn_q.weight"].dequantize(),
+                wk=t[b + "attn_k.weight"].dequantize(),
+                wv=t[b + "attn_v.weight"].dequantize(),
+                wo=t[b + "attn_output.weight"].dequantize(),
+                ffn_norm=t[b + "ffn_norm.weight"].dequantize(),
+                w_gate=t[b + "ffn_gate.weight"].dequantize(),
+                w_up=t[b + "ffn_up.weight"].dequantize(),
+                w_down=t[b + "ffn_down.weight"].dequantize(),
+            ))
+
+    def _mm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """x (T, K) @ w (N, K).T -> (T, N), activations rounded to Q8 blocks when asked."""
+        if self._qact:
+            x = quantize_q8_blocks(x)
+        return x @ w.T
+
+    def _attention(self, x: np.ndarray, layer: _Layer, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        cfg = self.config
+        T = x.shape[0]
+        hd, H, KV = cfg.head_dim, cfg.n_head, cfg.n_kv_head
+        q = self._mm(x, layer.wq).reshape(T, H, hd)  # (T, H, hd)
+        k = self._mm(x, layer.wk).reshape(T, KV, hd)  # (T, KV, hd)
+        v = self._mm(x, layer.wv).reshape(T, KV, hd)  # (T, KV, hd)
+        q = rope(q, cos, sin)
+        k = rope(k, cos, sin)
+        group = H // KV
+        q = q.transpose(1, 0, 2).reshape(KV, group * T, hd)  # (KV, group*T, hd), head h = kv*group + g
+        kt = k.transpose(1, 2, 0)  # (KV, hd, T)
+        scores = (q @ kt).reshape(KV, group, T, T) * np.float32(1.0 / np.sqrt(hd))  # (KV, g, Tq, Tk)
+        mask = np.triu(np.ones((T, T), dtype=bool), k=1)
+        scores[..., mask] = -np.inf
+        scores -= scores.max(axis=-1, keepdims=True)
+        p = np.exp(scores)
+        p /= p.sum(axis=-1, keepdims=True)
+        o = p.reshape(KV, group * T, T) @ v.transpose(1, 0, 2)  # (KV, group*T, hd)
+        o = o.reshape(H, T, hd).transpose(1, 0, 2).reshape(T, H * hd)  # (T, H*hd)
+        return self._mm(o, layer.wo)  # (T, dim)
+
+    def hidden(self, token_ids) -> np.ndarray:
+        """Final hidden states (after ``output_norm``).
+
+        Args:
+            token_ids: int sequence (T,), T >= 1, each in ``[0, vocab_size)``.
+
+        Returns:
+            float32 (T, dim).
+
+        Raises:
+            ValueError: empty sequence, not 1-D, or an id out of range.
+        """
+        cfg = self.config
+        ids = np.asarray(token_ids)
+        if ids.ndim != 1 or ids.size == 0:
+            raise ValueError(f"token_ids must be a non-empty 1-D sequence, got shape {ids.shape}")
+        if not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"token_ids must be integers, got dtype {ids.dtype}")
+        if ids.min() < 0 or ids.max() >= cfg.vocab_size:
+            bad = int(ids[(ids < 0) | (ids >= cfg.vocab_size)][0])
+            raise ValueError(f"token id {bad} outside [0, {cfg.vocab_size})")
+        T = ids.size
+        cos, sin = rope_tables(np.arange(T), cfg.head_dim, cfg.rope_theta)
+        x = self.token_embd[ids]  # (T, dim)
+        for layer in self.layers:
+            h = x + self._attention(rmsnorm(x, layer.attn_norm, cfg.rms_eps), layer, cos, sin)
+            n = rmsnorm(h, layer.ffn_norm, cfg.rms_eps)
+            g = self._mm(n, layer.w_gate)  # (T, ffn)
+            u = self._mm(n, layer.w_up)  # (T, ffn)
+            act = g / (np.float32(1.0) + np.exp(-g)) * u  # swiglu: silu(g) * u
+            x = h + self._mm(act, layer.w_down)  # (T, dim)
+        return rmsnorm(x, self.output_norm, cfg.rms_eps)
+
+    def logits(self, token_ids) -> np.ndarray:
+        """Logits for every position (teacher forcing).
+
+        Args:
+            token_ids: int sequence (T,).
+
+        Returns:
+            float32 (T, vocab_size); row t is the distribution of token t+1.
+
+        Raises:
+            ValueError: see :meth:`hidden`.
+        """
+        h = self.hidden(token_ids)
+        if self._qact_out:
+            h = quantize_q8_blocks(h)
+        return (h @ self.output.T).astype(np.float32, copy=False)
+
+    __call__ = logits
+
+
+_cache: dict[int, tuple[weakref.ref, ReferenceLlama]] = {}
+_cache_lock = threading.Lock()
+
+
+def _reference_for(model: GGUFModel) -> ReferenceLlama:
+    with _cache_lock:
+        hit = _cache.get(id(model))
+        if hit is not None and hit[0]() is model:
+            return hit[1]
+        for key in [k for k, (ref, _) in _cache.items() if ref() is None]:
+            del _cache[key]
+    ref = ReferenceLlama(model)
+    with _cache_lock:
+        _cache.clear()  # one model at a time: the weights are large
+        _cache[id(model)] = (weakref.ref(model), ref)
+    return ref
+
+
+def reference_logits(model: GGUFModel, token_ids) -> np.ndarray:
+    """Reference logits of ``model`` for ``token_ids`` (weights dequantized once, then cached).
+
+    Args:
+        model: from :func:`~xinfer_async.llm._gguf.load_gguf`.
+        token_ids: int sequence (T,), T >= 1.
+
+    Returns:
+        float32 (T, vocab_size); row t scores the token at position t+1.
+
+    Raises:
+        ValueError: empty ``token_ids`` or an id outside the vocabulary.
+    """
+    return _reference_for(model).logits(token_ids)
