@@ -68,12 +68,22 @@ ffibuilder.set_source(
 
 
 if __name__ == "__main__":
-    # in place: objects and the generated C under build/native/, the .so copied
-    # into xinfer_async/ (all ignored by git)
+    # In place: objects and the generated C under build/native/, the module copied into
+    # xinfer_async/ under the name setuptools gives it (cffi's C uses the limited API,
+    # so ``pip install -e .`` writes _native.abi3.so). A stale _native.cpython-*.so would
+    # shadow it (it comes first in EXTENSION_SUFFIXES), so those are removed.
+    import glob
     import shutil
+    import sysconfig
 
     so = ffibuilder.compile(tmpdir=os.path.join(_ROOT, "build", "native"), verbose=False)
-    dest = os.path.join(_ROOT, "xinfer_async", os.path.basename(so))
+    pkg = os.path.join(_ROOT, "xinfer_async")
+    abi3 = sysconfig.get_config_var("EXT_SUFFIX") and ".abi3.so" in __import__(
+        "importlib.machinery").machinery.EXTENSION_SUFFIXES
+    dest = os.path.join(pkg, "_native.abi3.so" if abi3 else os.path.basename(so))
     shutil.copyfile(so, dest + ".tmp")
     os.replace(dest + ".tmp", dest)  # atomic: never a half-written module
+    for other in glob.glob(os.path.join(pkg, "_native*.so")):
+        if os.path.abspath(other) != os.path.abspath(dest):
+            os.remove(other)
     print(dest)

@@ -103,7 +103,94 @@ XI_DEQUANTIZE(q4_1, XI_Q4_1_BYTES)
 /* ------------------------------------------------------------------ */
 /* matmul                                                              */
 
-#ifdef __AVX2__
+#if defined(__AVX512F__)
+/* a block of 32 weights -> two __m512 of floats (q4_1: one fma, <= 1 ulp from gguf) */
+static inline __attribute__((always_inline)) void vdeq_q8_0(const uint8_t *blk, __m512 v[2])
+{
+    const __m512 d = _mm512_set1_ps(xi_h2f(xi_rd16(blk)));
+    const __m128i *q = (const __m128i *)(blk + 2);
+    v[0] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))));
+    v[1] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))));
+}
+
+static inline __attribute__((always_inline)) void nibbles(const uint8_t *qs, __m128i *lo, __m128i *hi)
+{
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i m4 = _mm_set1_epi8(15);
+    *lo = _mm_and_si128(q, m4);
+    *hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+}
+
+static inline __attribute__((always_inline)) void vdeq_q4_0(const uint8_t *blk, __m512 v[2])
+{
+    const __m512 d = _mm512_set1_ps(xi_h2f(xi_rd16(blk)));
+    __m128i lo, hi;
+    nibbles(blk + 2, &lo, &hi);
+    const __m128i e8 = _mm_set1_epi8(8);
+    v[0] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_sub_epi8(lo, e8))));
+    v[1] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_sub_epi8(hi, e8))));
+}
+
+static inline __attribute__((always_inline)) void vdeq_q4_1(const uint8_t *blk, __m512 v[2])
+{
+    const __m512 d = _mm512_set1_ps(xi_h2f(xi_rd16(blk)));
+    const __m512 m = _mm512_set1_ps(xi_h2f(xi_rd16(blk + 2)));
+    __m128i lo, hi;
+    nibbles(blk + 4, &lo, &hi);
+    v[0] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), m);
+    v[1] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), m);
+}
+
+static inline __attribute__((always_inline)) void vdeq_f32(const uint8_t *blk, __m512 v[2])
+{
+    v[0] = _mm512_loadu_ps((const float *)blk);
+    v[1] = _mm512_loadu_ps((const float *)blk + 16);
+}
+
+static inline __attribute__((always_inline)) void vdeq_f16(const uint8_t *blk, __m512 v[2])
+{
+    v[0] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    v[1] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk + 1));
+}
+
+/* one weight row (nb blocks) against TT x rows (stride K): res[t] = dot */
+#define XI_TILE(NAME, BYTES)                                                         \
+static inline __attribute__((always_inline)) void                                   \
+tile_##NAME(const uint8_t *wr, long nb, const float *x, long K, float *res, const int TT) \
+{                                                                                    \
+    __m512 acc[4][2];                                                                \
+    for (int t = 0; t < 4; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps();         \
+    long ib = 0;                                                                     \
+    if (TT == 1) { /* two blocks per step: four independent fma chains */            \
+        for (; ib + 2 <= nb; ib += 2) {                                              \
+            __m512 v[2], u[2];                                                       \
+            vdeq_##NAME(wr + ib * (BYTES), v);                                       \
+            vdeq_##NAME(wr + (ib + 1) * (BYTES), u);                                 \
+            const float *xb = x + ib * 32;                                           \
+            acc[0][0] = _mm512_fmadd_ps(v[0], _mm512_loadu_ps(xb), acc[0][0]);       \
+            acc[0][1] = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xb + 16), acc[0][1]);  \
+            acc[1][0] = _mm512_fmadd_ps(u[0], _mm512_loadu_ps(xb + 32), acc[1][0]);  \
+            acc[1][1] = _mm512_fmadd_ps(u[1], _mm512_loadu_ps(xb + 48), acc[1][1]);  \
+        }                                                                            \
+    }                                                                                \
+    for (; ib < nb; ib++) {                                                          \
+        __m512 v[2];                                                                 \
+        vdeq_##NAME(wr + ib * (BYTES), v);                                           \
+        for (int t = 0; t < TT; t++) {                                               \
+            const float *xb = x + t * K + ib * 32;                                   \
+            acc[t][0] = _mm512_fmadd_ps(v[0], _mm512_loadu_ps(xb), acc[t][0]);       \
+            acc[t][1] = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xb + 16), acc[t][1]);  \
+        }                                                                            \
+    }                                                                                \
+    if (TT == 1) {                                                                   \
+        res[0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0][0], acc[0][1]), \
+                                                    _mm512_add_ps(acc[1][0], acc[1][1]))); \
+    } else {                                                                         \
+        for (int t = 0; t < TT; t++)                                                 \
+            res[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));      \
+    }                                                                                \
+}
+#elif defined(__AVX2__)
 /* a block of 32 weights -> four __m256 of floats (rounding may differ from the
  * exact scalar formula by at most one float ulp per weight: fma for q4_1) */
 static inline __attribute__((always_inline)) void vdeq_q8_0(const uint8_t *blk, __m256 v[4])

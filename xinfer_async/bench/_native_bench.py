@@ -1,0 +1,101 @@
+"""Speed check of the cpu backend's matmul kernels at SmolLM2-135M shapes.
+
+    python -m xinfer_async.bench._native_bench   (or python xinfer_async/bench/_native_bench.py)
+
+Prints the median time per call, the weight bytes read per second, and an estimate of the
+matmul time of one decoded token: 30 layers x (q, k, v, o, gate, up, down) in Q4_1 plus the
+Q8_0 tied-embedding output projection (49152 x 576).
+"""
+import os
+import sys
+import time
+
+import numpy as np
+
+try:
+    from xinfer_async._native import ffi, lib
+except ImportError:  # run from a checkout whose package __init__ is in flux
+    import glob
+    import importlib.util
+
+    _so = glob.glob(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_native*.so"))
+    _spec = importlib.util.spec_from_file_location("xinfer_async._native", _so[0])
+    _mod = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_mod)
+    ffi, lib = _mod.ffi, _mod.lib
+
+BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}
+DIM, FFN, KV, LAYERS, VOCAB = 576, 1536, 192, 30, 49152
+LAYER = [("q", DIM, DIM), ("k", KV, DIM), ("v", KV, DIM), ("o", DIM, DIM),
+         ("gate", FFN, DIM), ("up", FFN, DIM), ("down", DIM, FFN)]
+
+
+def weight_bytes(dt, N, K):
+    if dt == "f32":
+        return N * K * 4
+    if dt == "f16":
+        return N * K * 2
+    return N * (K // 32) * BLOCK_BYTES[dt]
+
+
+def random_weights(rng, dt, N, K):
+    """Random bytes with sane f16 scales (the kernels' speed does not depend on values)."""
+    nbytes = weight_bytes(dt, N, K)
+    if dt in ("f32", "f16"):
+        return rng.standard_normal(N * K).astype(np.float32 if dt == "f32" else np.float16)
+    w = rng.integers(0, 256, nbytes, dtype=np.uint8).reshape(N * K // 32, BLOCK_BYTES[dt])
+    w[:, 0:2] = np.full((w.shape[0], 1), np.float16(0.01)).view(np.uint8)
+    if dt == "q4_1":
+        w[:, 2:4] = np.full((w.shape[0], 1), np.float16(-0.05)).view(np.uint8)
+    return w
+
+
+def time_matmul(dt, T, N, K, reps=None, rng=None):
+    rng = rng or np.random.default_rng(0)
+    w = random_weights(rng, dt, N, K)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    y = np.zeros((T, N), np.float32)
+    b = ffi.new("void *[]", [ffi.from_buffer(w), ffi.from_buffer(x), ffi.from_buffer(y)])
+    c = ffi.new(f"xi_matmul_{dt}_c *", {"T": T, "N": N, "K": K, "accumulate": 0})
+    fn = getattr(lib, f"xi_k_matmul_{dt}")
+    if reps is None:
+        reps = max(5, min(500, int(2e8 // max(1, N * K * T))))
+    for _ in range(3):
+        assert fn(b, c) == 0
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        fn(b, c)
+        ts.append(time.perf_counter_ns() - t0)
+    return float(np.median(ts)) / 1e3  # us
+
+
+def main(argv=None):
+    rng = np.random.default_rng(0)
+    print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(default)')}, cpus={os.cpu_count()}")
+    print(f"{'kernel':<12}{'T':>4}{'N':>7}{'K':>6}{'median us':>12}{'GB/s':>8}{'GFLOP/s':>9}")
+    est = {}
+    for T in (1, 64):
+        shapes = [("q4_1", N, K) for _, N, K in LAYER] + [("q8_0", VOCAB, DIM)]
+        shapes += [("q4_0", DIM, DIM), ("f16", DIM, DIM), ("f32", DIM, DIM), ("q8_0", DIM, DIM)]
+        seen = {}
+        for dt, N, K in shapes:
+            key = (dt, N, K)
+            if key in seen:
+                continue
+            us = time_matmul(dt, T, N, K, rng=rng)
+            seen[key] = us
+            gbs = weight_bytes(dt, N, K) / (us * 1e-6) / 1e9
+            gflops = 2.0 * T * N * K / (us * 1e-6) / 1e9
+            print(f"matmul_{dt:<5}{T:>4}{N:>7}{K:>6}{us:>12.1f}{gbs:>8.1f}{gflops:>9.1f}")
+        layer_us = sum(seen[("q4_1", N, K)] for _, N, K in LAYER)
+        est[T] = (LAYERS * layer_us + seen[("q8_0", VOCAB, DIM)]) / 1e3
+    print(f"estimated decode matmul time per token (T=1): {est[1]:.2f} ms "
+          f"(30 x 7 Q4_1 + Q8_0 output; -> {1e3 / est[1]:.0f} tok/s matmul-bound)")
+    print(f"estimated prompt matmul time per 64 tokens (T=64): {est[64]:.2f} ms "
+          f"({est[64] / 64:.3f} ms per token)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
