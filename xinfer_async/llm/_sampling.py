@@ -1,8 +1,8 @@
 """Token sampling on the host: greedy, temperature, top-k, top-p (nucleus).
 
 Order of operations as in llama.cpp's sampler chain and Hugging Face's logits warpers:
-``softmax(logits / temperature)`` -> keep the ``top_k`` most likely -> keep the smallest prefix of
-the sorted distribution whose mass reaches ``top_p`` (Holtzman et al. 2019, "The Curious Case of
+``softmax(logits / temperature)`` -> keep the ``top_k`` most likely -> renormalize, keep the
+smallest prefix of the sorted distribution whose mass reaches ``top_p`` (Holtzman et al. 2019, "The Curious Case of
 Neural Text Degeneration") -> renormalize -> draw.
 """
 
@@ -95,6 +95,7 @@ class Sampler:
             keep = min(keep, self.params.top_k)
         if self.params.top_p < 1.0:
             cum = np.cumsum(p[order[:keep]])
+            cum /= cum[-1]  # top-p acts on the distribution renormalized after top-k
             # smallest prefix whose mass reaches top_p (1e-12 absorbs rounding in the cumsum)
             n = int(np.searchsorted(cum, self.params.top_p - 1e-12, side="left")) + 1
             keep = max(1, min(keep, n))

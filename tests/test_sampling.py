@@ -1,0 +1,172 @@
+"""Tests of xinfer_async/llm/_sampling.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from xinfer_async.llm._sampling import Sampler, SamplingParams
+
+N_DRAWS = 20000
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()
+
+
+def _chi2_ok(counts: np.ndarray, probs: np.ndarray) -> bool:
+    """Pearson chi-square against ``probs`` over the support; generous bound (dof + 8 sqrt(2 dof))."""
+    support = probs > 0
+    exp = probs[support] * counts.sum()
+    chi2 = float((((counts[support] - exp) ** 2) / exp).sum())
+    dof = max(1, int(support.sum()) - 1)
+    return chi2 < dof + 8 * math.sqrt(2 * dof) + 10
+
+
+def _draw(sampler: Sampler, logits: np.ndarray, n: int = N_DRAWS) -> np.ndarray:
+    counts = np.zeros(logits.size, np.int64)
+    for _ in range(n):
+        counts[sampler.sample(logits)] += 1
+    return counts
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(temperature=-0.5), "temperature must be a finite number >= 0, got -0.5"),
+    (dict(temperature=float("nan")), "temperature must be a finite number >= 0, got nan"),
+    (dict(temperature=float("inf")), "temperature must be a finite number >= 0, got inf"),
+    (dict(top_p=0.0), "top_p must be in (0, 1], got 0.0"),
+    (dict(top_p=1.5), "top_p must be in (0, 1], got 1.5"),
+    (dict(top_k=-1), "top_k must be an integer >= 0, got -1"),
+    (dict(top_k=2.5), "top_k must be an integer >= 0, got 2.5"),
+    (dict(seed=-3), "seed must be None or an integer >= 0, got -3"),
+])
+def test_params_validation(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        SamplingParams(**kwargs)
+    assert str(info.value) == message
+
+
+def test_params_defaults_frozen():
+    p = SamplingParams()
+    assert (p.temperature, p.top_k, p.top_p, p.seed) == (0.0, 0, 1.0, None)
+    assert p.greedy
+    with pytest.raises(AttributeError):
+        p.temperature = 1.0  # type: ignore[misc]
+
+
+def test_greedy_argmax_random(rng):
+    s = Sampler(SamplingParams())
+    for _ in range(20):
+        logits = rng.standard_normal(1000).astype(np.float32)
+        assert s.sample(logits) == int(np.argmax(logits))
+
+
+def test_greedy_ties_lowest_index_and_neg_inf(rng):
+    s = Sampler()
+    logits = np.full(50, -np.inf, np.float32)
+    idx = np.sort(rng.choice(50, size=3, replace=False))
+    logits[idx] = 2.5
+    assert s.sample(logits) == idx[0]
+    logits = np.zeros(10, np.float32)
+    assert s.sample(logits) == 0
+
+
+def test_nan_and_bad_logits():
+    s = Sampler(SamplingParams(temperature=1.0))
+    x = np.zeros(5, np.float32)
+    x[3] = np.nan
+    with pytest.raises(ValueError, match=r"^logits contain NaN \(first at index 3\)$"):
+        s.sample(x)
+    with pytest.raises(ValueError, match=r"^logits contain NaN \(first at index 3\)$"):
+        Sampler().sample(x)
+    with pytest.raises(ValueError, match=r"^logits are all -inf$"):
+        s.sample(np.full(4, -np.inf, np.float32))
+    with pytest.raises(ValueError, match=r"^logits contain \+inf \(first at index 0\)$"):
+        s.sample(np.array([np.inf, 0.0], np.float32))
+    with pytest.raises(ValueError, match=r"^logits must be a non-empty 1-D array, got shape \(2, 2\)$"):
+        s.sample(np.zeros((2, 2), np.float32))
+    with pytest.raises(ValueError, match=r"^logits must be a float array, got dtype int64$"):
+        s.sample(np.zeros(3, np.int64))
+
+
+def test_temperature_distribution_chi_square(rng):
+    logits = rng.standard_normal(8).astype(np.float32)
+    t = float(rng.uniform(0.5, 2.0))
+    s = Sampler(SamplingParams(temperature=t, seed=int(rng.integers(2**31))))
+    z = logits.astype(np.float64) / t
+    probs = np.exp(z - z.max())
+    probs /= probs.sum()
+    np.testing.assert_allclose(s.probabilities(logits), probs, rtol=1e-12)
+    assert _chi2_ok(_draw(s, logits), probs)
+
+
+def test_neg_inf_never_drawn(rng):
+    logits = rng.standard_normal(6).astype(np.float32)
+    logits[[1, 4]] = -np.inf
+    counts = _draw(Sampler(SamplingParams(temperature=1.0)), logits, 5000)
+    assert counts[1] == counts[4] == 0
+
+
+def test_top_k(rng):
+    logits = rng.standard_normal(30).astype(np.float32)
+    s = Sampler(SamplingParams(temperature=1.0, top_k=3))
+    top3 = np.argsort(-logits)[:3]
+    p = np.exp(logits[top3].astype(np.float64))
+    probs = np.zeros(30)
+    probs[top3] = p / p.sum()
+    np.testing.assert_allclose(s.probabilities(logits), probs, rtol=1e-12)
+    counts = _draw(s, logits)
+    assert counts.sum() == counts[top3].sum()
+    assert _chi2_ok(counts, probs)
+
+
+def test_top_p_known_distribution():
+    probs = np.array([0.1, 0.5, 0.05, 0.3, 0.05])
+    logits = np.log(probs).astype(np.float32)
+    # mass 0.5 (token 1) < 0.7; 0.5 + 0.3 = 0.8 >= 0.7: keep {1, 3}
+    s = Sampler(SamplingParams(temperature=1.0, top_p=0.7))
+    np.testing.assert_allclose(s.probabilities(logits), [0, 0.625, 0, 0.375, 0], atol=1e-6)
+    # exactly reaching p: 0.5 + 0.3 == 0.8 keeps two, not three
+    s = Sampler(SamplingParams(temperature=1.0, top_p=0.8))
+    assert np.count_nonzero(s.probabilities(logits)) == 2
+    # p below the top token's mass: always at least that one token
+    s = Sampler(SamplingParams(temperature=1.0, top_p=0.01, seed=5))
+    assert {s.sample(logits) for _ in range(200)} == {1}
+    counts = _draw(Sampler(SamplingParams(temperature=1.0, top_p=0.7)), logits)
+    assert counts[[0, 2, 4]].sum() == 0
+    assert _chi2_ok(counts, np.array([0, 0.625, 0, 0.375, 0]))
+
+
+def test_top_k_then_top_p(rng):
+    logits = rng.standard_normal(100).astype(np.float32) * 2
+    s = Sampler(SamplingParams(temperature=0.8, top_k=10, top_p=0.9))
+    p = s.probabilities(logits)
+    kept = np.flatnonzero(p)
+    assert 1 <= kept.size <= 10
+    assert set(kept) <= set(np.argsort(-logits)[:10])
+    z = logits.astype(np.float64) / 0.8
+    full = np.exp(z - z.max())
+    top10 = np.sort(full)[::-1][:10]
+    top10 /= top10.sum()
+    n = int(np.searchsorted(np.cumsum(top10), 0.9)) + 1
+    assert kept.size == n
+    assert p.sum() == pytest.approx(1.0)
+
+
+def test_seed_reproducible(rng):
+    logits = rng.standard_normal(500).astype(np.float32)
+    seed = int(rng.integers(2**31))
+    a = Sampler(SamplingParams(temperature=1.0, top_p=0.95, seed=seed))
+    b = Sampler(SamplingParams(temperature=1.0, top_p=0.95, seed=seed))
+    sa = [a.sample(logits) for _ in range(100)]
+    assert sa == [b.sample(logits) for _ in range(100)]
+    assert len(set(sa)) > 1
+
+
+def test_tiny_temperature_is_finite(rng):
+    logits = rng.standard_normal(100).astype(np.float32)
+    s = Sampler(SamplingParams(temperature=1e-30))
+    assert s.sample(logits) == int(np.argmax(logits))
