@@ -33,13 +33,13 @@ class _Phase(enum.Enum):
 class Readback:
     """Host bytes that a recorded ``download`` fills; readable once its fence completes."""
 
-    def __init__(self, executor: "Executor", host: np.ndarray):
-        self._executor = executor
+    def __init__(self, host: np.ndarray):
         self._host = host
+        self._queue = None  # set by Executor.submit
+        self._value: int | None = None
 
     def ready(self) -> bool:
-        v = self._executor.fence_value
-        return v is not None and self._executor.queue.fence.completed_value >= v
+        return self._value is not None and self._queue.fence.completed_value >= self._value
 
     def bytes(self) -> bytes:
         """Raises: ValidationError: the list was not submitted or its fence has not completed."""
@@ -81,6 +81,7 @@ class Executor:
         self._entry: dict[DeviceBuffer, ResourceState] = {}
         self._pending: dict[DeviceBuffer, list[tuple[int, int, bool, int]]] = {}
         self._host_io = False
+        self._readbacks: list[Readback] = []
         self._n_commands = 0
         self.transition_count = 0
         self.uav_barrier_count = 0
@@ -222,7 +223,9 @@ class Executor:
         self._keepalive.append(host)
         self._host_io = True
         self._record(("download", s.address, host), [(BufferView(s.buffer, s.offset, n), Access.READ, _S.COPY_SOURCE, "src")])
-        return Readback(self, host)
+        rb = Readback(host)
+        self._readbacks.append(rb)
+        return rb
 
     def dispatch(self, kernel: Any, bindings: Sequence[Any], constants: Any = None, grid: Any = None) -> None:
         """Record a compute kernel launch.
@@ -325,6 +328,8 @@ class Executor:
         for buf in self._used:
             buf.last_use[self.queue] = value
         self.fence_value = value
+        for rb in self._readbacks:
+            rb._queue, rb._value = self.queue, value
         self._phase = _Phase.SUBMITTED
         return value
 

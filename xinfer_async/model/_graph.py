@@ -1,0 +1,210 @@
+"""``ModelFragment`` and the caller-owned ``Graph`` it records into.
+
+Recording binds a fragment's inputs to tensors already in the graph without a device copy: the
+allocation that holds an input is remapped onto the caller's tensor. Private scratch gets a fresh
+instance per recorded fragment, or, after ``reuse_private_scratch()``, a place in one arena
+shared by every such fragment of the graph (the in-order queue and the executor's hazard
+barriers order a fragment's reads before a later fragment overwrites them). Persistent state
+allocations map to one instance per slot, shared by every fragment and plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+from ..hal import TensorDesc, ValidationError
+from ._commands import Binding, Copy, Dispatch, Fill
+from ._region import Allocation, AllocationKind, IODesc, Region
+
+_ALIGN = 256
+
+
+class GraphAlloc:
+    """An allocation of a graph: an input, a scratch instance, the shared arena, or slot state."""
+
+    def __init__(self, kind: str, nbytes: int, source: Allocation | None = None):
+        self.kind = kind  # "input" | "scratch" | "arena" | "state"
+        self.nbytes = nbytes
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"<GraphAlloc {self.kind} {self.nbytes} B>"
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphTensor:
+    """A tensor inside a graph: ``desc`` at byte ``offset`` of a graph allocation."""
+
+    graph: "Graph"
+    alloc: GraphAlloc
+    offset: int
+    desc: TensorDesc
+
+
+class Graph:
+    """A caller-owned list of commands over graph allocations, built by ``ModelFragment.record``.
+
+    Use ``input(desc)`` for graph inputs, record fragments, then ``prepare(inputs, outputs,
+    capacity)`` (or ``ModelDefinition.prepare_plans`` for several plans).
+    """
+
+    def __init__(self, definition: Any):
+        self.definition = definition
+        self.allocs: list[GraphAlloc] = []
+        self.commands: list[tuple] = []  # ("fill", ref, value) | ("copy", dst, src) | ("dispatch", name, refs, consts, grid)
+        self._state: dict[Allocation, GraphAlloc] = {}
+        self._arena: GraphAlloc | None = None
+
+    def input(self, desc: TensorDesc) -> GraphTensor:
+        """A new graph input tensor.
+
+        Raises:
+            ValidationError: an empty descriptor.
+        """
+        if desc.nbytes == 0:
+            raise ValidationError(f"empty graph input descriptor {desc}")
+        ga = GraphAlloc("input", desc.nbytes)
+        self.allocs.append(ga)
+        return GraphTensor(self, ga, 0, desc)
+
+    def _state_alloc(self, alloc: Allocation) -> GraphAlloc:
+        ga = self._state.get(alloc)
+        if ga is None:
+            ga = self._state[alloc] = GraphAlloc("state", alloc.nbytes, alloc)
+            self.allocs.append(ga)
+        return ga
+
+    def _arena_alloc(self, nbytes: int) -> GraphAlloc:
+        if self._arena is None:
+            self._arena = GraphAlloc("arena", nbytes)
+            self.allocs.append(self._arena)
+        self._arena.nbytes = max(self._arena.nbytes, nbytes)
+        return self._arena
+
+    def private_bytes(self) -> int:
+        """Bytes a slot allocates for this graph (inputs, scratch, arena, state)."""
+        return sum(a.nbytes for a in self.allocs)
+
+    def prepare(self, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor], capacity: int):
+        """A ``PreparedModel`` with this graph as its one plan (``"default"``)."""
+        return self.definition.prepare_plans({"default": (self, list(inputs), list(outputs))}, capacity)
+
+
+class ModelFragment:
+    """Validated, shape-specific commands with declared inputs and outputs
+    (from ``ModelDefinition.fragment``)."""
+
+    def __init__(self, definition: Any, commands: tuple, inputs: tuple[IODesc, ...], outputs: tuple[IODesc, ...],
+                 reuse_scratch: bool = False):
+        self.definition = definition
+        self.commands = commands
+        self.inputs = inputs
+        self.outputs = outputs
+        self.reuses_private_scratch = reuse_scratch
+
+    def reuse_private_scratch(self) -> "ModelFragment":
+        """This fragment, with private temporaries placed in the graph's shared scratch arena
+        (allocations that hold an output or input keep their own instance)."""
+        return ModelFragment(self.definition, self.commands, self.inputs, self.outputs, True)
+
+    def _regions(self):
+        for i, cmd in enumerate(self.commands):
+            if isinstance(cmd, Fill):
+                yield i, cmd.region
+            elif isinstance(cmd, Copy):
+                yield i, cmd.dst
+                yield i, cmd.src
+            elif isinstance(cmd, Dispatch):
+                for b in cmd.bindings:
+                    yield i, b.region
+
+    def record(self, graph: Graph, inputs: Sequence[GraphTensor]) -> list[GraphTensor]:
+        """Append this fragment to ``graph`` with its inputs bound to ``inputs`` (no copy, no
+        submission, no pool, no synchronization).
+
+        Returns:
+            the outputs as graph tensors, to feed the next fragment.
+
+        Raises:
+            ValidationError: a graph of another definition; an input count or descriptor mismatch;
+                inputs that alias one allocation inconsistently; a remapping that would alias bytes
+                no input declares.
+        """
+        if graph.definition is not self.definition:
+            raise ValidationError("record: the graph belongs to another model definition")
+        if len(inputs) != len(self.inputs):
+            raise ValidationError(f"record: the fragment has {len(self.inputs)} inputs, got {len(inputs)}")
+        for i, (t, io) in enumerate(zip(inputs, self.inputs)):
+            if not isinstance(t, GraphTensor) or t.graph is not graph:
+                raise ValidationError(f"record: input {i} is not a tensor of this graph")
+            if t.desc != io.desc:
+                raise ValidationError(f"record: input {i} descriptor mismatch: the fragment expects {io.desc}, got {t.desc}")
+
+        mapping: dict[Allocation, tuple[GraphAlloc, int]] = {}
+        declared: dict[Allocation, list[Region]] = {}
+        for i, (t, io) in enumerate(zip(inputs, self.inputs)):
+            a = io.region.allocation
+            target = (t.alloc, t.offset - io.region.offset)
+            if a in mapping and mapping[a] != target:
+                raise ValidationError(
+                    f"record: inputs alias allocation {a!r} inconsistently: input {i} maps it to a different "
+                    f"tensor or offset than an earlier input"
+                )
+            mapping[a] = target
+            declared.setdefault(a, []).append(io.region)
+        for i, region in self._regions():
+            a = region.allocation
+            if a in declared and not any(d.offset <= region.offset and region.end <= d.end for d in declared[a]):
+                raise ValidationError(
+                    f"record: remapping {a!r} onto the caller's tensor would alias bytes "
+                    f"[{region.offset}:{region.end}] that command #{i} uses but no input declares"
+                )
+
+        out_allocs = {io.region.allocation for io in self.outputs}
+        arena_cursor = 0
+        for _, region in list(self._regions()) + [(None, io.region) for io in self.outputs]:
+            a = region.allocation
+            if a in mapping or a.is_weight:
+                continue
+            if a.kind is AllocationKind.STATE:
+                mapping[a] = (graph._state_alloc(a), 0)
+            elif self.reuses_private_scratch and a not in out_allocs:
+                mapping[a] = (graph._arena_alloc(arena_cursor + a.nbytes), arena_cursor)
+                arena_cursor += -(-a.nbytes // _ALIGN) * _ALIGN
+            else:
+                ga = GraphAlloc("scratch", a.nbytes, a)
+                graph.allocs.append(ga)
+                mapping[a] = (ga, 0)
+
+        def ref(region: Region):
+            a = region.allocation
+            if a.is_weight:
+                return (a, region.offset, region.nbytes)
+            ga, delta = mapping[a]
+            return (ga, region.offset + delta, region.nbytes)
+
+        for cmd in self.commands:
+            if isinstance(cmd, Fill):
+                graph.commands.append(("fill", ref(cmd.region), cmd.value))
+            elif isinstance(cmd, Copy):
+                graph.commands.append(("copy", ref(cmd.dst), ref(cmd.src)))
+            else:
+                from ._commands import unpack_arguments
+                from ..ops import kernel_spec
+
+                consts = unpack_arguments(kernel_spec(cmd.kernel.name), cmd.arguments)
+                graph.commands.append(("dispatch", cmd.kernel.name, [ref(b.region) for b in cmd.bindings], consts, cmd.grid))
+
+        outs = []
+        for io in self.outputs:
+            ga, delta = mapping[io.region.allocation]
+            outs.append(GraphTensor(graph, ga, io.region.offset + delta, io.desc))
+        return outs
+
+    def prepare(self, capacity: int):
+        """A ``PreparedModel`` of ``capacity`` slots running this fragment alone."""
+        graph = Graph(self.definition)
+        ins = [graph.input(io.desc) for io in self.inputs]
+        outs = self.record(graph, ins)
+        return graph.prepare(ins, outs, capacity)

@@ -1,0 +1,317 @@
+"""``PreparedModel``: a bounded pool of fixed-address inference slots sharing one definition's
+weights. Each slot owns its private scratch and persistent state, so each plan's commands are
+recorded once per slot and replayed (cuda: a CUDA graph per slot and plan)."""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Sequence
+
+import numpy as np
+import trio
+
+from ..hal import ValidationError
+from ._graph import GraphAlloc, GraphTensor
+
+
+class Completion:
+    """The fence value of a submission: ``await completion.wait()``, ``is_complete()``."""
+
+    def __init__(self, queue: Any, value: int):
+        self.queue = queue
+        self.value = value
+
+    def is_complete(self) -> bool:
+        return self.queue.fence.completed_value >= self.value
+
+    async def wait(self) -> None:
+        await self.queue.fence.wait(self.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceTensor:
+    """A tensor on the device: description, buffer view, and the ``Completion`` that writes it."""
+
+    desc: Any
+    view: Any
+    completion: Completion | None
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedStatistics:
+    capacity: int
+    busy: int
+    max_busy: int
+    waiting_tasks: int
+    runs: int
+    private_bytes_per_slot: int
+    weight_bytes: int
+
+
+class _Plan:
+    def __init__(self, name: str, graph: Any, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor]):
+        for t in list(inputs) + list(outputs):
+            if t.graph is not graph:
+                raise ValidationError(f"plan {name!r}: a tensor of another graph")
+        self.name, self.graph, self.inputs, self.outputs = name, graph, list(inputs), list(outputs)
+
+
+class Slot:
+    """One inference slot: private buffers at fixed addresses, one captured graph per plan.
+
+    Held through ``PreparedModel.slot()``; persistent state survives between runs of this slot
+    and no other slot sees it.
+    """
+
+    def __init__(self, prepared: "PreparedModel", index: int):
+        self.prepared = prepared
+        self.index = index
+        self.device = prepared.device
+        self._buffers: dict[Any, Any] = {}
+        for plan in prepared.plans.values():
+            for ga in plan.graph.allocs:
+                key = ga.source if ga.kind == "state" else ga
+                if key not in self._buffers:
+                    # float32 elements, so fills take float values (NaN poisoning included)
+                    self._buffers[key] = self.device.alloc(-(-ga.nbytes // 4), "f32")
+        self._last: Completion | None = None
+        self._graphs: dict[str, Any] = {}
+        ex = self.device.executor(queue=prepared.queue)
+        for buf in self._buffers.values():
+            ex.fill(buf, 0.0)
+        ex.submit()
+        prepared.queue.fence.wait_blocking(ex.fence_value)
+        for name, plan in prepared.plans.items():
+            rec = self.device.executor(queue=prepared.queue)
+            self._record(rec, plan)
+            self._graphs[name] = rec.capture()
+
+    def _buffer(self, ga: GraphAlloc) -> Any:
+        return self._buffers[ga.source if ga.kind == "state" else ga]
+
+    def _view(self, ref: tuple) -> Any:
+        owner, offset, nbytes = ref
+        buf = owner.buffer if not isinstance(owner, GraphAlloc) else self._buffer(owner)
+        return buf.view(offset, nbytes)
+
+    def _record(self, ex: Any, plan: _Plan) -> None:
+        for cmd in plan.graph.commands:
+            if cmd[0] == "fill":
+                ex.fill(self._view(cmd[1]), cmd[2])
+            elif cmd[0] == "copy":
+                ex.copy(self._view(cmd[1]), self._view(cmd[2]))
+            else:
+                _, name, refs, consts, grid = cmd
+                ex.dispatch(self.device.kernel(name), [self._view(r) for r in refs], consts, grid)
+
+    def tensor_view(self, t: GraphTensor) -> Any:
+        return self._buffer(t.alloc).view(t.offset, t.desc.nbytes)
+
+    @property
+    def private_bytes(self) -> int:
+        return sum(b.nbytes for b in self._buffers.values())
+
+    def busy(self) -> bool:
+        return self._last is not None and not self._last.is_complete()
+
+    def _plan(self, plan: str | None) -> _Plan:
+        plans = self.prepared.plans
+        if plan is None:
+            if len(plans) != 1:
+                raise ValueError(f"plan must be named; this model has plans {sorted(plans)}")
+            return next(iter(plans.values()))
+        try:
+            return plans[plan]
+        except KeyError:
+            raise ValueError(f"plan={plan!r} is not one of {sorted(plans)}") from None
+
+    def record_run(self, ex: Any, inputs: Sequence[Any], plan: str | None = None, download: bool = True):
+        """Record uploads of ``inputs``, the plan's replay and (optionally) output downloads into
+        the command list ``ex``; returns the readbacks.
+
+        Raises:
+            ValueError: a wrong input count, shape, dtype or byte count (naming the input).
+        """
+        p = self._plan(plan)
+        if len(inputs) != len(p.inputs):
+            raise ValueError(f"plan {p.name!r} takes {len(p.inputs)} inputs, got {len(inputs)}")
+        for i, (data, t) in enumerate(zip(inputs, p.inputs)):
+            ex.upload(self.tensor_view(t), _check_input(i, data, t.desc))
+        ex.replay(self._graphs[p.name])
+        return [ex.download(self.tensor_view(t)) for t in p.outputs] if download else []
+
+    async def run(self, inputs: Sequence[Any], plan: str | None = None) -> list[np.ndarray]:
+        """Upload inputs, replay the plan, download the outputs; await the fence.
+
+        Returns:
+            one numpy array per output, of its descriptor's shape and dtype (raw ``uint8`` for
+            block types).
+        """
+        p = self._plan(plan)
+        async with self.device.command_lists.acquire() as ex:
+            if ex.queue is not self.prepared.queue:
+                ex.queue = self.prepared.queue
+            readbacks = self.record_run(ex, inputs, plan)
+            value = ex.submit()
+            self._last = Completion(ex.queue, value)
+            self.prepared._runs += 1
+            await ex.queue.fence.wait(value)
+        return [_as_array(rb, t.desc) for rb, t in zip(readbacks, p.outputs)]
+
+    def submit(self, inputs: Sequence[Any], plan: str | None = None) -> list[DeviceTensor]:
+        """Record and submit a run without downloading; returns the outputs as ``DeviceTensor``s."""
+        p = self._plan(plan)
+        ex = self.device.executor(queue=self.prepared.queue)
+        self.record_run(ex, inputs, plan, download=False)
+        value = ex.submit()
+        self._last = Completion(ex.queue, value)
+        self.prepared._runs += 1
+        return [DeviceTensor(t.desc, self.tensor_view(t), self._last) for t in p.outputs]
+
+    async def fill_private(self, value: float) -> None:
+        """Fill every private buffer of this slot (scratch and state) with ``value`` (e.g. NaN)."""
+        ex = self.device.executor(queue=self.prepared.queue)
+        for buf in self._buffers.values():
+            ex.fill(buf, value)
+        self._last = Completion(ex.queue, ex.submit())
+        await self._last.wait()
+
+    async def reset_state(self) -> None:
+        """Zero this slot's persistent state."""
+        await self.fill_private(0.0)
+
+    def _release_buffers(self) -> None:
+        for g in self._graphs.values():
+            g.destroy()
+        for buf in self._buffers.values():
+            buf.free()
+
+
+class PreparedModel:
+    """``capacity`` independent slots sharing a definition's weights.
+
+    ``await prepared.run(inputs)`` takes a free slot (waiting when all are busy), uploads, submits,
+    awaits the fence, downloads and returns the outputs. ``async with prepared.slot() as s`` holds
+    one slot across several runs (a generation's steps). A slot goes back to the pool only when
+    its last submission's fence completes, also when its holder is cancelled.
+    """
+
+    def __init__(self, definition: Any, plans: dict, capacity: int):
+        if not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        if not plans:
+            raise ValueError("plans must not be empty")
+        self.definition = definition
+        self.device = definition.device
+        self.queue = definition.context.queue
+        self.plans = {name: _Plan(name, *spec) for name, spec in plans.items()}
+        for plan in self.plans.values():
+            if plan.graph.definition is not definition:
+                raise ValidationError(f"plan {plan.name!r}: the graph belongs to another model definition")
+        self.capacity = capacity
+        self.slots = [Slot(self, i) for i in range(capacity)]
+        self._free = list(reversed(self.slots))
+        self._lot = trio.lowlevel.ParkingLot()
+        self._busy = 0
+        self._max_busy = 0
+        self._runs = 0
+        self._closed = False
+
+    async def _acquire(self) -> Slot:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while not self._free:
+            if self._closed:
+                raise trio.ClosedResourceError("prepared model is closed")
+            await self._lot.park()
+        slot = self._free.pop()
+        self._busy += 1
+        self._max_busy = max(self._max_busy, self._busy)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return slot
+
+    def _release(self, slot: Slot) -> None:
+        if slot.busy():
+            trio.lowlevel.spawn_system_task(self._release_after_fence, slot, name="xinfer_async.slot-reclaim")
+        else:
+            self._return(slot)
+
+    async def _release_after_fence(self, slot: Slot) -> None:
+        try:
+            await slot._last.wait()
+        except Exception:
+            pass
+        self._return(slot)
+
+    def _return(self, slot: Slot) -> None:
+        self._busy -= 1
+        self._free.append(slot)
+        self._lot.unpark()
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[Slot]:
+        """Hold a free slot for the block (waits when all are busy)."""
+        s = await self._acquire()
+        try:
+            yield s
+        finally:
+            self._release(s)
+
+    def slot_nowait(self) -> Slot:
+        """Take a free slot now (release it with ``release(slot)``).
+
+        Raises:
+            trio.WouldBlock: every slot is busy.
+        """
+        if not self._free:
+            raise trio.WouldBlock
+        slot = self._free.pop()
+        self._busy += 1
+        self._max_busy = max(self._max_busy, self._busy)
+        return slot
+
+    def release(self, slot: Slot) -> None:
+        self._release(slot)
+
+    async def run(self, inputs: Sequence[Any], plan: str | None = None) -> list[np.ndarray]:
+        """Run on any free slot; see ``Slot.run``."""
+        async with self.slot() as s:
+            return await s.run(inputs, plan)
+
+    def statistics(self) -> PreparedStatistics:
+        return PreparedStatistics(self.capacity, self._busy, self._max_busy, self._lot.statistics().tasks_waiting,
+                                  self._runs, self.slots[0].private_bytes, self.definition.weight_bytes())
+
+    def close(self) -> None:
+        """Release every slot's buffers (after their fences). The weights stay with the definition."""
+        if not self._closed:
+            self._closed = True
+            for s in self.slots:
+                s._release_buffers()
+            self._lot.unpark_all()
+
+
+def _check_input(i: int, data: Any, desc: Any) -> Any:
+    if isinstance(data, np.ndarray):
+        nt = desc.dtype.numpy_type
+        if nt is not None and data.dtype != np.dtype(nt):
+            raise ValueError(f"input {i}: dtype {data.dtype} does not match {desc.dtype.label}")
+        if nt is not None and tuple(data.shape) != tuple(desc.shape):
+            raise ValueError(f"input {i}: shape {tuple(data.shape)} does not match {desc.shape}")
+        if data.nbytes != desc.nbytes:
+            raise ValueError(f"input {i}: {data.nbytes} bytes, expected {desc.nbytes}")
+        return data
+    try:
+        n = memoryview(data).nbytes
+    except TypeError:
+        raise TypeError(f"input {i}: expected a numpy array or bytes, got {type(data).__name__}") from None
+    if n != desc.nbytes:
+        raise ValueError(f"input {i}: {n} bytes, expected {desc.nbytes}")
+    return data
+
+
+def _as_array(readback: Any, desc: Any) -> np.ndarray:
+    nt = desc.dtype.numpy_type
+    if nt is None:
+        return np.frombuffer(readback.bytes(), np.uint8).copy()
+    return readback.numpy(desc.shape, nt).copy()

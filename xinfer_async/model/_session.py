@@ -1,0 +1,118 @@
+"""``ModelSession`` (build a model) and ``ModelContext`` (where it runs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..hal import TensorDesc, ValidationError
+from ..ops import kernel_spec
+from ._region import Allocation, AllocationKind, KernelId, Placement, Region
+
+
+class ModelContext:
+    """The shared scheduling and allocation domain of prepared models: a device, its queue and its
+    command-list pool.
+
+    Args:
+        device: from ``open_device``.
+        queue: the queue prepared slots submit to (default: the device's).
+    """
+
+    def __init__(self, device: Any, queue: Any = None):
+        self.device = device
+        self.queue = queue if queue is not None else device.queue
+
+    @property
+    def command_lists(self):
+        return self.device.command_lists
+
+
+class ModelSession:
+    """Builds a model: immutable weights (uploaded at once), private scratch sizes, kernels.
+
+    ``freeze(context)`` turns it into a ``ModelDefinition``; the session cannot be used after.
+    """
+
+    def __init__(self, device: Any):
+        self.device = device
+        self._token = object()
+        self._allocations: list[Allocation] = []
+        self._kernels: dict[str, KernelId] = {}
+        self._frozen = False
+
+    def _check_open(self) -> None:
+        if self._frozen:
+            raise ValidationError("the session was frozen; build a new ModelSession")
+
+    def weight(self, data: Any, desc: TensorDesc, name: str = "") -> Region:
+        """Upload an immutable weight (once; every plan and slot shares it).
+
+        Args:
+            data: numpy array or bytes of exactly ``desc.nbytes`` bytes (raw blocks for q8_0/q4_0/q4_1).
+            desc: its shape and dtype.
+
+        Raises:
+            ValueError: the byte count differs from ``desc``.
+        """
+        self._check_open()
+        if not isinstance(desc, TensorDesc):
+            raise TypeError(f"desc must be a TensorDesc, got {type(desc).__name__}")
+        buf = self.device.upload(data, desc.shape, desc.dtype)
+        alloc = Allocation(self._token, AllocationKind.WEIGHT, desc.nbytes, Placement.DEVICE, desc, name)
+        alloc.buffer = buf
+        self._allocations.append(alloc)
+        return alloc.region()
+
+    def scratch(self, nbytes: int, placement: Placement = Placement.DEVICE, *, persistent: bool = False,
+                name: str = "") -> Region:
+        """Declare private scratch of ``nbytes``: each prepared slot allocates its own.
+
+        ``persistent=True`` makes it slot state that survives between runs of that slot (a KV
+        cache); otherwise it holds temporaries and IO.
+
+        Raises:
+            ValueError: ``nbytes`` is not positive.
+        """
+        self._check_open()
+        if not isinstance(nbytes, int) or nbytes <= 0:
+            raise ValueError(f"nbytes must be a positive int, got {nbytes!r}")
+        kind = AllocationKind.STATE if persistent else AllocationKind.SCRATCH
+        alloc = Allocation(self._token, kind, nbytes, Placement(placement), None, name)
+        self._allocations.append(alloc)
+        return alloc.region()
+
+    def kernel(self, name: str) -> KernelId:
+        """Register kernel ``name`` (``native/KERNELS.md``) and compile it for the device.
+
+        Raises:
+            ValueError: no such kernel.
+            KernelCompileError: it does not compile.
+        """
+        self._check_open()
+        kernel_spec(name)
+        kid = self._kernels.get(name)
+        if kid is None:
+            self.device.kernel(name)
+            kid = self._kernels[name] = KernelId(self._token, name)
+        return kid
+
+    def synchronize(self) -> None:
+        """Block until every upload has reached the device."""
+        self.device.synchronize()
+
+    def freeze(self, context: ModelContext):
+        """Finish building: drain uploads, adopt weights, keep scratch as sizes only.
+
+        Raises:
+            ValueError: ``context`` is on another device.
+        """
+        from ._definition import ModelDefinition
+
+        self._check_open()
+        if context.device is not self.device:
+            raise ValueError(
+                f"context is on device {context.device.name!r} but the session's weights are on {self.device.name!r}"
+            )
+        self.synchronize()
+        self._frozen = True
+        return ModelDefinition(self._token, context, list(self._allocations), dict(self._kernels))
