@@ -56,7 +56,8 @@ ffibuilder.set_source(
     include_dirs=[_rel("."), _rel("kernels")],
     extra_compile_args=[
         "-O3",
-        "-march=native",
+        # XINFER_NATIVE_MARCH=x86-64-v3 (AVX2 path) / x86-64 (portable scalar path)
+        "-march=" + os.environ.get("XINFER_NATIVE_MARCH", "native"),
         "-fopenmp",
         "-fno-math-errno",
         # exact gguf dequantization and NaN semantics: no fast-math, no implicit FMA

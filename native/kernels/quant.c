@@ -104,10 +104,28 @@ XI_DEQUANTIZE(q4_1, XI_Q4_1_BYTES)
 /* matmul                                                              */
 
 #if defined(__AVX512F__)
-/* a block of 32 weights -> two __m512 of floats (q4_1: one fma, <= 1 ulp from gguf) */
-static inline __attribute__((always_inline)) void vdeq_q8_0(const uint8_t *blk, __m512 v[2])
+/* A block of 32 weights -> two __m512 of floats, given its scales already as floats
+ * (q4_1: one fma, <= 1 ulp from gguf). The f16 scales of a run of blocks are
+ * converted up front, 16 at a time, so the hot loop has no scalar f16 conversions
+ * and broadcasts (port 5 on Intel) but broadcasts from memory. */
+#define XI_SCHUNK 128
+
+static inline __attribute__((always_inline)) void
+scales(const uint8_t *wr, long n, long bytes, int off, float *out)
 {
-    const __m512 d = _mm512_set1_ps(xi_h2f(xi_rd16(blk)));
+    uint16_t h[XI_SCHUNK];
+    long i = 0;
+    for (; i < n; i++) h[i] = xi_rd16(wr + i * bytes + off);
+    for (; i < XI_SCHUNK && (i & 15); i++) h[i] = 0;
+    for (i = 0; i < n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+}
+
+static inline __attribute__((always_inline)) void
+vdeq_q8_0(const uint8_t *blk, const float *d_, const float *m_, __m512 v[2])
+{
+    (void)m_;
+    const __m512 d = _mm512_set1_ps(*d_);
     const __m128i *q = (const __m128i *)(blk + 2);
     v[0] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))));
     v[1] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))));
@@ -121,9 +139,11 @@ static inline __attribute__((always_inline)) void nibbles(const uint8_t *qs, __m
     *hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
 }
 
-static inline __attribute__((always_inline)) void vdeq_q4_0(const uint8_t *blk, __m512 v[2])
+static inline __attribute__((always_inline)) void
+vdeq_q4_0(const uint8_t *blk, const float *d_, const float *m_, __m512 v[2])
 {
-    const __m512 d = _mm512_set1_ps(xi_h2f(xi_rd16(blk)));
+    (void)m_;
+    const __m512 d = _mm512_set1_ps(*d_);
     __m128i lo, hi;
     nibbles(blk + 2, &lo, &hi);
     const __m128i e8 = _mm_set1_epi8(8);
@@ -131,27 +151,43 @@ static inline __attribute__((always_inline)) void vdeq_q4_0(const uint8_t *blk, 
     v[1] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_sub_epi8(hi, e8))));
 }
 
-static inline __attribute__((always_inline)) void vdeq_q4_1(const uint8_t *blk, __m512 v[2])
+static inline __attribute__((always_inline)) void
+vdeq_q4_1(const uint8_t *blk, const float *d_, const float *m_, __m512 v[2])
 {
-    const __m512 d = _mm512_set1_ps(xi_h2f(xi_rd16(blk)));
-    const __m512 m = _mm512_set1_ps(xi_h2f(xi_rd16(blk + 2)));
+    const __m512 d = _mm512_set1_ps(*d_), m = _mm512_set1_ps(*m_);
     __m128i lo, hi;
     nibbles(blk + 4, &lo, &hi);
     v[0] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), m);
     v[1] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), m);
 }
 
-static inline __attribute__((always_inline)) void vdeq_f32(const uint8_t *blk, __m512 v[2])
+static inline __attribute__((always_inline)) void
+vdeq_f32(const uint8_t *blk, const float *d_, const float *m_, __m512 v[2])
 {
+    (void)d_; (void)m_;
     v[0] = _mm512_loadu_ps((const float *)blk);
     v[1] = _mm512_loadu_ps((const float *)blk + 16);
 }
 
-static inline __attribute__((always_inline)) void vdeq_f16(const uint8_t *blk, __m512 v[2])
+static inline __attribute__((always_inline)) void
+vdeq_f16(const uint8_t *blk, const float *d_, const float *m_, __m512 v[2])
 {
+    (void)d_; (void)m_;
     v[0] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
     v[1] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk + 1));
 }
+
+/* scale offsets inside a block (-1: none) */
+#define XI_DOFF_q8_0 0
+#define XI_MOFF_q8_0 -1
+#define XI_DOFF_q4_0 0
+#define XI_MOFF_q4_0 -1
+#define XI_DOFF_q4_1 0
+#define XI_MOFF_q4_1 2
+#define XI_DOFF_f32 -1
+#define XI_MOFF_f32 -1
+#define XI_DOFF_f16 -1
+#define XI_MOFF_f16 -1
 
 /* one weight row (nb blocks) against TT x rows (stride K): res[t] = dot */
 #define XI_TILE(NAME, BYTES)                                                         \
@@ -159,27 +195,34 @@ static inline __attribute__((always_inline)) void                               
 tile_##NAME(const uint8_t *wr, long nb, const float *x, long K, float *res, const int TT) \
 {                                                                                    \
     __m512 acc[4][2];                                                                \
+    float ds[XI_SCHUNK], ms[XI_SCHUNK];                                              \
     for (int t = 0; t < 4; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps();         \
-    long ib = 0;                                                                     \
-    if (TT == 1) { /* two blocks per step: four independent fma chains */            \
-        for (; ib + 2 <= nb; ib += 2) {                                              \
-            __m512 v[2], u[2];                                                       \
-            vdeq_##NAME(wr + ib * (BYTES), v);                                       \
-            vdeq_##NAME(wr + (ib + 1) * (BYTES), u);                                 \
-            const float *xb = x + ib * 32;                                           \
-            acc[0][0] = _mm512_fmadd_ps(v[0], _mm512_loadu_ps(xb), acc[0][0]);       \
-            acc[0][1] = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xb + 16), acc[0][1]);  \
-            acc[1][0] = _mm512_fmadd_ps(u[0], _mm512_loadu_ps(xb + 32), acc[1][0]);  \
-            acc[1][1] = _mm512_fmadd_ps(u[1], _mm512_loadu_ps(xb + 48), acc[1][1]);  \
+    for (long cb = 0; cb < nb; cb += XI_SCHUNK) {                                    \
+        const long ce = cb + XI_SCHUNK < nb ? cb + XI_SCHUNK : nb;                   \
+        const uint8_t *wc = wr + cb * (BYTES);                                       \
+        if (XI_DOFF_##NAME >= 0) scales(wc, ce - cb, BYTES, XI_DOFF_##NAME, ds);     \
+        if (XI_MOFF_##NAME >= 0) scales(wc, ce - cb, BYTES, XI_MOFF_##NAME, ms);     \
+        long ib = cb;                                                                \
+        if (TT == 1) { /* two blocks per step: four independent fma chains */        \
+            for (; ib + 2 <= ce; ib += 2) {                                          \
+                __m512 v[2], u[2];                                                   \
+                vdeq_##NAME(wr + ib * (BYTES), ds + ib - cb, ms + ib - cb, v);       \
+                vdeq_##NAME(wr + (ib + 1) * (BYTES), ds + ib + 1 - cb, ms + ib + 1 - cb, u); \
+                const float *xb = x + ib * 32;                                       \
+                acc[0][0] = _mm512_fmadd_ps(v[0], _mm512_loadu_ps(xb), acc[0][0]);   \
+                acc[0][1] = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xb + 16), acc[0][1]); \
+                acc[1][0] = _mm512_fmadd_ps(u[0], _mm512_loadu_ps(xb + 32), acc[1][0]); \
+                acc[1][1] = _mm512_fmadd_ps(u[1], _mm512_loadu_ps(xb + 48), acc[1][1]); \
+            }                                                                        \
         }                                                                            \
-    }                                                                                \
-    for (; ib < nb; ib++) {                                                          \
-        __m512 v[2];                                                                 \
-        vdeq_##NAME(wr + ib * (BYTES), v);                                           \
-        for (int t = 0; t < TT; t++) {                                               \
-            const float *xb = x + t * K + ib * 32;                                   \
-            acc[t][0] = _mm512_fmadd_ps(v[0], _mm512_loadu_ps(xb), acc[t][0]);       \
-            acc[t][1] = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xb + 16), acc[t][1]);  \
+        for (; ib < ce; ib++) {                                                      \
+            __m512 v[2];                                                             \
+            vdeq_##NAME(wr + ib * (BYTES), ds + ib - cb, ms + ib - cb, v);           \
+            for (int t = 0; t < TT; t++) {                                           \
+                const float *xb = x + t * K + ib * 32;                               \
+                acc[t][0] = _mm512_fmadd_ps(v[0], _mm512_loadu_ps(xb), acc[t][0]);   \
+                acc[t][1] = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xb + 16), acc[t][1]); \
+            }                                                                        \
         }                                                                            \
     }                                                                                \
     if (TT == 1) {                                                                   \
