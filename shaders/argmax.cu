@@ -1,0 +1,36 @@
+#include "xi_common.cuh"
+// x (rows, n) f32 -> out (rows) i32: index of the largest value, the lowest index on ties (NaN ignored).
+// One block of 256 per row.
+__device__ __forceinline__ void xi_better(float &v, int &i, float v2, int i2) {
+    if (v2 > v || (v2 == v && i2 < i)) { v = v2; i = i2; }
+}
+extern "C" __global__ void __launch_bounds__(256) argmax(const float *__restrict__ x, int32_t *__restrict__ out, xi_argmax_c c) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const int r = blockIdx.x;
+    if (r >= c.rows) return;
+    const float *xr = x + (size_t_)r * c.n;
+    float v = -XI_INF;
+    int idx = 0x7fffffff;
+    for (int i = threadIdx.x; i < c.n; i += blockDim.x) xi_better(v, idx, xr[i], i);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+        const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
+        xi_better(v, idx, v2, i2);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sv[warp] = v; si[warp] = idx; }
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x >> 5) ? sv[lane] : -XI_INF;
+        idx = lane < (int)(blockDim.x >> 5) ? si[lane] : 0x7fffffff;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+            const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
+            xi_better(v, idx, v2, i2);
+        }
+        if (lane == 0) out[r] = idx == 0x7fffffff ? 0 : idx;
+    }
+}

@@ -1,0 +1,73 @@
+// Shared definitions of the CUDA kernels (shaders/*.cu), compiled by NVRTC for the device's own arch.
+// Constants structs: identical to native/xinfer_native.h (packed 4-byte fields, KERNELS.md order),
+// passed by value as the last kernel parameter.
+#pragma once
+
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+typedef unsigned long long size_t_;
+
+struct xi_affine_c { int32_t n; float a; float b; };
+struct xi_add_c { int32_t n; };
+struct xi_rmsnorm_c { int32_t rows; int32_t dim; float eps; };
+struct xi_rope_c { int32_t rows; int32_t n_head; int32_t head_dim; int32_t row_stride; float theta; };
+struct xi_swiglu_c { int32_t rows; int32_t n; int32_t in_stride; };
+struct xi_softmax_c { int32_t rows; int32_t n; };
+struct xi_attention_c { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t ctx; int32_t q_stride; float scale; };
+struct xi_kv_store_c { int32_t T; int32_t width; int32_t ctx; int32_t src_stride; };
+struct xi_get_rows_c { int32_t T; int32_t dim; int32_t vocab; };
+struct xi_matmul_c { int32_t T; int32_t N; int32_t K; int32_t accumulate; };
+struct xi_dequantize_c { int32_t n; };
+struct xi_argmax_c { int32_t rows; int32_t n; };
+
+#define XI_INF __int_as_float(0x7f800000)
+#define XI_NAN __int_as_float(0x7fc00000)
+
+// IEEE half -> float, exact (cvt.f32.f16), without cuda_fp16.h.
+__device__ __forceinline__ float xi_h2f(uint16_t h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ float xi_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float xi_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Block-wide sum / max for blockDim.x a multiple of 32 (<= 1024); every thread gets the result.
+__device__ __forceinline__ float xi_block_sum(float v, float *scratch /* [32] */) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = xi_warp_sum(v);
+    __syncthreads();  // scratch may still be read by a previous reduction
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nw ? scratch[lane] : 0.0f;
+    return xi_warp_sum(v);
+}
+
+__device__ __forceinline__ float xi_block_max(float v, float *scratch /* [32] */) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = xi_warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nw ? scratch[lane] : -XI_INF;
+    return xi_warp_max(v);
+}
+
+// Grid-stride loop over [0, n).
+#define XI_FOR(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (long long)(n); \
+                          i += (long long)gridDim.x * blockDim.x)

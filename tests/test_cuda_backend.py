@@ -1,0 +1,463 @@
+"""Backend-level tests of ``backends/cuda`` (skipped cleanly without a GPU).
+
+Every shader against numpy float64 on fresh random inputs; quantized reads bit for bit against
+``gguf.quants.dequantize``; cuBLAS GEMM; graph capture and replay; timestamps; and a fence stress
+test (8 queues, 10,000 fences, a background thread in the driver, a slow kernel whose completion
+flag must be visible when its fence reports).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from xinfer_async.backends.cuda import CUDABackend, CUDAKernel
+
+AVAILABLE, REASON = CUDABackend.is_available()
+if not AVAILABLE:
+    pytest.skip(f"no CUDA device: {REASON}", allow_module_level=True)
+
+import trio  # noqa: E402
+
+from xinfer_async.hal import DeviceOutOfMemoryError, KernelCompileError  # noqa: E402
+
+FIELDS = {
+    "affine": "n i, a f, b f", "add": "n i", "rmsnorm": "rows i, dim i, eps f",
+    "rope": "rows i, n_head i, head_dim i, row_stride i, theta f", "swiglu": "rows i, n i, in_stride i",
+    "softmax": "rows i, n i", "attention": "T i, n_head i, n_kv i, head_dim i, ctx i, q_stride i, scale f",
+    "kv_store": "T i, width i, ctx i, src_stride i", "get_rows": "T i, dim i, vocab i",
+    "matmul": "T i, N i, K i, accumulate i", "dequantize": "n i", "argmax": "rows i, n i",
+}
+QTYPES = ("q8_0", "q4_0", "q4_1")
+RNG = np.random.default_rng()
+
+
+def pack(name: str, consts: dict) -> bytes:
+    base = name if name in FIELDS else name.rsplit("_", 2 if name.endswith(("_0", "_1")) else 1)[0]
+    fields = [f.split() for f in FIELDS[base].split(", ")]
+    assert [f for f, _ in fields] == list(consts), (name, list(consts))
+    return struct.pack("<" + "".join(t for _, t in fields), *(consts[f] for f, _ in fields))
+
+
+@pytest.fixture(scope="module")
+def be():
+    b = CUDABackend()
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def q(be):
+    return be.create_queue()
+
+
+def run(be, q, name, arrays, consts):
+    """Upload ``arrays`` (bindings in order), dispatch ``name``, return every binding downloaded."""
+    k = be.load_kernel(name)
+    addrs = []
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        p = be.alloc(max(a.nbytes, 4))
+        be.write(p, a.view(np.uint8).reshape(-1))
+        addrs.append(p)
+    grid, block, shared = k.launch_grid(consts)
+    be._enqueue(q.stream, ("dispatch", k, grid, addrs, pack(name, consts)))
+    q.synchronize()
+    out = []
+    for a, p in zip(arrays, addrs):
+        o = np.empty_like(np.ascontiguousarray(a))
+        be.read(p, o.view(np.uint8).reshape(-1))
+        be.free(p)
+        out.append(o)
+    return out
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+# ---- elementwise -------------------------------------------------------------------------------
+def test_affine_add_swiglu(be, q):
+    n = 100_003
+    x = f32(n)
+    y = run(be, q, "affine", [x, np.zeros(n, np.float32)], dict(n=n, a=1.5, b=-0.25))[1]
+    np.testing.assert_allclose(y, 1.5 * x.astype(np.float64) - 0.25, rtol=1e-5, atol=1e-7)
+    a, b = f32(n), f32(n)
+    y = run(be, q, "add", [a, b, np.zeros(n, np.float32)], dict(n=n))[2]
+    np.testing.assert_allclose(y, a.astype(np.float64) + b, rtol=1e-5, atol=1e-7)
+    rows, n, stride = 7, 300, 1000
+    g, u = f32(rows, stride) * 4, f32(rows, stride)
+    y = run(be, q, "swiglu", [g, u, np.zeros((rows, n), np.float32)], dict(rows=rows, n=n, in_stride=stride))[2]
+    gd = g[:, :n].astype(np.float64)
+    np.testing.assert_allclose(y, gd / (1 + np.exp(-gd)) * u[:, :n], rtol=1e-5, atol=1e-7)
+
+
+def test_kv_store(be, q):
+    T, width, ctx, stride = 5, 96, 16, 200
+    src, cache = f32(T, stride), f32(ctx, width)
+    pos = np.array([3, -1, 15, 16, 0], np.int32)
+    out = run(be, q, "kv_store", [src, cache, pos], dict(T=T, width=width, ctx=ctx, src_stride=stride))[1]
+    ref = cache.copy()
+    for t, p in enumerate(pos):
+        if 0 <= p < ctx:
+            ref[p] = src[t, :width]
+    np.testing.assert_array_equal(out, ref)
+
+
+# ---- reductions --------------------------------------------------------------------------------
+@pytest.mark.parametrize("dim", [4096, 1001])
+def test_rmsnorm(be, q, dim):
+    rows = 9
+    x, w = f32(rows, dim), f32(dim)
+    y = run(be, q, "rmsnorm", [x, w, np.zeros_like(x)], dict(rows=rows, dim=dim, eps=1e-5))[2]
+    xd = x.astype(np.float64)
+    ref = xd / np.sqrt((xd**2).mean(1, keepdims=True) + 1e-5) * w
+    # f32 tree sum of squares: relative error ~ log2(dim) * 2^-24, well below 1e-5
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_argmax(be, q):
+    rows, n = 6, 49_157
+    x = f32(rows, n) * 5
+    y = run(be, q, "softmax", [x, np.zeros_like(x)], dict(rows=rows, n=n))[1]
+    e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-12)
+    x[2, 17] = x[2, 40_000] = x[2].max() + 1  # a tie: lowest index wins
+    idx = run(be, q, "argmax", [x, np.zeros(rows, np.int32)], dict(rows=rows, n=n))[1]
+    np.testing.assert_array_equal(idx, x.argmax(1))
+    assert idx[2] == 17
+
+
+def test_rope(be, q):
+    rows, n_head, hd, stride, theta = 4, 3, 64, 3 * 64 + 32, 10000.0
+    x = f32(rows, stride)
+    pos = np.array([0, 7, -1, 8191], np.int32)
+    y = run(be, q, "rope", [x, pos], dict(rows=rows, n_head=n_head, head_dim=hd, row_stride=stride, theta=theta))[0]
+    ref = x.astype(np.float64).copy()
+    i = np.arange(hd // 2)
+    for r, p in enumerate(pos):
+        if p < 0:
+            continue
+        ang = p * theta ** (-2.0 * i / hd)
+        c, s = np.cos(ang), np.sin(ang)
+        for h in range(n_head):
+            a, b = ref[r, h * hd:(h + 1) * hd:2].copy(), ref[r, h * hd + 1:(h + 1) * hd:2].copy()
+            ref[r, h * hd:(h + 1) * hd:2], ref[r, h * hd + 1:(h + 1) * hd:2] = a * c - b * s, a * s + b * c
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(y[2], x[2])  # pos < 0: untouched
+    np.testing.assert_array_equal(y[:, n_head * hd:], x[:, n_head * hd:])  # past the heads: untouched
+
+
+def attention_ref(qm, k, v, pos, n_head, n_kv, hd, scale):
+    T = len(pos)
+    out = np.zeros((T, n_head, hd))
+    for t in range(T):
+        if pos[t] < 0:
+            continue
+        for h in range(n_head):
+            kv = h // (n_head // n_kv)
+            s = k[: pos[t] + 1, kv].astype(np.float64) @ qm[t, h].astype(np.float64) * scale
+            p = np.exp(s - s.max())
+            out[t, h] = (p / p.sum()) @ v[: pos[t] + 1, kv]
+    return out
+
+
+@pytest.mark.parametrize("n_head,n_kv,hd,ctx,pos", [
+    (9, 3, 64, 64, [0, 5, 63, -1]),
+    (32, 8, 128, 8192, [8191, 4000]),
+])
+def test_attention(be, q, n_head, n_kv, hd, ctx, pos):
+    T = len(pos)
+    qm, k, v = f32(T, n_head, hd), f32(ctx, n_kv, hd), f32(ctx, n_kv, hd)
+    pos = np.array(pos, np.int32)
+    scale = 1 / np.sqrt(hd)
+    out = run(be, q, "attention", [qm, k, v, pos, np.full((T, n_head, hd), 7, np.float32)],
+              dict(T=T, n_head=n_head, n_kv=n_kv, head_dim=hd, ctx=ctx, q_stride=n_head * hd, scale=scale))[4]
+    # online softmax over up to 8192 keys in f32: each rescale adds ~2^-24, the sums ~sqrt(ctx) * 2^-24
+    np.testing.assert_allclose(out, attention_ref(qm, k, v, pos, n_head, n_kv, hd, scale), rtol=1e-4, atol=1e-5)
+
+
+# ---- quantized formats -------------------------------------------------------------------------
+def quantized(qtype: str, rows: int, k: int) -> np.ndarray:
+    """Random GGUF blocks (rows, k/32 * bytes) uint8 with finite f16 scales."""
+    import gguf
+
+    t = getattr(gguf.GGMLQuantizationType, qtype.upper())
+    bsize, tsize = gguf.GGML_QUANT_SIZES[t]
+    raw = RNG.integers(0, 256, (rows, k // bsize * tsize), dtype=np.uint8)
+    blocks = raw.reshape(rows, k // bsize, tsize)
+    blocks[..., 0:2] = (RNG.random((rows, k // bsize, 1)) * 0.1).astype(np.float16).view(np.uint8)
+    if qtype == "q4_1":
+        blocks[..., 2:4] = (RNG.standard_normal((rows, k // bsize, 1)) * 0.1).astype(np.float16).view(np.uint8)
+    return raw
+
+
+def gguf_dequantize(qtype: str, raw: np.ndarray) -> np.ndarray:
+    import gguf
+
+    return gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, qtype.upper())).astype(np.float32)
+
+
+def hand_block(qtype: str) -> np.ndarray:
+    d = np.array([0.5], np.float16).view(np.uint8)
+    m = np.array([-1.25], np.float16).view(np.uint8)
+    if qtype == "q8_0":
+        return np.concatenate([d, np.arange(-16, 16, dtype=np.int8).view(np.uint8)])[None]
+    qs = (np.arange(16, dtype=np.uint8) | (np.arange(15, -1, -1, dtype=np.uint8) << 4))
+    return np.concatenate([d, m, qs] if qtype == "q4_1" else [d, qs])[None]
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_dequantize_bit_exact(be, q, qtype):
+    hb = hand_block(qtype)
+    y = run(be, q, f"dequantize_{qtype}", [hb, np.zeros(32, np.float32)], dict(n=32))[1]
+    ref = gguf_dequantize(qtype, hb).reshape(-1)
+    if qtype == "q4_1":  # element j: d*(qs[j]&15)+m; j+16: d*(qs[j]>>4)+m
+        np.testing.assert_array_equal(ref[:16], 0.5 * np.arange(16) - 1.25)
+    np.testing.assert_array_equal(y.view(np.uint32), ref.view(np.uint32))
+    raw = quantized(qtype, 37, 4096)
+    n = 37 * 4096
+    y = run(be, q, f"dequantize_{qtype}", [raw, np.zeros(n, np.float32)], dict(n=n))[1]
+    np.testing.assert_array_equal(y.view(np.uint32), gguf_dequantize(qtype, raw).reshape(-1).view(np.uint32))
+
+
+def table(dtype: str, vocab: int, dim: int):
+    """(raw table bytes, float32 values)"""
+    if dtype == "f32":
+        t = f32(vocab, dim)
+        return t, t
+    if dtype == "f16":
+        t = f32(vocab, dim).astype(np.float16)
+        return t, t.astype(np.float32)
+    raw = quantized(dtype, vocab, dim)
+    return raw, gguf_dequantize(dtype, raw)
+
+
+@pytest.mark.parametrize("dtype", ("f32", "f16") + QTYPES)
+def test_get_rows_bit_exact(be, q, dtype):
+    vocab, dim = 300, 576
+    raw, vals = table(dtype, vocab, dim)
+    ids = np.array([5, 299, 0, -1, 300, 5], np.int32)
+    out = run(be, q, f"get_rows_{dtype}", [raw, ids, np.zeros((len(ids), dim), np.float32)],
+              dict(T=len(ids), dim=dim, vocab=vocab))[2]
+    for t, i in enumerate(ids):
+        if 0 <= i < vocab:
+            np.testing.assert_array_equal(out[t].view(np.uint32), vals[i].view(np.uint32))
+        else:
+            assert np.isnan(out[t]).all()
+
+
+@pytest.mark.parametrize("dtype", ("f32", "f16") + QTYPES)
+@pytest.mark.parametrize("T,N,K,accumulate", [(1, 257, 4096, 0), (3, 64, 576, 1), (6, 100, 1536, 0)])
+def test_matmul(be, q, dtype, T, N, K, accumulate):
+    raw, w = table(dtype, N, K)
+    x, y0 = f32(T, K), f32(T, N)
+    y = run(be, q, f"matmul_{dtype}", [raw, x, y0], dict(T=T, N=N, K=K, accumulate=accumulate))[2]
+    wd, xd = w.astype(np.float64), x.astype(np.float64)
+    ref = xd @ wd.T + (y0 if accumulate else 0)
+    # f32 accumulation of K products: error bounded by ~K * 2^-24 * sum|w x|; observed ~sqrt(K)
+    bound = 1e-5 * (np.abs(xd) @ np.abs(wd).T) + 1e-6
+    assert (np.abs(y - ref) <= bound).all(), np.abs(y - ref).max()
+
+
+def test_matmul_unaligned_k(be, q):
+    T, N, K = 2, 33, 45  # K not a multiple of 32: the scalar path
+    w, x = f32(N, K), f32(T, K)
+    y = run(be, q, "matmul_f32", [w, x, np.zeros((T, N), np.float32)], dict(T=T, N=N, K=K, accumulate=0))[2]
+    np.testing.assert_allclose(y, x.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
+
+
+# ---- gemm --------------------------------------------------------------------------------------
+def to_bf16(a):
+    return (a.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def from_bf16(a):
+    return (a.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_gemm(be, q, dtype, trans_b):
+    m, n, k = 65, 130, 96
+    a, b = f32(m, k), f32(n, k) if trans_b else f32(k, n)
+    enc = {"f32": lambda v: v, "f16": lambda v: v.astype(np.float16), "bf16": to_bf16}[dtype]
+    dec = {"f32": lambda v: v, "f16": lambda v: v.astype(np.float32), "bf16": from_bf16}[dtype]
+    ea, eb = enc(a), enc(b)
+    pa, pb, pc = be.alloc(ea.nbytes), be.alloc(eb.nbytes), be.alloc(m * n * ea.itemsize)
+    be.write(pa, ea.view(np.uint8).reshape(-1))
+    be.write(pb, eb.view(np.uint8).reshape(-1))
+    g = be.create_gemm(dtype, m, n, k, trans_b)
+    be._enqueue(q.stream, ("gemm", g, pa, pb, pc))
+    q.synchronize()
+    c = np.empty((m, n), ea.dtype)
+    be.read(pc, c.view(np.uint8).reshape(-1))
+    for p in (pa, pb, pc):
+        be.free(p)
+    ad, bd = dec(ea).astype(np.float64), dec(eb).astype(np.float64)
+    ref = ad @ (bd.T if trans_b else bd)
+    scale = np.abs(ad) @ np.abs(bd.T if trans_b else bd)
+    # f32 accumulation, output rounded to dtype: 2^-24 (f32), 2^-11 (f16), 2^-8 (bf16) relative
+    tol = {"f32": 1e-5, "f16": 1e-3, "bf16": 8e-3}[dtype]
+    assert (np.abs(dec(c) - ref) <= tol * scale + 1e-6).all()
+
+
+# ---- graphs, timestamps, errors ----------------------------------------------------------------
+def test_graph_capture_replay(be, q):
+    n = 4096
+    x, y = be.alloc(n * 4), be.alloc(n * 4)
+    affine = be.load_kernel("affine")
+    g = be.create_gemm("f32", 64, 64, 64, False)
+    a, c = be.alloc(64 * 64 * 4), be.alloc(64 * 64 * 4)
+    be._enqueue(q.stream, ("gemm", g, a, a, c))  # warm-up outside capture (cuBLAS loads its kernels)
+    q.synchronize()
+    graph = be.capture([
+        ("fill", x, n * 4, 0x3F800000),  # 1.0f
+        ("dispatch", affine, affine.launch_grid(dict(n=n))[0], [x, y], pack("affine", dict(n=n, a=2.0, b=0.5))),
+        ("copy", x, y, n * 4),
+        ("gemm", g, a, a, c),
+    ])
+    av = f32(64, 64)
+    be.write(a, av.view(np.uint8).reshape(-1))
+    for _ in range(2):
+        be._enqueue(q.stream, ("graph", graph))
+    q.synchronize()
+    out = np.empty(n, np.float32)
+    be.read(x, out.view(np.uint8))
+    np.testing.assert_array_equal(out, 2.5)  # the fill resets x each replay
+    cv = np.empty((64, 64), np.float32)
+    be.read(c, cv.view(np.uint8).reshape(-1))
+    np.testing.assert_allclose(cv, av.astype(np.float64) @ av, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="cannot be captured"):
+        be.capture([("upload", x, np.zeros(4, np.uint8))])
+    be.destroy_graph(graph)
+    for p in (x, y, a, c):
+        be.free(p)
+
+
+def test_timestamps(be, q):
+    t0, t1 = be.create_timestamp(), be.create_timestamp()
+    n = 1 << 24
+    p = be.alloc(n * 4)
+    be._enqueue(q.stream, ("timestamp", t0))
+    be._enqueue(q.stream, ("fill", p, n * 4, 7))
+    be._enqueue(q.stream, ("timestamp", t1))
+    q.synchronize()
+    assert 0 < be.elapsed_ms(t0, t1) < 1000
+    be.free(p)
+
+
+def test_errors(be):
+    with pytest.raises(DeviceOutOfMemoryError) as info:
+        be.alloc(1 << 50)
+    assert info.value.status == "CUDA_ERROR_OUT_OF_MEMORY"
+    from xinfer_async.backends.cuda import _nvrtc
+
+    with pytest.raises(KernelCompileError) as info:
+        _nvrtc.compile_cubin("extern \"C\" __global__ void k() { nope; }", "bad.cu", be.arch)
+    assert "nope" in info.value.log
+    assert "affine" in be.load_kernel("affine").name
+    grid, block, shared = be.load_kernel("matmul_q4_1").launch_grid(dict(T=5, N=4096, K=4096, accumulate=0))
+    assert grid == (512, 2, 1) and block == (256, 1, 1)
+
+
+# ---- fences ------------------------------------------------------------------------------------
+SPIN = r"""
+struct spin_c { unsigned int cycles; int value; };
+extern "C" __global__ void spin(int *flag, spin_c c) {
+    long long start = clock64();
+    while (clock64() - start < (long long)c.cycles) { }
+    __threadfence();
+    *flag = c.value;
+}
+"""
+
+
+def spin_kernel(be):
+    from xinfer_async.backends.cuda import _driver, _nvrtc
+
+    cubin = _nvrtc.compile_cubin(SPIN, "spin.cu", be.arch)
+    ffi, lib = _driver.ffi, _driver.load()
+    mod, fn = ffi.new("CUmodule *"), ffi.new("CUfunction *")
+    _driver.check(lib.cuModuleLoadData(mod, cubin), "cuModuleLoadData")
+    _driver.check(lib.cuModuleGetFunction(fn, mod[0], b"spin"), "cuModuleGetFunction")
+    return CUDAKernel("spin", mod[0], fn[0], 1, lambda c: (1, 1, 1))
+
+
+async def wait_fence(fd, completed, value):
+    """Wait until ``*completed >= value`` by reading the eventfd (never busy-looping)."""
+    while completed[0] < value:
+        await trio.lowlevel.wait_readable(fd)
+        try:
+            os.read(fd, 8)
+        except BlockingIOError:
+            pass
+
+
+async def test_fence_stress(be):
+    from xinfer_async import _native
+
+    nffi = _native.ffi
+    n_queues, total, window = 8, 10_000, 64
+    per = total // n_queues
+    spin = spin_kernel(be)
+    queues = [be.create_queue() for _ in range(n_queues)]
+    flags = [be.alloc(4) for _ in range(n_queues)]
+    fds = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(n_queues)]
+    completed = [nffi.new("int64_t *", 0) for _ in range(n_queues)]
+    keep: list = []
+    stop = threading.Event()
+    calls = [0]
+
+    def background():  # driver calls from another thread meanwhile
+        while not stop.is_set():
+            be.memory_info()
+            calls[0] += 1
+
+    checked = [0]
+
+    async def worker(i):
+        qi, fd, comp = queues[i], fds[i], completed[i]
+        for v in range(1, per + 1):
+            slow = v % 125 == 0
+            cmds = [("dispatch", spin, (1, 1, 1), [flags[i]], struct.pack("<Ii", 2_000_000, v))] if slow else []
+            sig = nffi.new("xi_signal *", {"fd": fd, "completed": comp, "value": v})
+            keep.append(sig)
+            qi.execute(cmds, sig)
+            if slow or v % window == 0 or v == per:
+                await wait_fence(fd, comp, v)
+                if slow:  # the spin kernel's flag is written at its very end: no early fence
+                    got = np.empty(1, np.int32)
+                    be.read(flags[i], got.view(np.uint8))
+                    assert got[0] == v, (i, v, got[0])
+                    checked[0] += 1
+            else:
+                await trio.lowlevel.checkpoint()
+
+    t = threading.Thread(target=background, daemon=True)
+    t.start()
+    start = time.perf_counter()
+    try:
+        with trio.fail_after(60):  # the watchdog
+            async with trio.open_nursery() as nursery:
+                for i in range(n_queues):
+                    nursery.start_soon(worker, i)
+    finally:
+        stop.set()
+        t.join(10)
+    elapsed = time.perf_counter() - start
+    assert all(c[0] == per for c in completed)
+    assert checked[0] == n_queues * (per // 125)
+    assert calls[0] > 0 and all(qi.error is None for qi in queues)
+    print(f"\nfence stress: {n_queues * per} fences in {elapsed:.2f} s, {calls[0]} cuMemGetInfo calls meanwhile")
+    for qi in queues:
+        qi.close()
+    for f in flags:
+        be.free(f)
+    for fd in fds:
+        os.close(fd)

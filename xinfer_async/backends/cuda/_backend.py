@@ -1,0 +1,438 @@
+"""``CUDABackend`` / ``CUDAQueue``: the primitives of ``runtime/_backend.py`` on the CUDA driver API.
+
+Primitives only: memory is ``cuMemAlloc``, a queue is a non-blocking stream, a dispatch is
+``cuLaunchKernel`` of an NVRTC-compiled ``shaders/<name>.cu``, a GEMM is cuBLAS, a timestamp is a CUDA
+event, a captured command list is a CUDA graph, and a fence signal is the native C function
+``xi_fence_signal`` enqueued with ``cuLaunchHostFunc`` (no Python ever runs on a driver thread).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Sequence
+
+from ...hal._errors import DeviceError
+from ...runtime._backend import Backend, BackendQueue, Command
+from . import _driver
+from ._driver import check, ffi
+from ._launch import LAUNCH
+
+_CUBLAS_WORKSPACE = 32 << 20
+_MIN_DRIVER = 12000
+
+
+def shader_dir() -> str:
+    """Where ``<name>.cu`` files live: ``$XINFER_SHADERS``, else the repository's ``shaders/``, else the
+    package's ``xinfer_async/shaders`` (package data)."""
+    if os.environ.get("XINFER_SHADERS"):
+        return os.environ["XINFER_SHADERS"]
+    pkg = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for d in (os.path.join(os.path.dirname(pkg), "shaders"), os.path.join(pkg, "shaders")):
+        if os.path.isdir(d):
+            return d
+    return os.path.join(os.path.dirname(pkg), "shaders")
+
+
+def _fence_signal_fn():
+    """``xi_fence_signal`` of ``xinfer_async._native`` as a ``CUhostFn``."""
+    from ... import _native
+
+    addr = int(_native.ffi.cast("uintptr_t", _native.ffi.addressof(_native.lib, "xi_fence_signal")))
+    return ffi.cast("CUhostFn", addr)
+
+
+def _address(signal: Any) -> int:
+    if isinstance(signal, int):
+        return signal
+    try:
+        return int(ffi.cast("uintptr_t", signal))
+    except TypeError:
+        from ... import _native
+
+        return int(_native.ffi.cast("uintptr_t", signal))
+
+
+class CUDAKernel:
+    """A loaded kernel: ``extern "C" <name>`` of ``shaders/<source>.cu``, launched with ``block``
+    threads and ``shared_bytes`` of dynamic shared memory (the kernels use static shared only)."""
+
+    def __init__(self, name: str, module, function, block: int, grid_fn):
+        self.name, self.module, self.function = name, module, function
+        self.block = (block, 1, 1)
+        self.shared_bytes = 0
+        self._grid_fn = grid_fn
+
+    def launch_grid(self, constants: dict) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
+        """``(grid, block, shared_bytes)`` for the constants (a dict of the KERNELS.md fields)."""
+        return self._grid_fn(constants), self.block, self.shared_bytes
+
+    def __repr__(self) -> str:
+        return f"CUDAKernel({self.name!r}, block={self.block[0]})"
+
+
+class CUDAGraph:
+    """A captured, instantiated CUDA graph; ``("graph", g)`` launches it."""
+
+    def __init__(self, graph, exec_):
+        self.graph, self.exec = graph, exec_
+
+
+class CUDATimestamp:
+    """A CUDA event recorded by ``("timestamp", ts)``."""
+
+    def __init__(self, event):
+        self.event = event
+
+
+class CUDABackend(Backend):
+    """One CUDA device (its primary context).
+
+    Args:
+        ordinal: the device index.
+
+    Raises:
+        DeviceError: the driver failed to initialize or the device does not exist.
+        OSError: ``libcuda.so.1`` is missing.
+    """
+
+    name = "cuda"
+
+    def __init__(self, ordinal: int = 0):
+        self._lib = lib = _driver.load()
+        check(lib.cuInit(0), "cuInit")
+        dev = ffi.new("CUdevice *")
+        check(lib.cuDeviceGet(dev, ordinal), f"cuDeviceGet({ordinal})")
+        self.device = dev[0]
+        ctx = ffi.new("CUcontext *")
+        check(lib.cuDevicePrimaryCtxRetain(ctx, self.device), "cuDevicePrimaryCtxRetain")
+        self._ctx = ctx[0]
+        self._tls = threading.local()
+        self.make_current()
+        self.compute_capability = (self._attr(_driver.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                                   self._attr(_driver.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+        self.arch = "sm_%d%d" % self.compute_capability
+        self.multiprocessors = self._attr(_driver.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        name = ffi.new("char[]", 256)
+        check(lib.cuDeviceGetName(name, 256, self.device), "cuDeviceGetName")
+        total = ffi.new("size_t *")
+        check(lib.cuDeviceTotalMem_v2(total, self.device), "cuDeviceTotalMem")
+        self.total_nbytes = total[0]
+        ver = ffi.new("int *")
+        check(lib.cuDriverGetVersion(ver), "cuDriverGetVersion")
+        self.driver_version = ver[0]
+        self.description = f"{ffi.string(name).decode()} ({self.arch}, {self.total_nbytes / 2**30:.0f} GiB)"
+        self._kernels: dict[str, CUDAKernel] = {}
+        self._queues: list[CUDAQueue] = []
+        self._host_fn = None
+        self._cublas = None
+        self._capture_stream = None
+        self._closed = False
+
+    # -- availability -----------------------------------------------------------------------------
+    @staticmethod
+    def is_available() -> tuple[bool, str]:
+        """``(True, description)`` when a CUDA device can be opened, else ``(False, reason)``."""
+        try:
+            lib = _driver.load()
+        except OSError as e:
+            return False, f"libcuda.so.1 not found ({e})"
+        status = lib.cuInit(0)
+        if status:
+            return False, f"cuInit failed: {_driver.error_name(status)}"
+        ver, count = ffi.new("int *"), ffi.new("int *")
+        if lib.cuDriverGetVersion(ver) or ver[0] < _MIN_DRIVER:
+            return False, f"CUDA driver too old: version {ver[0]}, need {_MIN_DRIVER}"
+        if lib.cuDeviceGetCount(count) or count[0] == 0:
+            return False, "no CUDA device"
+        return True, f"{count[0]} CUDA device(s), driver {ver[0]}"
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def make_current(self) -> None:
+        """Make this device's context current on the calling thread (done once per thread)."""
+        if getattr(self._tls, "ctx", False):
+            return
+        check(self._lib.cuCtxSetCurrent(self._ctx), "cuCtxSetCurrent")
+        self._tls.ctx = True
+
+    def _attr(self, attr: int) -> int:
+        v = ffi.new("int *")
+        check(self._lib.cuDeviceGetAttribute(v, attr, self.device), "cuDeviceGetAttribute")
+        return v[0]
+
+    def memory_info(self) -> tuple[int, int]:
+        """``(free_nbytes, total_nbytes)`` of device memory (``cuMemGetInfo``)."""
+        self.make_current()
+        free, total = ffi.new("size_t *"), ffi.new("size_t *")
+        check(self._lib.cuMemGetInfo_v2(free, total), "cuMemGetInfo")
+        return free[0], total[0]
+
+    # -- memory -----------------------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> int:
+        if nbytes <= 0:
+            raise ValueError(f"nbytes must be > 0, got {nbytes}")
+        self.make_current()
+        p = ffi.new("CUdeviceptr *")
+        check(self._lib.cuMemAlloc_v2(p, nbytes), f"cuMemAlloc({nbytes})")
+        return int(p[0])
+
+    def free(self, address: int) -> None:
+        self.make_current()
+        check(self._lib.cuMemFree_v2(address), "cuMemFree")
+
+    def write(self, address: int, data) -> None:
+        self.make_current()
+        buf = ffi.from_buffer(data)
+        check(self._lib.cuMemcpyHtoD_v2(address, buf, len(buf)), "cuMemcpyHtoD")
+
+    def read(self, address: int, out) -> None:
+        self.make_current()
+        buf = ffi.from_buffer(out, require_writable=True)
+        check(self._lib.cuMemcpyDtoH_v2(buf, address, len(buf)), "cuMemcpyDtoH")
+
+    # -- queues -----------------------------------------------------------------------------------
+    def create_queue(self) -> "CUDAQueue":
+        self.make_current()
+        if self._host_fn is None:
+            self._host_fn = _fence_signal_fn()
+        q = CUDAQueue(self)
+        self._queues.append(q)
+        return q
+
+    def _enqueue(self, stream, cmd: Command) -> None:
+        """Enqueue one lowered command on ``stream`` (a ``CUstream``)."""
+        lib, kind = self._lib, cmd[0]
+        if kind == "dispatch":
+            _, kernel, grid, addresses, constants = cmd
+            if len(grid) == 3 and isinstance(grid[0], tuple):  # (grid, block, shared) from launch_grid
+                grid = grid[0]
+            n = len(addresses)
+            ptrs = ffi.new("CUdeviceptr[]", addresses)
+            params = ffi.new("void *[]", n + 1)
+            for i in range(n):
+                params[i] = ptrs + i
+            params[n] = ffi.from_buffer(constants)
+            b = kernel.block
+            status = lib.cuLaunchKernel(kernel.function, grid[0], grid[1], grid[2], b[0], b[1], b[2],
+                                        kernel.shared_bytes, stream, params, ffi.NULL)
+            if status:
+                check(status, f"cuLaunchKernel({kernel.name}, grid={tuple(grid)})")
+        elif kind == "copy":
+            check(lib.cuMemcpyDtoDAsync_v2(cmd[1], cmd[2], cmd[3], stream), "cuMemcpyDtoDAsync")
+        elif kind == "fill":
+            check(lib.cuMemsetD32Async(cmd[1], cmd[3] & 0xFFFFFFFF, cmd[2] // 4, stream), "cuMemsetD32Async")
+        elif kind == "upload":
+            host = cmd[2]
+            check(lib.cuMemcpyHtoDAsync_v2(cmd[1], ffi.from_buffer(host), host.nbytes, stream), "cuMemcpyHtoDAsync")
+        elif kind == "download":
+            host = cmd[2]
+            # pageable memory: the driver returns once the copy is done (correct, but blocks this thread)
+            check(lib.cuMemcpyDtoHAsync_v2(ffi.from_buffer(host, require_writable=True), cmd[1], host.nbytes, stream),
+                  "cuMemcpyDtoHAsync")
+        elif kind == "gemm":
+            self._gemm_handle().gemm(int(ffi.cast("uintptr_t", stream)), cmd[1], cmd[2], cmd[3], cmd[4])
+        elif kind == "timestamp":
+            check(lib.cuEventRecord(cmd[1].event, stream), "cuEventRecord")
+        elif kind == "graph":
+            check(lib.cuGraphLaunch(cmd[1].exec, stream), "cuGraphLaunch")
+        else:
+            raise ValueError(f"unknown command {kind!r}")
+
+    # -- kernels ----------------------------------------------------------------------------------
+    def load_kernel(self, spec: Any) -> CUDAKernel:
+        """Compile ``shaders/<source>.cu`` (``source`` = ``spec.source_name`` if set, else ``spec.name``;
+        ``spec`` may also be the name itself) and look up ``extern "C" <spec.name>``.
+
+        Raises:
+            KernelCompileError: NVRTC rejected the source (``.log`` has the log).
+            ValueError: no launch configuration or no shader file for the name.
+        """
+        from . import _nvrtc
+
+        name = spec if isinstance(spec, str) else spec.name
+        if name in self._kernels:
+            return self._kernels[name]
+        if name not in LAUNCH:
+            raise ValueError(f"no CUDA launch configuration for kernel {name!r}")
+        source_name = (None if isinstance(spec, str) else getattr(spec, "source_name", None)) or name
+        d = shader_dir()
+        path = os.path.join(d, f"{source_name}.cu")
+        try:
+            with open(path) as f:
+                source = f.read()
+        except OSError as e:
+            raise ValueError(f"no shader for kernel {name!r}: {e}") from None
+        headers = {}
+        for h in sorted(os.listdir(d)):
+            if h.endswith(".cuh"):
+                with open(os.path.join(d, h)) as f:
+                    headers[h] = f.read()
+        cubin = _nvrtc.compile_cubin(source, f"{source_name}.cu", self.arch, headers,
+                                     driver_version=self.driver_version)
+        self.make_current()
+        mod, fn = ffi.new("CUmodule *"), ffi.new("CUfunction *")
+        check(self._lib.cuModuleLoadData(mod, cubin), f"cuModuleLoadData({source_name}.cu)")
+        check(self._lib.cuModuleGetFunction(fn, mod[0], name.encode()), f"cuModuleGetFunction({name})")
+        block, grid_fn = LAUNCH[name]
+        k = self._kernels[name] = CUDAKernel(name, mod[0], fn[0], block, grid_fn)
+        return k
+
+    # -- gemm -------------------------------------------------------------------------------------
+    def _gemm_handle(self):
+        if self._cublas is None:
+            from ._cublas import CublasHandle
+
+            ws = self.alloc(_CUBLAS_WORKSPACE)
+            self._cublas = CublasHandle(ws, _CUBLAS_WORKSPACE)
+            self._cublas_ws = ws
+        return self._cublas
+
+    def create_gemm(self, dtype: Any, m: int, n: int, k: int, trans_b: bool):
+        from ._cublas import Gemm
+
+        self.make_current()
+        g = Gemm(dtype, m, n, k, trans_b)
+        self._gemm_handle()
+        return g
+
+    # -- timestamps -------------------------------------------------------------------------------
+    def create_timestamp(self) -> CUDATimestamp:
+        self.make_current()
+        ev = ffi.new("CUevent *")
+        check(self._lib.cuEventCreate(ev, 0), "cuEventCreate")
+        return CUDATimestamp(ev[0])
+
+    def destroy_timestamp(self, ts: CUDATimestamp) -> None:
+        check(self._lib.cuEventDestroy_v2(ts.event), "cuEventDestroy")
+
+    def elapsed_ms(self, start: CUDATimestamp, end: CUDATimestamp) -> float:
+        self.make_current()
+        ms = ffi.new("float *")
+        check(self._lib.cuEventElapsedTime(ms, start.event, end.event), "cuEventElapsedTime")
+        return float(ms[0])
+
+    # -- graphs -----------------------------------------------------------------------------------
+    def capture(self, commands: Sequence[Command]) -> CUDAGraph:
+        """Capture ``commands`` (copy, fill, dispatch, gemm) into an instantiated CUDA graph.
+
+        Raises:
+            ValueError: a command that cannot be captured (upload, download, timestamp, graph).
+            DeviceError: capture or instantiation failed.
+        """
+        for cmd in commands:
+            if cmd[0] not in ("copy", "fill", "dispatch", "gemm"):
+                raise ValueError(f"command {cmd[0]!r} cannot be captured into a graph")
+        self.make_current()
+        lib = self._lib
+        if self._capture_stream is None:
+            s = ffi.new("CUstream *")
+            check(lib.cuStreamCreate(s, _driver.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+            self._capture_stream = s[0]
+        stream = self._capture_stream
+        check(lib.cuStreamBeginCapture_v2(stream, _driver.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")
+        graph = ffi.new("CUgraph *")
+        try:
+            for cmd in commands:
+                self._enqueue(stream, cmd)
+        except BaseException:
+            if lib.cuStreamEndCapture(stream, graph) == 0 and graph[0] != ffi.NULL:
+                lib.cuGraphDestroy(graph[0])
+            raise
+        check(lib.cuStreamEndCapture(stream, graph), "cuStreamEndCapture")
+        exe = ffi.new("CUgraphExec *")
+        status = lib.cuGraphInstantiateWithFlags(exe, graph[0], 0)
+        if status:
+            lib.cuGraphDestroy(graph[0])
+            check(status, "cuGraphInstantiate")
+        return CUDAGraph(graph[0], exe[0])
+
+    def destroy_graph(self, graph: CUDAGraph) -> None:
+        self.make_current()
+        check(self._lib.cuGraphExecDestroy(graph.exec), "cuGraphExecDestroy")
+        check(self._lib.cuGraphDestroy(graph.graph), "cuGraphDestroy")
+
+    # -- lifetime ---------------------------------------------------------------------------------
+    def synchronize(self) -> None:
+        self.make_current()
+        check(self._lib.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.make_current()
+        lib = self._lib
+        if _driver.lost is None:
+            lib.cuCtxSynchronize()
+        for q in self._queues:
+            q.close()
+        if self._cublas is not None:
+            self._cublas.close()
+            lib.cuMemFree_v2(self._cublas_ws)
+        for k in self._kernels.values():
+            lib.cuModuleUnload(k.module)
+        self._kernels.clear()
+        if self._capture_stream is not None:
+            lib.cuStreamDestroy_v2(self._capture_stream)
+        lib.cuDevicePrimaryCtxRelease_v2(self.device)
+
+
+class CUDAQueue(BackendQueue):
+    """A non-blocking CUDA stream. ``error`` holds the first :class:`DeviceError` a command raised."""
+
+    def __init__(self, backend: CUDABackend):
+        self._backend = backend
+        self._lib = backend._lib
+        s = ffi.new("CUstream *")
+        check(self._lib.cuStreamCreate(s, _driver.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+        self.stream = s[0]
+        self.error: DeviceError | None = None
+        self._closed = False
+
+    def execute(self, commands: Sequence[Command], signal: Any) -> None:
+        backend = self._backend
+        backend.make_current()
+        try:
+            for cmd in commands:
+                backend._enqueue(self.stream, cmd)
+        except DeviceError as e:
+            if self.error is None:
+                self.error = e
+        finally:
+            # the signal follows everything enqueued so far; if even that fails, signal now from
+            # this thread (the C function, not Python), so no waiter hangs
+            ptr = ffi.cast("void *", _address(signal))
+            status = self._lib.cuLaunchHostFunc(self.stream, backend._host_fn, ptr)
+            if status:
+                self._lib.cuStreamSynchronize(self.stream)
+                if self.error is None:
+                    try:
+                        check(status, "cuLaunchHostFunc")
+                    except DeviceError as e:
+                        self.error = e
+                backend._host_fn(ptr)
+
+    def wait_for(self, other: "CUDAQueue", signal: Any) -> None:
+        """Later work on this stream waits for everything enqueued on ``other`` so far."""
+        self._backend.make_current()
+        lib = self._lib
+        ev = ffi.new("CUevent *")
+        check(lib.cuEventCreate(ev, _driver.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+        try:
+            check(lib.cuEventRecord(ev[0], other.stream), "cuEventRecord")
+            check(lib.cuStreamWaitEvent(self.stream, ev[0], 0), "cuStreamWaitEvent")
+        finally:
+            lib.cuEventDestroy_v2(ev[0])
+
+    def synchronize(self) -> None:
+        """Block until this stream is idle."""
+        self._backend.make_current()
+        check(self._lib.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._backend.make_current()
+            if _driver.lost is None:
+                self._lib.cuStreamSynchronize(self.stream)
+            self._lib.cuStreamDestroy_v2(self.stream)

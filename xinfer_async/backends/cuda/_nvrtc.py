@@ -1,0 +1,156 @@
+"""NVRTC through cffi in ABI mode: CUDA C source -> cubin for the device's own arch, cached on disk.
+
+The library comes from ``$XINFER_NVRTC``, else the installed ``nvidia`` wheels (``nvidia/cu13/lib``,
+``nvidia/cuda_nvrtc/lib``, ``nvidia/cu12/lib``). Cubins are cached under
+``$XINFER_CACHE_DIR`` or ``$XDG_CACHE_HOME/xinfer_async`` or ``~/.cache/xinfer_async``, subdirectory
+``cubin``, keyed by the sha256 of the source, its headers, the options, the arch, the NVRTC version and
+the driver version.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import tempfile
+import threading
+
+import cffi
+
+from ...hal._errors import KernelCompileError
+from ._libs import find_library
+
+ffi = cffi.FFI()
+ffi.cdef(
+    """
+typedef int nvrtcResult;
+typedef struct _nvrtcProgram *nvrtcProgram;
+const char *nvrtcGetErrorString(nvrtcResult result);
+nvrtcResult nvrtcVersion(int *major, int *minor);
+nvrtcResult nvrtcCreateProgram(nvrtcProgram *prog, const char *src, const char *name, int numHeaders,
+                               const char *const *headers, const char *const *includeNames);
+nvrtcResult nvrtcDestroyProgram(nvrtcProgram *prog);
+nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions, const char *const *options);
+nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t *logSizeRet);
+nvrtcResult nvrtcGetProgramLog(nvrtcProgram prog, char *log);
+nvrtcResult nvrtcGetCUBINSize(nvrtcProgram prog, size_t *cubinSizeRet);
+nvrtcResult nvrtcGetCUBIN(nvrtcProgram prog, char *cubin);
+"""
+)
+
+_lib = None
+_keep = []
+_lock = threading.Lock()
+
+
+def load():
+    """Open NVRTC once.
+
+    Raises:
+        OSError: no NVRTC library was found (the message lists where it looked).
+    """
+    global _lib
+    with _lock:
+        if _lib is None:
+            tried = []
+            for path in find_library("XINFER_NVRTC", "libnvrtc", ("cu13", "cuda_nvrtc", "cu12")):
+                try:
+                    # NVRTC dlopens libnvrtc-builtins by soname: load the wheel's copy first
+                    for b in glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so.*")):
+                        if ".alt." not in b and os.path.dirname(path):
+                            _keep.append(ffi.dlopen(b, ffi.RTLD_GLOBAL | ffi.RTLD_NOW))
+                    _lib = ffi.dlopen(path)
+                    break
+                except OSError as e:
+                    tried.append(f"{path}: {e}")
+            else:
+                raise OSError("NVRTC not found (pip install nvidia-cuda-nvrtc, or set XINFER_NVRTC): " + "; ".join(tried))
+    return _lib
+
+
+def version() -> tuple[int, int]:
+    lib = load()
+    major, minor = ffi.new("int *"), ffi.new("int *")
+    lib.nvrtcVersion(major, minor)
+    return major[0], minor[0]
+
+
+def cache_dir() -> str:
+    """The cubin cache directory (not created)."""
+    base = os.environ.get("XINFER_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "xinfer_async")
+    return os.path.join(base, "cubin")
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        msg = ffi.string(load().nvrtcGetErrorString(status)).decode()
+        raise KernelCompileError(f"{what} failed: {msg}")
+
+
+def compile_cubin(source: str, name: str, arch: str, headers: dict[str, str] | None = None,
+                  options: tuple[str, ...] = (), driver_version: int = 0) -> bytes:
+    """Compile CUDA C ``source`` to a cubin for ``arch`` (e.g. ``"sm_90"``), or take it from the cache.
+
+    Args:
+        source: the translation unit.
+        name: its file name, for the log.
+        arch: the real architecture, ``"sm_<major><minor>"``.
+        headers: ``{include name: text}`` that ``#include "name"`` may reach.
+        options: further NVRTC options.
+        driver_version: part of the cache key.
+
+    Raises:
+        KernelCompileError: NVRTC rejected the source (``.log`` holds its log).
+    """
+    headers = dict(sorted((headers or {}).items()))
+    opts = (f"--gpu-architecture={arch}", "--std=c++17", *options)
+    key = hashlib.sha256()
+    for part in (source, repr(sorted(headers.items())), repr(opts), arch, repr(version()), str(driver_version)):
+        key.update(part.encode())
+        key.update(b"\0")
+    path = os.path.join(cache_dir(), f"{name.replace('/', '_')}-{key.hexdigest()[:32]}.cubin")
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        pass
+    cubin = _compile(source, name, headers, opts)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(cubin)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs a recompile
+    return cubin
+
+
+def _compile(source: str, name: str, headers: dict[str, str], opts: tuple[str, ...]) -> bytes:
+    lib = load()
+    prog = ffi.new("nvrtcProgram *")
+    keep = [ffi.new("char[]", s.encode()) for s in (*headers.values(), *headers.keys(), *opts)]
+    nh = len(headers)
+    hdrs = ffi.new("const char *[]", keep[:nh]) if nh else ffi.NULL
+    names = ffi.new("const char *[]", keep[nh:2 * nh]) if nh else ffi.NULL
+    _check(lib.nvrtcCreateProgram(prog, source.encode(), name.encode(), nh, hdrs, names), "nvrtcCreateProgram")
+    try:
+        optv = ffi.new("const char *[]", keep[2 * nh:])
+        status = lib.nvrtcCompileProgram(prog[0], len(opts), optv)
+        size = ffi.new("size_t *")
+        lib.nvrtcGetProgramLogSize(prog[0], size)
+        buf = ffi.new("char[]", max(size[0], 1))
+        lib.nvrtcGetProgramLog(prog[0], buf)
+        log = ffi.string(buf).decode(errors="replace")
+        if status != 0:
+            msg = ffi.string(lib.nvrtcGetErrorString(status)).decode()
+            raise KernelCompileError(f"{name}: {msg}", log)
+        _check(lib.nvrtcGetCUBINSize(prog[0], size), "nvrtcGetCUBINSize")
+        out = ffi.new("char[]", size[0])
+        _check(lib.nvrtcGetCUBIN(prog[0], out), "nvrtcGetCUBIN")
+        return bytes(ffi.buffer(out, size[0]))
+    finally:
+        lib.nvrtcDestroyProgram(prog)

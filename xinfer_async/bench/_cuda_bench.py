@@ -1,0 +1,155 @@
+"""Raw figures of the cuda backend (``python -m xinfer_async.bench._cuda_bench``): launch and fence
+round trips, host cost of ``cuLaunchKernel`` / ``cuGraphLaunch``, achieved GB/s of rmsnorm and
+matmul_q4_1 on 4096x4096, cuBLAS GEMM TFLOP/s. Medians and p99 over timed repetitions after warm-up;
+GPU times from CUDA events."""
+
+from __future__ import annotations
+
+import os
+import select
+import struct
+import sys
+import time
+
+import numpy as np
+
+
+def _us(xs):
+    return [x * 1e6 for x in xs]
+
+
+def _stats(xs):
+    xs = np.sort(np.asarray(xs, np.float64))
+    return float(np.median(xs)), float(xs[min(len(xs) - 1, int(0.99 * len(xs)))])
+
+
+def main(argv=None) -> int:
+    from xinfer_async import _native
+    from xinfer_async.backends.cuda import CUDABackend
+
+    be = CUDABackend()
+    q = be.create_queue()
+    rows = []
+
+    def row(what, med, p99, unit, note=""):
+        rows.append((what, med, p99, unit, note))
+
+    affine = be.load_kernel("affine")
+    x = be.alloc(1 << 12)
+    tiny = ("dispatch", affine, (1, 1, 1), [x, x], struct.pack("<iff", 1, 1.0, 0.0))
+    # launch + cuStreamSynchronize
+    ts = []
+    for i in range(2200):
+        t = time.perf_counter()
+        be._enqueue(q.stream, tiny)
+        q.synchronize()
+        ts.append(time.perf_counter() - t)
+    row("launch + cuStreamSynchronize", *_stats(_us(ts[200:])), "us")
+    # launch + host callback -> eventfd -> poll
+    fd = os.eventfd(0, os.EFD_CLOEXEC)
+    comp = _native.ffi.new("int64_t *", 0)
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    ts = []
+    for v in range(1, 2201):
+        sig = _native.ffi.new("xi_signal *", {"fd": fd, "completed": comp, "value": v})
+        t = time.perf_counter()
+        q.execute([tiny], sig)
+        p.poll()
+        os.read(fd, 8)
+        ts.append(time.perf_counter() - t)
+    row("launch + host fn -> eventfd", *_stats(_us(ts[200:])), "us")
+    # host cost of one cuLaunchKernel (via _enqueue, with arg packing)
+    ts = []
+    for i in range(5000):
+        t = time.perf_counter()
+        be._enqueue(q.stream, tiny)
+        ts.append(time.perf_counter() - t)
+    q.synchronize()
+    row("host: dispatch (cuLaunchKernel)", *_stats(_us(ts[500:])), "us")
+    # graph: host cost of cuGraphLaunch, GPU time per node
+    n_nodes = 200
+    g = be.capture([tiny] * n_nodes)
+    gcmd = ("graph", g)
+    ts = []
+    for i in range(600):
+        t = time.perf_counter()
+        be._enqueue(q.stream, gcmd)
+        ts.append(time.perf_counter() - t)
+        if i % 50 == 0:
+            q.synchronize()
+    q.synchronize()
+    row(f"host: cuGraphLaunch ({n_nodes} nodes)", *_stats(_us(ts[100:])), "us")
+    e0, e1 = be.create_timestamp(), be.create_timestamp()
+
+    def gpu_ms(cmds, reps):
+        out = []
+        for _ in range(reps):
+            be._enqueue(q.stream, ("timestamp", e0))
+            for c in cmds:
+                be._enqueue(q.stream, c)
+            be._enqueue(q.stream, ("timestamp", e1))
+            q.synchronize()
+            out.append(be.elapsed_ms(e0, e1))
+        return out[3:]
+
+    ms = gpu_ms([gcmd], 53)
+    med, p99 = _stats(ms)
+    row("graph: GPU time per node", med * 1e3 / n_nodes, p99 * 1e3 / n_nodes, "us")
+    be.destroy_graph(g)
+    # rmsnorm 4096 x 4096
+    n = 4096
+    rms = be.load_kernel("rmsnorm")
+    a, w, y = be.alloc(n * n * 4), be.alloc(n * 4), be.alloc(n * n * 4)
+    be.write(a, np.random.default_rng(0).standard_normal(n * n).astype(np.float32).view(np.uint8))
+    cmd = ("dispatch", rms, (n, 1, 1), [a, w, y], struct.pack("<iif", n, n, 1e-5))
+    ms = gpu_ms([cmd] * 10, 23)
+    med, p99 = _stats(np.asarray(ms) / 10)
+    nbytes = 2 * n * n * 4
+    row("rmsnorm 4096x4096 f32", nbytes / med / 1e6, nbytes / p99 / 1e6, "GB/s", f"{med * 1e3:.1f} us median")
+    # matmul_q4_1: N=K=4096, T=1; 'cold': 16 distinct weights (168 MB > 60 MB L2) in turn
+    mm = be.load_kernel("matmul_q4_1")
+    wbytes = n * n // 32 * 20
+    raw = np.random.default_rng(1).integers(0, 256, wbytes, dtype=np.uint8)
+    raw.reshape(-1, 20)[:, 0:4] = np.array([0.01, -0.02], np.float16).view(np.uint8)
+    ws = [be.alloc(wbytes) for _ in range(16)]
+    for p_ in ws:
+        be.write(p_, raw)
+    xv = be.alloc(8 * n * 4)
+    yv = be.alloc(8 * n * 4)
+    for T in (1, 4, 8):
+        grid = mm.launch_grid(dict(T=T, N=n, K=n, accumulate=0))[0]
+        cmds = [("dispatch", mm, grid, [p_, xv, yv], struct.pack("<iiii", T, n, n, 0)) for p_ in ws]
+        ms = gpu_ms(cmds, 23)
+        med, p99 = _stats(np.asarray(ms) / len(ws))
+        row(f"matmul_q4_1 4096x4096 T={T} (L2-cold)", wbytes / med / 1e6, wbytes / p99 / 1e6, "GB/s",
+            f"{med * 1e3:.1f} us, {100 * wbytes / med / 1e6 / 4300:.0f}% of 4.3 TB/s")
+    cmds = [("dispatch", mm, mm.launch_grid(dict(T=1, N=n, K=n, accumulate=0))[0], [ws[0], xv, yv],
+             struct.pack("<iiii", 1, n, n, 0))] * 16
+    ms = gpu_ms(cmds, 23)
+    med, p99 = _stats(np.asarray(ms) / 16)
+    row("matmul_q4_1 4096x4096 T=1 (L2-hot)", wbytes / med / 1e6, wbytes / p99 / 1e6, "GB/s", f"{med * 1e3:.1f} us")
+    # cuBLAS GEMM
+    for dtype, size in (("bf16", 8192), ("f16", 8192), ("f32", 4096)):
+        item = 4 if dtype == "f32" else 2
+        one = {"bf16": 0x3F803F80, "f16": 0x3C003C00, "f32": 0x3F800000}[dtype]
+        A, B, C = (be.alloc(size * size * item) for _ in range(3))
+        be._enqueue(q.stream, ("fill", A, size * size * item, one))
+        be._enqueue(q.stream, ("fill", B, size * size * item, one))
+        gm = be.create_gemm(dtype, size, size, size, False)
+        ms = gpu_ms([("gemm", gm, A, B, C)] * 5, 8)
+        med, p99 = _stats(np.asarray(ms) / 5)
+        flop = 2 * size**3
+        row(f"gemm {dtype} {size}^3 (cuBLAS)", flop / med / 1e9, flop / p99 / 1e9, "TFLOP/s", "constant data")
+        for p_ in (A, B, C):
+            be.free(p_)
+    print(f"\n{be.description}, driver {be.driver_version}")
+    print(f"{'figure':44s} {'median':>10s} {'p99':>10s}  unit")
+    for what, med, p99, unit, note in rows:
+        print(f"{what:44s} {med:10.2f} {p99:10.2f}  {unit:8s} {note}")
+    be.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
