@@ -1,0 +1,207 @@
+"""The Llama decoder built on the model layer (in the manner of gpt-fast's ~300-line Llama).
+
+One ``ModelSession`` holds the weights (quantized ones stay quantized: q4_1/q8_0 matrix-vector
+kernels read them as stored) and each slot's KV cache (persistent state). ``forward(T, logits)``
+builds one fragment for ``T`` tokens:
+
+    x = embed(tokens)                                   # (T, dim)
+    for each block:
+        h = rmsnorm(x) ; qkv = h @ [Wq; Wk; Wv]^T       # (T, dim + 2 * kv_dim), one fused matmul
+        rope(q), rope(k) at pos (GGUF adjacent pairs)   # in place, strided views of qkv
+        kv_cache[pos] = k, v                            # rows with pos < 0 (padding) skipped
+        x += attention(q, k_cache, v_cache, pos) @ Wo^T # grouped-query, causal by position
+        h = rmsnorm(x) ; gu = h @ [Wgate; Wup]^T        # (T, 2 * ffn), one fused matmul
+        x += swiglu(gu) @ Wdown^T
+    logits = rmsnorm(x)[rows] @ Wout^T                  # the last valid row, or every row
+
+Tensor names and layouts: the GGUF llama convention (``blk.N.attn_q.weight`` etc.; Q/K already
+permuted for the adjacent-pair rope, see llama.cpp ``convert_hf_to_gguf.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from ..hal import Access, GGUFError, TensorDesc
+from ..model import Binding, Dispatch, IODesc, ModelContext, ModelSession
+from ._gguf import GGUFModel, LlamaConfig
+
+F32 = 4
+RW, W_ = Access.READ_WRITE, Access.WRITE
+
+
+@dataclasses.dataclass
+class _Block:
+    attn_norm: Any
+    wqkv: Any
+    wo: Any
+    ffn_norm: Any
+    wgu: Any
+    wdown: Any
+    k_cache: Any
+    v_cache: Any
+
+
+class LlamaBuilder:
+    """Uploads a GGUF Llama's weights and builds forward fragments over them.
+
+    Args:
+        gguf_model: from ``load_gguf``.
+        device: the device to build on.
+        ctx: KV-cache length per slot, tokens (<= the model's context length).
+        chunk: tokens per prefill/score step (the T of those plans).
+
+    Raises:
+        GGUFError: a tensor is missing or has an unexpected shape.
+        ValueError: ``ctx`` out of range.
+    """
+
+    def __init__(self, gguf_model: GGUFModel, device: Any, ctx: int, chunk: int = 64):
+        cfg = gguf_model.config
+        if not 1 <= ctx <= cfg.context_length:
+            raise ValueError(f"ctx={ctx} must be in [1, {cfg.context_length}] (the model's context length)")
+        self.cfg: LlamaConfig = cfg
+        self.ctx = ctx
+        self.device = device
+        self.kv_dim = cfg.n_kv_head * cfg.head_dim
+        self._tensors = gguf_model.tensors
+        s = self.session = ModelSession(device)
+        self.embd, self.embd_dtype = self._weight("token_embd.weight")
+        out_name = "token_embd.weight" if cfg.tied_embeddings else "output.weight"
+        self.out, self.out_dtype = (self.embd, self.embd_dtype) if cfg.tied_embeddings else self._weight(out_name)
+        self.out_norm, _ = self._weight("output_norm.weight")
+        self.blocks = []
+        for i in range(cfg.n_layer):
+            p = f"blk.{i}."
+            wqkv, qkv_dt = self._fused(p, ["attn_q", "attn_k", "attn_v"])
+            wgu, gu_dt = self._fused(p, ["ffn_gate", "ffn_up"])
+            wo, wo_dt = self._weight(p + "attn_output.weight")
+            wdown, down_dt = self._weight(p + "ffn_down.weight")
+            self.blocks.append(_Block(
+                self._weight(p + "attn_norm.weight")[0], (wqkv, qkv_dt), (wo, wo_dt), self._weight(p + "ffn_norm.weight")[0],
+                (wgu, gu_dt), (wdown, down_dt),
+                s.scratch(ctx * self.kv_dim * F32, persistent=True, name=f"{p}k_cache"),
+                s.scratch(ctx * self.kv_dim * F32, persistent=True, name=f"{p}v_cache"),
+            ))
+        if not 1 <= chunk <= ctx:
+            raise ValueError(f"chunk={chunk} must be in [1, ctx={ctx}]")
+        self.chunk = chunk
+        self._layouts = {T: self._layout(T) for T in sorted({1, chunk})}
+        for name in {f"get_rows_{self.embd_dtype}", "get_rows_f32", "rmsnorm", "rope", "kv_store", "attention", "swiglu",
+                     f"matmul_{self.out_dtype}"} | {f"matmul_{b.wqkv[1]}" for b in self.blocks} \
+                | {f"matmul_{b.wo[1]}" for b in self.blocks} | {f"matmul_{b.wgu[1]}" for b in self.blocks} \
+                | {f"matmul_{b.wdown[1]}" for b in self.blocks}:
+            s.kernel(name)
+        self.definition = s.freeze(ModelContext(device))
+        self._tensors = None  # the memory map is no longer needed
+
+    # -- weights ---------------------------------------------------------------------------
+    def _tensor(self, name: str):
+        t = self._tensors.get(name)
+        if t is None:
+            raise GGUFError(f"tensor {name!r} is missing from the model file")
+        return t
+
+    def _weight(self, name: str):
+        t = self._tensor(name)
+        if t.dtype in ("f32", "f16") and len(t.shape) == 1:
+            data = np.asarray(t.data, dtype=np.float32)  # norms: f32 on the device
+            return self.session.weight(data, TensorDesc(t.shape, "f32"), name), "f32"
+        return self.session.weight(np.ascontiguousarray(t.data), TensorDesc(t.shape, t.dtype), name), t.dtype
+
+    def _fused(self, prefix: str, parts: list[str]):
+        """Rows of several matrices of one dtype and K stacked into one weight (one matmul)."""
+        ts = [self._tensor(f"{prefix}{p}.weight") for p in parts]
+        dts = {t.dtype for t in ts}
+        ks = {t.shape[1] for t in ts}
+        if len(dts) != 1 or len(ks) != 1:  # mixed types: dequantize to f32 (correct, slower)
+            data = np.concatenate([t.dequantize() for t in ts], axis=0)
+            return self.session.weight(data, TensorDesc(data.shape, "f32"), prefix + "+".join(parts)), "f32"
+        dt = dts.pop()
+        data = np.ascontiguousarray(np.concatenate([np.asarray(t.data) for t in ts], axis=0))
+        n = sum(t.shape[0] for t in ts)
+        return self.session.weight(data, TensorDesc((n, ks.pop()), dt), prefix + "+".join(parts)), dt
+
+    def _layout(self, T: int) -> dict:
+        """Private scratch of a T-token forward pass (declared before freeze)."""
+        cfg, kvd = self.cfg, self.kv_dim
+        sizes = dict(tokens=T, pos=T, last=1, x=T * cfg.dim, h=T * cfg.dim, qkv=T * (cfg.dim + 2 * kvd),
+                     att=T * cfg.dim, gu=T * 2 * cfg.ffn_dim, act=T * cfg.ffn_dim, hl=cfg.dim,
+                     logits=T * cfg.vocab_size, logits_last=cfg.vocab_size)
+        return {k: self.session.scratch(n * F32, name=f"T{T}.{k}") for k, n in sizes.items()}
+
+    def weight_bytes(self) -> int:
+        return self.definition.weight_bytes()
+
+    # -- forward ---------------------------------------------------------------------------
+    def forward(self, T: int, all_logits: bool):
+        """A fragment running ``T`` tokens through the model.
+
+        Inputs: ``tokens`` (T,) int32, ``pos`` (T,) int32 (position of each token; -1 for padding
+        rows, which touch no cache row), ``last`` (1,) int32 (the row whose logits to return;
+        ignored when ``all_logits``). Output: logits float32 of shape (T, vocab) when
+        ``all_logits``, else (1, vocab).
+        """
+        cfg, s = self.cfg, self.session
+        dim, kvd, ffn, V = cfg.dim, self.kv_dim, cfg.ffn_dim, cfg.vocab_size
+        qkv_w = dim + 2 * kvd
+        d = self.definition
+        L = self._layouts[T]
+        tokens, pos, last, x, h, qkv, att, gu, act = (L[k] for k in ("tokens", "pos", "last", "x", "h", "qkv", "att", "gu", "act"))
+        n_out = T if all_logits else 1
+        logits = L["logits"] if all_logits else L["logits_last"]
+        cmds = [self._dispatch(f"get_rows_{self.embd_dtype}", [self.embd, tokens, (x, W_)], dict(T=T, dim=dim, vocab=V))]
+        norm = lambda src, w, dst, rows=T: self._dispatch(  # noqa: E731
+            "rmsnorm", [src, w, (dst, W_)], dict(rows=rows, dim=dim, eps=cfg.rms_eps))
+        mm = lambda wd, src, dst, n, kk, acc, rows=T: self._dispatch(  # noqa: E731
+            f"matmul_{wd[1]}", [wd[0], src, (dst, RW)], dict(T=rows, N=n, K=kk, accumulate=acc))
+        q_v, k_v, v_v = qkv, qkv.slice(dim * F32, qkv.nbytes - dim * F32), qkv.slice((dim + kvd) * F32, qkv.nbytes - (dim + kvd) * F32)
+        for b in self.blocks:
+            cmds += [
+                norm(x, b.attn_norm, h),
+                mm(b.wqkv, h, qkv, qkv_w, dim, 0),
+                self._dispatch("rope", [(q_v, RW), pos], dict(rows=T, n_head=cfg.n_head, head_dim=cfg.head_dim,
+                                                               row_stride=qkv_w, theta=cfg.rope_theta)),
+                self._dispatch("rope", [(k_v, RW), pos], dict(rows=T, n_head=cfg.n_kv_head, head_dim=cfg.head_dim,
+                                                               row_stride=qkv_w, theta=cfg.rope_theta)),
+                self._dispatch("kv_store", [k_v, (b.k_cache, RW), pos], dict(T=T, width=kvd, ctx=self.ctx, src_stride=qkv_w)),
+                self._dispatch("kv_store", [v_v, (b.v_cache, RW), pos], dict(T=T, width=kvd, ctx=self.ctx, src_stride=qkv_w)),
+                self._dispatch("attention", [q_v, b.k_cache, b.v_cache, pos, (att, W_)],
+                               dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, ctx=self.ctx,
+                                    q_stride=qkv_w, scale=1.0 / math.sqrt(cfg.head_dim))),
+                mm(b.wo, att, x, dim, dim, 1),
+                norm(x, b.ffn_norm, h),
+                mm(b.wgu, h, gu, 2 * ffn, dim, 0),
+                self._dispatch("swiglu", [gu, gu.slice(ffn * F32, gu.nbytes - ffn * F32), (act, W_)],
+                               dict(rows=T, n=ffn, in_stride=2 * ffn)),
+                mm(b.wdown, act, x, dim, ffn, 1),
+            ]
+        cmds.append(norm(x, self.out_norm, h))
+        if all_logits:
+            cmds.append(mm((self.out, self.out_dtype), h, logits, V, dim, 0))
+        else:
+            hl = L["hl"]
+            cmds.append(self._dispatch("get_rows_f32", [h, last, (hl, W_)], dict(T=1, dim=dim, vocab=T)))
+            cmds.append(mm((self.out, self.out_dtype), hl, logits, V, dim, 0, rows=1))
+        i32 = lambda r, n: IODesc(r, TensorDesc((n,), "i32"))  # noqa: E731
+        return d.fragment(cmds, [i32(tokens, T), i32(pos, T), i32(last, 1)],
+                          [IODesc(logits, TensorDesc((n_out, V), "f32"))])
+
+    def _dispatch(self, name: str, bindings: list, constants: dict) -> Dispatch:
+        binds = [Binding(b[0], b[1]) if isinstance(b, tuple) else Binding(b) for b in bindings]
+        return Dispatch(self.definition.kernels[name], binds, constants)
+
+    def prepare(self, slots: int):
+        """A ``PreparedModel`` with plans ``decode`` (T=1, last logits), ``prefill`` (T=chunk,
+        last logits) and ``score`` (T=chunk, all logits) sharing each slot's KV cache."""
+        plans = {}
+        for name, T, all_logits in (("decode", 1, False), ("prefill", self.chunk, False), ("score", self.chunk, True)):
+            frag = self.forward(T, all_logits).reuse_private_scratch()
+            g = self.definition.graph()
+            ins = [g.input(io.desc) for io in frag.inputs]
+            plans[name] = (g, ins, frag.record(g, ins))
+        return self.definition.prepare_plans(plans, slots)
