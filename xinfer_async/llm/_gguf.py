@@ -65,7 +65,7 @@ class LlamaConfig:
     tied_embeddings: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # identity equality: data is a large array
 class GGUFTensor:
     """One tensor of a GGUF file, still in its on-disk encoding.
 
@@ -98,7 +98,7 @@ class GGUFTensor:
         return np.ascontiguousarray(out, dtype=np.float32).reshape(self.shape)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # identity equality and hash
 class GGUFModel:
     """A parsed GGUF file.
 
