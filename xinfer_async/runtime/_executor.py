@@ -79,7 +79,7 @@ class Executor:
         self._keepalive: list[Any] = []
         self._used: dict[DeviceBuffer, None] = {}
         self._entry: dict[DeviceBuffer, ResourceState] = {}
-        self._pending: dict[DeviceBuffer, list[tuple[int, int, bool, int]]] = {}
+        self._pending: dict[DeviceBuffer, tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]] = {}
         self._host_io = False
         self._readbacks: list[Readback] = []
         self._n_commands = 0
@@ -142,22 +142,29 @@ class Executor:
         for view, access, state, arg in accesses:
             buf = view.buffer
             lo, hi, writes = view.offset, view.offset + view.nbytes, bool(access & Access.WRITE)
-            for plo, phi, pwrites, idx in self._pending.get(buf, ()):
-                if (writes or pwrites) and plo < hi and lo < phi and idx != self._n_commands:
-                    if self.auto_barriers:
-                        self.uav_barrier(buf)
-                        break
-                    if self.device.validate:
-                        what = "writes" if pwrites else "reads"
-                        raise ValidationError(
-                            f"{arg}: bytes [{lo}:{hi}] of buffer #{buf.id} are "
-                            f"{'written' if writes else 'read'} while command #{idx} {what} "
-                            f"[{plo}:{phi}] without a barrier in between; record uav_barrier(buffer)"
-                        )
+            pending = self._pending.get(buf)
+            if pending is None:
+                continue
+            reads, written = pending
+            hazard = _overlap(written, lo, hi, "writes") or (_overlap(reads, lo, hi, "reads") if writes else None)
+            if hazard is None:
+                continue
+            if self.auto_barriers:
+                self.uav_barrier(buf)
+            elif self.device.validate:
+                (plo, phi), idx, what = hazard
+                raise ValidationError(
+                    f"{arg}: bytes [{lo}:{hi}] of buffer #{buf.id} are "
+                    f"{'written' if writes else 'read'} while command #{idx} {what} "
+                    f"[{plo}:{phi}] without a barrier in between; record uav_barrier(buffer)"
+                )
         for view, access, state, arg in accesses:
-            self._pending.setdefault(view.buffer, []).append(
-                (view.offset, view.offset + view.nbytes, bool(access & Access.WRITE), self._n_commands)
-            )
+            # per buffer: the byte ranges read and written since its last barrier, each with the
+            # first command that touched it (identical ranges are kept once: recording stays O(1)
+            # per command however often a buffer is read)
+            reads, written = self._pending.setdefault(view.buffer, ({}, {}))
+            (written if access & Access.WRITE else reads).setdefault(
+                (view.offset, view.offset + view.nbytes), self._n_commands)
 
     def _record(self, command: tuple, accesses: Iterable[tuple[BufferView, Access, ResourceState, str]]) -> None:
         self._check_recording()
@@ -254,6 +261,13 @@ class Executor:
         self._record(command, [(v, a, _S.UNORDERED_ACCESS if a & Access.WRITE else _S.SHADER_READ, n)
                                for v, a, n in accesses])
 
+    def _track_completion(self) -> Readback:
+        """An empty ``Readback`` that becomes ``ready()`` when this recording's fence completes,
+        also after the list was reset (``GpuTimer`` uses it)."""
+        rb = Readback(np.empty(0, np.uint8))
+        self._readbacks.append(rb)
+        return rb
+
     def timestamp(self) -> Any:
         """Record a device timestamp; returns the slot (read through ``GpuTimer``)."""
         self._check_recording()
@@ -305,7 +319,7 @@ class Executor:
         self._n_commands += 1
         for buf, state in graph.exit.items():
             buf.state = state
-            self._pending[buf] = [(0, buf.size_in_bytes, True, self._n_commands - 1)]
+            self._pending[buf] = ({}, {(0, buf.size_in_bytes): self._n_commands - 1})
         self._keepalive.append(graph)
 
     # -- submission ------------------------------------------------------------------------
@@ -353,7 +367,8 @@ class Executor:
         return self.fence_value is not None and self.queue.fence.completed_value >= self.fence_value
 
     def reset(self) -> None:
-        """Make the list recordable again.
+        """Make the list recordable again. Commands recorded but never submitted are dropped, and
+        the buffers they touched get back the states they had before (nothing executed).
 
         Raises:
             ValidationError: its submission has not completed (a list still executing must not be
@@ -363,6 +378,9 @@ class Executor:
             raise ValidationError(
                 f"reset of a command list whose fence value {self.fence_value} has not completed"
             )
+        if self._phase is _Phase.RECORDING:
+            for buf, state in self._entry.items():
+                buf.state = state
         self._reset_state()
 
 
@@ -380,6 +398,14 @@ class CapturedGraph:
         if not self.destroyed:
             self.destroyed = True
             self.device.backend.destroy_graph(self.handle)
+
+
+def _overlap(ranges: dict[tuple[int, int], int], lo: int, hi: int, verb: str):
+    """The first recorded range overlapping ``[lo, hi)``: ((lo, hi), command index, verb), or None."""
+    for (plo, phi), idx in ranges.items():
+        if plo < hi and lo < phi:
+            return (plo, phi), idx, verb
+    return None
 
 
 def _pattern(dtype_label: str, value: float | int) -> int:

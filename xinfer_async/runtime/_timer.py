@@ -14,17 +14,25 @@ class GpuTimer:
     def __init__(self, device: Any):
         self.device = device
         self._begin = self._end = None
-        self._executor = None
+        self._done = None  # completes with the recording that holds the end timestamp
 
     def begin(self, executor: Any) -> None:
+        """Record the start timestamp into ``executor`` (recording)."""
         self._begin = executor.timestamp()
-        self._executor = executor
+        self._end = None
+        self._done = executor._track_completion()
 
     def end(self, executor: Any) -> None:
+        """Record the end timestamp into ``executor``; the same recording as ``begin``, or one
+        submitted later on the same queue.
+
+        Raises:
+            ValidationError: ``begin`` was not recorded.
+        """
         if self._begin is None:
             raise ValidationError("GpuTimer.end() before begin()")
         self._end = executor.timestamp()
-        self._executor = executor
+        self._done = executor._track_completion()
 
     def elapsed_ms(self) -> float:
         """Milliseconds of device time between ``begin`` and ``end``.
@@ -34,6 +42,6 @@ class GpuTimer:
         """
         if self._begin is None or self._end is None:
             raise ValidationError("GpuTimer: record begin() and end() first")
-        if not self._executor.is_complete():
+        if not self._done.ready():
             raise ValidationError("GpuTimer: the command list's fence has not completed")
         return self.device.backend.elapsed_ms(self._begin, self._end)
