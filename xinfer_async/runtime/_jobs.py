@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable
 
@@ -52,7 +51,7 @@ class _Job:
         self.result: outcome.Outcome | None = None
         self.state = "queued"  # queued -> running -> done | cancelled
         self.scope: trio.CancelScope | None = None
-        self.enqueued_at = time.monotonic()
+        self.enqueued_at = trio.current_time()
 
 
 class JobHandle:
@@ -70,7 +69,10 @@ class JobHandle:
         except trio.Cancelled:
             self.cancel()
             raise
-        return self._job.result.unwrap()
+        result = self._job.result
+        if isinstance(result, outcome.Error):  # not unwrap(): an outcome unwraps only once
+            raise result.error
+        return result.value
 
     def cancel(self) -> None:
         self._queue._cancel(self._job)
@@ -167,16 +169,16 @@ class JobQueue:
             self._room.unpark()
             job.state = "running"
             self._running += 1
-            self._waits.append(time.monotonic() - job.enqueued_at)
+            self._waits.append(trio.current_time() - job.enqueued_at)
             try:
                 with trio.CancelScope() as job.scope:
-                    async with self._acquire() as resource:
-                        try:
+                    try:  # a failure to get or give back the resource is the job's failure too
+                        async with self._acquire() as resource:
                             value = await job.fn(resource)
-                        except Exception as exc:
-                            job.result = outcome.Error(exc)
-                        else:
-                            job.result = outcome.Value(value)
+                    except Exception as exc:
+                        job.result = outcome.Error(exc)
+                    else:
+                        job.result = outcome.Value(value)
                 if job.result is None:
                     self._counts["cancelled"] += 1
                     job.result = outcome.Error(JobCancelledError("job was cancelled while it ran"))
