@@ -157,7 +157,9 @@ class Device:
 
         Raises:
             ValueError: the byte count of ``data`` differs from ``shape`` x ``dtype``.
-            TypeError: an unsupported dtype, or ``data`` is not array-like.
+            TypeError: an unsupported dtype, ``data`` is not array-like, or ``data`` is a numpy
+                array of another element type than ``dtype`` (raw ``uint8`` bytes are accepted for
+                any dtype, ``uint16`` for bf16).
         """
         host = _host_bytes(data)
         if shape is None and dtype is None and isinstance(data, np.ndarray):
@@ -169,6 +171,14 @@ class Device:
                 raise ValueError("upload of bytes-like data needs both shape and dtype")
         else:
             desc = TensorDesc(shape, dtype)
+        if isinstance(data, np.ndarray) and data.dtype != np.uint8:
+            want = desc.dtype.numpy_type
+            raw_ok = want is None and desc.dtype.block_nbytes == data.dtype.itemsize and desc.dtype.block_size == 1
+            if (want is not None and data.dtype != np.dtype(want)) or (want is None and not raw_ok):
+                raise TypeError(
+                    f"data has dtype {data.dtype} but dtype={desc.dtype.label}; convert it first "
+                    f"(or pass raw uint8 bytes)"
+                )
         if host.nbytes != desc.nbytes:
             raise ValueError(f"data has {host.nbytes} bytes but shape={desc.shape} dtype={desc.dtype.label} needs {desc.nbytes}")
         buf = self._alloc_desc(desc)
@@ -209,11 +219,14 @@ class Device:
         return bytes(out)
 
     def download_numpy(self, buffer: DeviceBuffer) -> np.ndarray:
-        """The buffer as a numpy array of its shape and dtype (raw ``uint8`` for block types and
-        bf16)."""
+        """The buffer as a numpy array of its shape and dtype (raw ``uint8`` for block types, bf16
+        and ``BufferView``s).
+
+        Raises: as ``download``.
+        """
         raw = self.download(buffer)
-        dt = buffer.dtype
-        if dt.numpy_type is None:
+        dt = getattr(buffer, "dtype", None)  # a BufferView has bytes, not a dtype
+        if dt is None or dt.numpy_type is None:
             return np.frombuffer(raw, np.uint8).copy()
         return np.frombuffer(raw, dt.numpy_type).reshape(buffer.shape).copy()
 

@@ -33,10 +33,13 @@ def open_device(name: str | None = None, **kwargs: Any):
 
     Raises:
         ValueError: an unknown name (the message lists the choices).
+        TypeError: ``name`` is not a string.
         DeviceError: cuda was asked for where it cannot run (the message says why).
     """
     if name is None:
         name = os.environ.get("XINFER_DEVICE") or "auto"
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
     name = name.strip().lower()
     if name == "auto":
         ok, _ = cuda_status()
