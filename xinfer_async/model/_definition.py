@@ -84,10 +84,10 @@ class ModelDefinition:
                     raise ValidationError(f"{where}: {cmd.kernel.name} takes {len(spec.bindings)} bindings, got {len(cmd.bindings)}")
                 for j, (b, bs) in enumerate(zip(cmd.bindings, spec.bindings)):
                     self._check_region(b.region, f"{where} binding {j} ({bs.name})")
+                    if ((b.access | bs.access) & Access.WRITE) and b.region.allocation.is_weight:
+                        raise ValidationError(f"{where}: binding {j} ({bs.name}) writes immutable weight {b.region.allocation!r}")
                     if (bs.access & Access.WRITE) and not (b.access & Access.WRITE):
                         raise ValidationError(f"{where}: binding {j} ({bs.name}) is declared {b.access.name} but {cmd.kernel.name} writes it")
-                    if (b.access & Access.WRITE) and b.region.allocation.is_weight:
-                        raise ValidationError(f"{where}: binding {j} ({bs.name}) writes immutable weight {b.region.allocation!r}")
                     need = bs.nbytes(values)
                     if b.region.nbytes < need:
                         raise ValidationError(f"{where}: binding {j} ({bs.name}) has {b.region.nbytes} bytes, the contract needs {need}")
