@@ -19,6 +19,9 @@ class ModelContext:
     """
 
     def __init__(self, device: Any, queue: Any = None):
+        """Raises: ValueError: ``queue`` belongs to another device."""
+        if queue is not None and queue.device is not device:
+            raise ValueError(f"queue is a queue of another device ({queue.device!r}), not of {device!r}")
         self.device = device
         self.queue = queue if queue is not None else device.queue
 
@@ -111,7 +114,8 @@ class ModelSession:
         self._check_open()
         if context.device is not self.device:
             raise ValueError(
-                f"context is on device {context.device.name!r} but the session's weights are on {self.device.name!r}"
+                f"freeze: context is on another device ({context.device!r} at {id(context.device):#x}) than the "
+                f"session's weights ({self.device!r} at {id(self.device):#x})"
             )
         self.synchronize()
         self._frozen = True
