@@ -119,6 +119,22 @@ class ModelFragment:
                 for b in cmd.bindings:
                     yield i, b.region
 
+    def _written_allocations(self) -> set:
+        from ..hal import Access
+        from ..ops import kernel_spec
+
+        out = set()
+        for cmd in self.commands:
+            if isinstance(cmd, Fill):
+                out.add(cmd.region.allocation)
+            elif isinstance(cmd, Copy):
+                out.add(cmd.dst.allocation)
+            elif isinstance(cmd, Dispatch):
+                for b, bs in zip(cmd.bindings, kernel_spec(cmd.kernel.name).bindings):
+                    if (b.access | bs.access) & Access.WRITE:
+                        out.add(b.region.allocation)
+        return out
+
     def record(self, graph: Graph, inputs: Sequence[GraphTensor]) -> list[GraphTensor]:
         """Append this fragment to ``graph`` with its inputs bound to ``inputs`` (no copy, no
         submission, no pool, no synchronization).
@@ -129,7 +145,9 @@ class ModelFragment:
         Raises:
             ValidationError: a graph of another definition; an input count or descriptor mismatch;
                 inputs that alias one allocation inconsistently; a remapping that would alias bytes
-                no input declares.
+                no input declares (a command or output touching bytes of an input's allocation
+                outside the input descriptors' bytes, or two distinct allocations bound to
+                overlapping bytes of one tensor while the fragment writes one of them).
         """
         if graph.definition is not self.definition:
             raise ValidationError("record: the graph belongs to another model definition")
@@ -142,7 +160,10 @@ class ModelFragment:
                 raise ValidationError(f"record: input {i} descriptor mismatch: the fragment expects {io.desc}, got {t.desc}")
 
         mapping: dict[Allocation, tuple[GraphAlloc, int]] = {}
-        declared: dict[Allocation, list[Region]] = {}
+        # the bytes of each remapped allocation that an input declares: the descriptor's bytes at
+        # the input's offset (the caller's tensor has exactly these; a larger region would reach
+        # past it)
+        declared: dict[Allocation, list[tuple[int, int, int]]] = {}
         for i, (t, io) in enumerate(zip(inputs, self.inputs)):
             a = io.region.allocation
             target = (t.alloc, t.offset - io.region.offset)
@@ -152,14 +173,26 @@ class ModelFragment:
                     f"tensor or offset than an earlier input"
                 )
             mapping[a] = target
-            declared.setdefault(a, []).append(io.region)
-        for i, region in self._regions():
+            declared.setdefault(a, []).append((io.region.offset, io.region.offset + io.desc.nbytes, i))
+        uses = list(self._regions()) + [(f"output {k}", io.region) for k, io in enumerate(self.outputs)]
+        for i, region in uses:
             a = region.allocation
-            if a in declared and not any(d.offset <= region.offset and region.end <= d.end for d in declared[a]):
+            if a in declared and not any(lo <= region.offset and region.end <= hi for lo, hi, _ in declared[a]):
+                what = i if isinstance(i, str) else f"command #{i}"
                 raise ValidationError(
                     f"record: remapping {a!r} onto the caller's tensor would alias bytes "
-                    f"[{region.offset}:{region.end}] that command #{i} uses but no input declares"
+                    f"[{region.offset}:{region.end}] that {what} uses but no input declares"
                 )
+        written = self._written_allocations()
+        spans = [(a, mapping[a][0], lo + mapping[a][1], hi + mapping[a][1], i)
+                 for a, ds in declared.items() for lo, hi, i in ds]
+        for x, (a, ga, lo, hi, i) in enumerate(spans):
+            for b, gb, blo, bhi, j in spans[x + 1:]:
+                if a is not b and ga is gb and lo < bhi and blo < hi and (a in written or b in written):
+                    raise ValidationError(
+                        f"record: inputs {i} and {j} bind distinct allocations {a!r} and {b!r} to overlapping "
+                        f"bytes of one tensor while the fragment writes one of them: an undeclared alias"
+                    )
 
         out_allocs = {io.region.allocation for io in self.outputs}
         arena_cursor = 0
