@@ -220,7 +220,7 @@ class PreparedModel:
 
     async def _acquire(self) -> Slot:
         await trio.lowlevel.checkpoint_if_cancelled()
-        while not self._free:
+        while not self._free or self._closed:
             if self._closed:
                 raise trio.ClosedResourceError("prepared model is closed")
             await self._lot.park()
@@ -262,7 +262,10 @@ class PreparedModel:
 
         Raises:
             trio.WouldBlock: every slot is busy.
+            trio.ClosedResourceError: the model was closed.
         """
+        if self._closed:
+            raise trio.ClosedResourceError("prepared model is closed")
         if not self._free:
             raise trio.WouldBlock
         slot = self._free.pop()
