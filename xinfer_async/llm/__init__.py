@@ -1,0 +1,13 @@
+"""The LLM on the runtime: GGUF Llama models, tokenizer, sampling, concurrent generation."""
+
+from ._engine import (
+    CompletionResult as CompletionResult,
+    GenerationStream as GenerationStream,
+    LanguageModel as LanguageModel,
+    Timings as Timings,
+)
+from ._gguf import GGUFModel as GGUFModel, LlamaConfig as LlamaConfig, load_gguf as load_gguf
+from ._load import DEFAULT_MODEL as DEFAULT_MODEL, load as load
+from ._registry import cache_dir as cache_dir, pull as pull, resolve_model as resolve_model
+from ._sampling import Sampler as Sampler, SamplingParams as SamplingParams
+from ._tokenizer import StreamDecoder as StreamDecoder, Tokenizer as Tokenizer

@@ -1,0 +1,374 @@
+"""``LanguageModel``: a GGUF Llama on the runtime, shared by many trio tasks.
+
+A request flows: caller -> ``JobQueue`` -> a free slot of the ``PreparedModel`` -> per step a
+command list from the pool (upload token ids and positions, replay the slot's prefill or decode
+plan, download logits) -> submit -> await the fence -> sample -> stream the text -> next step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import trio
+
+from ..runtime import JobQueue
+from ._chat import render_chat
+from ._sampling import Sampler, SamplingParams
+from ._tokenizer import Tokenizer
+
+
+@dataclasses.dataclass(frozen=True)
+class Timings:
+    """Seconds and rates of one request (prefill: the prompt; decode: generated tokens)."""
+
+    queue_wait_s: float
+    time_to_first_token_s: float
+    prefill_s: float
+    decode_s: float
+    prompt_tokens: int
+    generated_tokens: int
+
+    @property
+    def prefill_tok_per_s(self) -> float:
+        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def decode_tok_per_s(self) -> float:
+        n = self.generated_tokens - 1  # the first token comes from the prefill's logits
+        return n / self.decode_s if self.decode_s > 0 and n > 0 else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class CompletionResult:
+    """A finished request.
+
+    Attributes:
+        text: the generated text (a stop string, if one ended it, is not included).
+        token_ids: the generated ids (an end-of-sequence id that ended it is included).
+        finish_reason: ``"stop"`` (end-of-sequence id or stop string), ``"length"`` (max_tokens
+            or the context filled up).
+        timings: see ``Timings``.
+    """
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+    timings: Timings
+
+
+class GenerationStream:
+    """An async iterator of text pieces for one request (from ``LanguageModel.generate``).
+
+    Leaving the loop early (or ``await stream.aclose()``) cancels the request; its slot goes back
+    once the device is done with it. After the last piece, ``result`` holds the
+    ``CompletionResult``.
+    """
+
+    def __init__(self, model: "LanguageModel", ids: list[int], params: SamplingParams, max_tokens: int,
+                 stop: Sequence[str]):
+        self._model = model
+        self._ids = ids
+        self._params = params
+        self._max_tokens = max_tokens
+        self._stop = [s for s in stop if s]
+        self._hold = max((len(s) for s in self._stop), default=1) - 1
+        self._send, self._recv = trio.open_memory_channel(math.inf)
+        self._handle = None
+        self._decoder = model.tokenizer.stream_decoder(skip_special=True)
+        self._text = ""
+        self._emitted = 0
+        self._tokens: list[int] = []
+        self._finish: str | None = None
+        self._timings: Timings | None = None
+        self._submitted_at = 0.0
+        self.result: CompletionResult | None = None
+
+    def __aiter__(self) -> "GenerationStream":
+        return self
+
+    async def __anext__(self) -> str:
+        if self._handle is None:
+            self._submitted_at = time.perf_counter()
+            jobs = await self._model._job_queue()
+            self._handle = await jobs.submit_handle(self._job)
+        while True:
+            if self.result is not None:
+                raise StopAsyncIteration
+            try:
+                kind, value = await self._recv.receive()
+            except trio.EndOfChannel:
+                await self._handle.result()  # re-raises the job's error, if any
+                piece = self._finish_text()
+                if piece:
+                    return piece
+                raise StopAsyncIteration from None
+            if kind == "token":
+                self._tokens.append(value)
+                self._text += self._decoder.push(value)
+                piece = self._release(final=False)
+                if piece:
+                    return piece
+                if self.result is not None:
+                    raise StopAsyncIteration
+            elif kind == "done":
+                self._finish, self._timings = value
+
+    def _release(self, final: bool) -> str:
+        for s in self._stop:
+            at = self._text.find(s, max(0, self._emitted - len(s)))
+            if at >= 0:
+                self._text = self._text[:at]
+                self._finish = "stop"
+                self._handle.cancel()
+                return self._finish_text()
+        upto = len(self._text) if final else max(self._emitted, len(self._text) - self._hold)
+        piece, self._emitted = self._text[self._emitted:upto], upto
+        return piece
+
+    def _finish_text(self) -> str:
+        if self.result is not None:
+            return ""
+        if self._finish != "stop" or not self._stop:
+            self._text += self._decoder.flush()
+        piece = self._text[self._emitted:]
+        self._emitted = len(self._text)
+        t = self._timings or Timings(0.0, 0.0, 0.0, 0.0, len(self._ids), len(self._tokens))
+        self.result = CompletionResult(self._text, list(self._tokens), self._finish or "stop", t)
+        return piece
+
+    async def _job(self, slot: Any) -> None:
+        m = self._model
+        started = time.perf_counter()
+        try:
+            await self._generate(slot, started)
+        except trio.BrokenResourceError:
+            pass  # the consumer closed the stream: nothing more to do
+
+    async def _generate(self, slot: Any, started: float) -> None:
+        m = self._model
+        async with self._send:
+            logits, pos = await m._prefill(slot, self._ids)
+            first = time.perf_counter()
+            sampler = Sampler(self._params)
+            finish, n = "length", 0
+            while n < self._max_tokens:
+                token = sampler.sample(logits)
+                n += 1
+                self._send.send_nowait(("token", token))
+                if token in m.stop_ids:
+                    finish = "stop"
+                    break
+                if n >= self._max_tokens or pos >= m.ctx:
+                    break
+                logits = await m._step(slot, "decode", [token], pos)
+                pos += 1
+            end = time.perf_counter()
+            timings = Timings(started - self._submitted_at, first - self._submitted_at, first - started, end - first,
+                              len(self._ids), n)
+            self._send.send_nowait(("done", (finish, timings)))
+
+    async def aclose(self) -> None:
+        """Cancel the request (if still running) and stop the stream."""
+        if self._handle is not None:
+            self._handle.cancel()
+        await self._recv.aclose()
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        if handle is not None and self.result is None:
+            try:
+                handle.cancel()
+            except Exception:
+                pass
+
+
+class LanguageModel:
+    """A loaded model (``await xinfer_async.llm.load(...)``).
+
+    Attributes:
+        config: the ``LlamaConfig``.
+        tokenizer: the ``Tokenizer`` from the file's metadata.
+        device: the device it runs on.
+        slots: concurrent requests (each a slot with its own KV cache of ``ctx`` tokens).
+        ctx: context length per request, tokens.
+    """
+
+    def __init__(self, path: Any, gguf_model: Any, builder: Any, prepared: Any, *, max_queued: int = 256):
+        self.path = path
+        self.config = gguf_model.config
+        self.metadata = {k: v for k, v in gguf_model.metadata.items() if not k.startswith("tokenizer.ggml.")}
+        self.tokenizer = Tokenizer.from_gguf(gguf_model.metadata)
+        self.chat_template = gguf_model.metadata.get("tokenizer.chat_template")
+        self.add_bos = bool(gguf_model.metadata.get("tokenizer.ggml.add_bos_token", False))
+        self.builder = builder
+        self.prepared = prepared
+        self.device = builder.device
+        self.ctx = builder.ctx
+        self.chunk = builder.chunk
+        self.slots = prepared.capacity
+        self.stop_ids = {i for i in (self.tokenizer.eos_id, self.tokenizer.im_end_id) if i is not None}
+        self._max_queued = max_queued
+        self._jobs: JobQueue | None = None
+
+    # -- text ------------------------------------------------------------------------------
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        """Token ids of ``text``; special tokens (``<|im_start|>``...) only when ``special``."""
+        return self.tokenizer.encode(text, special=special)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``.
+
+        Raises:
+            ValueError: an id outside the vocabulary.
+        """
+        return self.tokenizer.decode(ids)
+
+    def _prompt_ids(self, prompt: str | Sequence[int], special: bool) -> list[int]:
+        if isinstance(prompt, str):
+            ids = self.tokenize(prompt, special=special)
+            if self.add_bos and self.tokenizer.bos_id is not None:
+                ids = [self.tokenizer.bos_id] + ids
+        else:
+            ids = [int(i) for i in prompt]
+            bad = [i for i in ids if not 0 <= i < self.config.vocab_size]
+            if bad:
+                raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {self.config.vocab_size})")
+        if not ids:
+            raise ValueError("prompt is empty: give at least one token of text")
+        if len(ids) > self.ctx:
+            raise ValueError(f"prompt has {len(ids)} tokens but the context holds {self.ctx} (load with a larger ctx=)")
+        return ids
+
+    def render_chat(self, messages: list[dict]) -> list[int]:
+        """Prompt ids of a chat: the template's markers as special tokens, message contents as
+        plain text (a ``<|im_start|>`` typed by a user stays text).
+
+        Raises:
+            ValueError: the model has no chat template, or a malformed message.
+        """
+        if not self.chat_template:
+            raise ValueError("this model file has no tokenizer.chat_template")
+        sentinels = [f"\x00xi{i}\x00" for i in range(len(messages))]
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+                raise ValueError(f"message {i} must be a dict with a str 'content'")
+        masked = [dict(m, content=s) for m, s in zip(messages, sentinels)]
+        text = render_chat(self.chat_template, masked, add_generation_prompt=True)
+        ids: list[int] = []
+        for i, s in enumerate(sentinels):
+            head, sep, text = text.partition(s)
+            ids += self.tokenize(head, special=True)
+            if sep:
+                ids += self.tokenize(messages[i]["content"], special=False)
+        ids += self.tokenize(text, special=True)
+        return ids
+
+    # -- requests --------------------------------------------------------------------------
+    def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,
+                 top_p: float = 1.0, top_k: int = 0, seed: int | None = None, stop: Sequence[str] = (),
+                 special: bool = False) -> GenerationStream:
+        """Stream the continuation of ``prompt`` as text pieces: ``async for piece in model.generate(...)``.
+
+        Args:
+            prompt: text, or token ids.
+            max_tokens: generated tokens at most; 0 returns at once with no text. Generation also
+                stops when the context (``ctx``) is full (finish_reason ``"length"``).
+            temperature, top_p, top_k, seed: see ``SamplingParams`` (temperature 0 is greedy).
+            stop: strings that end the generation (not included in the text).
+            special: parse special-token markers in a text prompt.
+
+        Raises:
+            ValueError: an empty prompt, one longer than the context, a negative max_tokens, or
+                invalid sampling values (raised here, before anything runs).
+        """
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
+        if isinstance(stop, str):
+            stop = [stop]
+        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        ids = self._prompt_ids(prompt, special)
+        return GenerationStream(self, ids, params, max_tokens, stop)
+
+    async def complete(self, prompt: str | Sequence[int], **kwargs: Any) -> CompletionResult:
+        """Run ``generate`` to the end; returns text, token ids, finish reason and timings."""
+        stream = self.generate(prompt, **kwargs)
+        if kwargs.get("max_tokens", 256) == 0:
+            return CompletionResult("", [], "length", Timings(0.0, 0.0, 0.0, 0.0, len(stream._ids), 0))
+        async for _ in stream:
+            pass
+        return stream.result
+
+    async def chat(self, messages: list[dict], **kwargs: Any) -> CompletionResult:
+        """Complete a chat (``[{"role": "user", "content": "..."}]``) with the model's template."""
+        return await self.complete(self.render_chat(messages), **kwargs)
+
+    async def logits(self, token_ids: Sequence[int]) -> np.ndarray:
+        """Teacher-forced logits from position 0.
+
+        Returns:
+            float32 array (T, vocab): row t scores the token after ``token_ids[t]``.
+
+        Raises:
+            ValueError: empty, longer than the context, or an id outside the vocabulary.
+        """
+        ids = self._prompt_ids(list(token_ids), False)
+
+        async def job(slot: Any) -> np.ndarray:
+            rows = []
+            for start in range(0, len(ids), self.chunk):
+                chunk = ids[start:start + self.chunk]
+                out = await self._run(slot, "score", chunk, start, last=len(chunk) - 1)
+                rows.append(out[:len(chunk)])
+            return np.concatenate(rows)
+
+        return await (await self._job_queue()).submit(job)
+
+    # -- steps -----------------------------------------------------------------------------
+    async def _run(self, slot: Any, plan: str, tokens: Sequence[int], start: int, last: int) -> np.ndarray:
+        T = 1 if plan == "decode" else self.chunk
+        tok = np.zeros(T, np.int32)
+        tok[:len(tokens)] = tokens
+        pos = np.full(T, -1, np.int32)
+        pos[:len(tokens)] = np.arange(start, start + len(tokens))
+        (out,) = await slot.run([tok, pos, np.array([last], np.int32)], plan=plan)
+        return out
+
+    async def _step(self, slot: Any, plan: str, tokens: Sequence[int], start: int) -> np.ndarray:
+        """Logits (vocab,) after ``tokens`` placed at positions ``start...``."""
+        return (await self._run(slot, plan, tokens, start, last=len(tokens) - 1))[0]
+
+    async def _prefill(self, slot: Any, ids: list[int]) -> tuple[np.ndarray, int]:
+        logits = None
+        for start in range(0, len(ids), self.chunk):
+            chunk = ids[start:start + self.chunk]
+            logits = await self._step(slot, "decode" if len(chunk) == 1 else "prefill", chunk, start)
+        return logits, len(ids)
+
+    async def _job_queue(self) -> JobQueue:
+        if self._jobs is None:
+            q = JobQueue(self.prepared.slot, workers=self.slots, max_queued=self._max_queued)
+            for i in range(self.slots):
+                trio.lowlevel.spawn_system_task(q._worker, name=f"xinfer_async.llm-worker-{i}")
+            self._jobs = q
+        await trio.lowlevel.checkpoint()
+        return self._jobs
+
+    def statistics(self) -> dict:
+        """The job queue's and the slots' statistics."""
+        return {"jobs": self._jobs.statistics() if self._jobs else None, "slots": self.prepared.statistics()}
+
+    async def aclose(self) -> None:
+        """Stop taking requests and release the slots (after their fences)."""
+        if self._jobs is not None:
+            self._jobs.close()
+        self.prepared.close()
+        await trio.lowlevel.checkpoint()
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"<LanguageModel {self.path.name if hasattr(self.path, 'name') else self.path}: {c.n_layer} layers, "
+                f"dim {c.dim}, on {self.device.name}, {self.slots} slots x {self.ctx} tokens>")
