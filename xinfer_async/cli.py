@@ -1,0 +1,174 @@
+"""The ``xinfer-async`` command: pull, generate, chat, perplexity, devices, bench."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+from .hal import XinferError
+
+
+def _add_model_args(p: argparse.ArgumentParser, *, sampling: bool = True) -> None:
+    p.add_argument("-m", "--model", default="smollm2-135m",
+                   help="a known model name or a .gguf path (default: smollm2-135m, pulled when missing)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: $XINFER_DEVICE, else auto)")
+    p.add_argument("--ctx", type=int, default=None, help="context length in tokens (default: min(2048, the model's))")
+    if sampling:
+        p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
+        p.add_argument("--top-p", type=float, default=1.0)
+        p.add_argument("--top-k", type=int, default=0, help="0 turns top-k off (default)")
+        p.add_argument("--seed", type=int, default=None)
+
+
+def _sampling(args) -> dict:
+    return dict(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+
+
+async def _load(args, slots: int = 1, ctx: int | None = None):
+    from . import llm
+
+    return await llm.load(args.model, device=args.device, slots=slots, ctx=ctx or args.ctx)
+
+
+async def _generate(args) -> None:
+    model = await _load(args)
+    stream = model.generate(args.prompt, max_tokens=args.n_predict, stop=args.stop or (), special=args.special,
+                            **_sampling(args))
+    async for piece in stream:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    t = stream.result.timings
+    print(f"[{len(stream.result.token_ids)} tokens, finish: {stream.result.finish_reason}; prompt {t.prompt_tokens} tokens "
+          f"at {t.prefill_tok_per_s:.1f} tok/s, decode {t.decode_tok_per_s:.1f} tok/s, "
+          f"first token after {t.time_to_first_token_s * 1e3:.0f} ms, on {model.device.name}]", file=sys.stderr)
+    await model.aclose()
+
+
+async def _chat(args) -> None:
+    model = await _load(args)
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    print(f"{model!r}\nType a message; an empty line or Ctrl-D ends the chat.", file=sys.stderr)
+    while True:
+        try:
+            line = await trio.to_thread.run_sync(input, "> ")
+        except EOFError:
+            break
+        if not line.strip():
+            break
+        messages.append({"role": "user", "content": line})
+        stream = model.generate(model.render_chat(messages), max_tokens=args.n_predict, **_sampling(args))
+        async for piece in stream:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        messages.append({"role": "assistant", "content": stream.result.text})
+    await model.aclose()
+
+
+async def _perplexity(args) -> None:
+    from .llm._perplexity import perplexity
+
+    text = Path(args.file).read_text(encoding="utf-8", errors="replace")
+    model = await _load(args, ctx=args.ctx)
+    ids = model.tokenize(text)
+    n_chunks = len(ids) // args.ctx
+    if n_chunks < 1:
+        raise ValueError(f"{args.file} has {len(ids)} tokens, fewer than one chunk of --ctx {args.ctx}")
+    rows = []
+    t0 = time.perf_counter()
+    from tqdm import tqdm
+
+    bar = tqdm(total=n_chunks, unit="chunk", desc="perplexity", file=sys.stderr, disable=args.quiet)
+    for c in range(n_chunks):
+        rows.append(await model.logits(ids[c * args.ctx:(c + 1) * args.ctx]))
+        bar.update(1)
+    bar.close()
+    it = iter(rows)
+    ppl, count = perplexity(lambda chunk: next(it), ids, args.ctx)
+    dt = time.perf_counter() - t0
+    print(f"perplexity {ppl:.4f} over {count} predicted tokens ({n_chunks} chunks of {args.ctx}; "
+          f"{n_chunks * args.ctx / dt:.0f} tok/s on {model.device.name})")
+    await model.aclose()
+
+
+def _devices(args) -> None:
+    import os
+
+    from .runtime._open import cuda_status
+
+    print(f"cpu: available ({os.cpu_count()} cores, native C kernels)")
+    ok, reason = cuda_status()
+    print(f"cuda: {'available' if ok else 'not available'}" + (f" ({reason})" if reason else ""))
+    if os.environ.get("XINFER_DEVICE"):
+        print(f"XINFER_DEVICE={os.environ['XINFER_DEVICE']}")
+
+
+def _pull(args) -> None:
+    from .llm import pull
+
+    path = pull(args.name, progress=not args.quiet)
+    print(path)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xinfer-async", description="Async inference runtime: models from GGUF, on cpu or cuda.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("pull", help="download a known model into the cache")
+    p.add_argument("name", nargs="?", default="smollm2-135m")
+    p.add_argument("-q", "--quiet", action="store_true")
+
+    p = sub.add_parser("generate", help="stream a completion of a prompt")
+    _add_model_args(p)
+    p.add_argument("-p", "--prompt", required=True)
+    p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate at most (default 128)")
+    p.add_argument("--stop", action="append", help="a stop string (repeatable)")
+    p.add_argument("--special", action="store_true", help="parse special tokens (<|im_start|>...) in the prompt")
+
+    p = sub.add_parser("chat", help="interactive chat with the model's template")
+    _add_model_args(p)
+    p.add_argument("-n", "--n-predict", type=int, default=256)
+    p.add_argument("--system", default=None, help="a system message")
+
+    p = sub.add_parser("perplexity", help="perplexity of a text file")
+    _add_model_args(p, sampling=False)
+    p.set_defaults(ctx=256)
+    p.add_argument("-f", "--file", required=True)
+    p.add_argument("-q", "--quiet", action="store_true")
+
+    sub.add_parser("devices", help="list the backends and whether they can run here")
+
+    p = sub.add_parser("bench", help="benchmarks (runtime, model, load): see `xinfer-async bench -h`")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "pull":
+            _pull(args)
+        elif args.command == "devices":
+            _devices(args)
+        elif args.command == "bench":
+            from .bench.__main__ import main as bench_main
+
+            return bench_main(args.rest)
+        else:
+            fn = {"generate": _generate, "chat": _chat, "perplexity": _perplexity}[args.command]
+            trio.run(fn, args)
+    except (XinferError, ValueError, FileNotFoundError) as exc:
+        print(f"xinfer-async {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
