@@ -107,28 +107,37 @@ def main(argv=None) -> int:
     med, p99 = _stats(np.asarray(ms) / 10)
     nbytes = 2 * n * n * 4
     row("rmsnorm 4096x4096 f32", nbytes / med / 1e6, nbytes / p99 / 1e6, "GB/s", f"{med * 1e3:.1f} us median")
-    # matmul_q4_1: N=K=4096, T=1; 'cold': 16 distinct weights (168 MB > 60 MB L2) in turn
-    mm = be.load_kernel("matmul_q4_1")
-    wbytes = n * n // 32 * 20
-    raw = np.random.default_rng(1).integers(0, 256, wbytes, dtype=np.uint8)
-    raw.reshape(-1, 20)[:, 0:4] = np.array([0.01, -0.02], np.float16).view(np.uint8)
-    ws = [be.alloc(wbytes) for _ in range(16)]
-    for p_ in ws:
-        be.write(p_, raw)
+    # matmul_DT: N=K=4096; 'cold': 16 distinct weights (>= 168 MB, past the 60 MB L2) in turn
     xv = be.alloc(8 * n * 4)
     yv = be.alloc(8 * n * 4)
-    for T in (1, 4, 8):
-        grid = mm.launch_grid(dict(T=T, N=n, K=n, accumulate=0))[0]
-        cmds = [("dispatch", mm, grid, [p_, xv, yv], struct.pack("<iiii", T, n, n, 0)) for p_ in ws]
-        ms = gpu_ms(cmds, 23)
-        med, p99 = _stats(np.asarray(ms) / len(ws))
-        row(f"matmul_q4_1 4096x4096 T={T} (L2-cold)", wbytes / med / 1e6, wbytes / p99 / 1e6, "GB/s",
-            f"{med * 1e3:.1f} us, {100 * wbytes / med / 1e6 / 4300:.0f}% of 4.3 TB/s")
-    cmds = [("dispatch", mm, mm.launch_grid(dict(T=1, N=n, K=n, accumulate=0))[0], [ws[0], xv, yv],
-             struct.pack("<iiii", 1, n, n, 0))] * 16
-    ms = gpu_ms(cmds, 23)
-    med, p99 = _stats(np.asarray(ms) / 16)
-    row("matmul_q4_1 4096x4096 T=1 (L2-hot)", wbytes / med / 1e6, wbytes / p99 / 1e6, "GB/s", f"{med * 1e3:.1f} us")
+    be._enqueue(q.stream, ("fill", xv, 8 * n * 4, 0x3C000000))
+    rng = np.random.default_rng(1)
+    for dt, block, Ts in (("q4_1", 20, (1, 4, 8)), ("q4_0", 18, (1,)), ("q8_0", 34, (1,)), ("f16", 64, (1,))):
+        mm = be.load_kernel(f"matmul_{dt}")
+        wbytes = n * n // 32 * block
+        raw = rng.integers(0, 256, wbytes, dtype=np.uint8)
+        if dt != "f16":
+            raw.reshape(-1, block)[:, 0:2] = np.array([0.01], np.float16).view(np.uint8)
+        else:
+            raw = rng.standard_normal(n * n).astype(np.float16).view(np.uint8)
+        ws = [be.alloc(wbytes) for _ in range(16)]
+        for p_ in ws:
+            be.write(p_, raw)
+        for T in Ts:
+            grid = mm.launch_grid(dict(T=T, N=n, K=n, accumulate=0))[0]
+            cmds = [("dispatch", mm, grid, [p_, xv, yv], struct.pack("<iiii", T, n, n, 0)) for p_ in ws]
+            ms = gpu_ms(cmds, 23)
+            med, p99 = _stats(np.asarray(ms) / len(ws))
+            row(f"matmul_{dt} 4096x4096 T={T} (L2-cold)", wbytes / med / 1e6, wbytes / p99 / 1e6, "GB/s",
+                f"{med * 1e3:.1f} us, {100 * wbytes / med / 1e6 / 4300:.0f}% of 4.3 TB/s")
+        if dt == "q4_1":
+            cmds = [("dispatch", mm, mm.launch_grid(dict(T=1, N=n, K=n, accumulate=0))[0], [ws[0], xv, yv],
+                     struct.pack("<iiii", 1, n, n, 0))] * 16
+            ms = gpu_ms(cmds, 23)
+            med, p99 = _stats(np.asarray(ms) / 16)
+            row("matmul_q4_1 4096x4096 T=1 (L2-hot)", wbytes / med / 1e6, wbytes / p99 / 1e6, "GB/s", f"{med * 1e3:.1f} us")
+        for p_ in ws:
+            be.free(p_)
     # cuBLAS GEMM
     for dtype, size in (("bf16", 8192), ("f16", 8192), ("f32", 4096)):
         item = 4 if dtype == "f32" else 2
