@@ -1,0 +1,36 @@
+"""Benchmarks: ``python -m xinfer_async.bench SUBCOMMAND [options]``.
+
+Subcommands live in a registry, ``SUBCOMMANDS``: a name -> ``"module:function"`` string, imported
+only when that subcommand runs. A function takes the remaining ``argv`` (a list of ``str``) and
+returns an exit status. Other parts of the project add theirs with :func:`register` or by adding a
+line to the dict (``model``, ``load``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+SUBCOMMANDS: dict[str, str] = {
+    "runtime": "xinfer_async.bench._runtime:main",
+    "model-layer": "xinfer_async.bench._model_layer:main",
+}
+
+
+def register(name: str, target: str) -> None:
+    """Add subcommand ``name`` running ``target`` (``"package.module:function"``)."""
+    SUBCOMMANDS[name] = target
+
+
+def resolve(name: str) -> Callable[[list[str]], int]:
+    """The function of subcommand ``name``.
+
+    Raises:
+        ValueError: no subcommand has that name (the message lists them).
+    """
+    try:
+        target = SUBCOMMANDS[name]
+    except KeyError:
+        raise ValueError(f"unknown benchmark {name!r}; choose one of {', '.join(sorted(SUBCOMMANDS))}") from None
+    module, _, fn = target.partition(":")
+    return getattr(importlib.import_module(module), fn)
