@@ -136,6 +136,8 @@ class Fence:
             deadline = time.perf_counter() + _SPIN_S
             while self.completed_value < value and time.perf_counter() < deadline:
                 await trio.lowlevel.checkpoint()
+            if self.completed_value >= value:
+                self._progress()
         while self.completed_value < value:
             if self._reader_busy:
                 await self._wakeup.wait()
