@@ -1,0 +1,68 @@
+"""runtime/_buffer.py: views, deferred free, use after free."""
+
+import numpy as np
+import pytest
+
+from xinfer_async import BufferView, ValidationError, open_device
+
+
+def test_views(devices, rng):
+    a = rng.standard_normal(16).astype(np.float32)
+    buf = devices.upload(a)
+    v = buf.view(16, 8)
+    assert isinstance(v, BufferView) and (v.offset, v.nbytes, v.size_in_bytes) == (16, 8, 8)
+    assert v.buffer is buf and v.device is devices
+    assert devices.download(v) == a[4:6].tobytes()
+    np.testing.assert_array_equal(devices.download_numpy(v).view(np.float32), a[4:6])
+    assert buf.view(60).nbytes == 4
+    with pytest.raises(ValueError, match=r"^view\(offset=60, nbytes=8\) is outside buffer #\d+ of 64 bytes$"):
+        buf.view(60, 8)
+
+
+async def test_view_as_binding(devices, rng):
+    x = rng.standard_normal(8).astype(np.float32)
+    bx = devices.upload(x)
+    out = devices.upload(np.full(8, np.nan, np.float32))
+    ex = devices.executor()
+    ex.dispatch("affine", [bx.view(16, 16), out.view(0, 16)], {"n": 4, "a": 3.0, "b": -1.0})
+    await ex.submit_and_wait()
+    got = devices.download_numpy(out)
+    np.testing.assert_allclose(got[:4], 3.0 * x[4:8].astype(np.float64) - 1.0, rtol=1e-6)
+    assert np.isnan(got[4:]).all()
+
+
+async def test_free_while_submitted_is_released_only_after_fence():
+    dev = open_device("cpu")
+    try:
+        gate = dev.create_queue()
+        ev = dev.alloc(1, "f32")
+        # make the default queue wait on gate value 1, which is never submitted until we say so
+        dev.queue._backend.wait_for(gate._backend, 1)
+        buf = dev.alloc(256, "f32")
+        ex = dev.executor()
+        ex.fill(buf, 1.0)
+        value = ex.submit()
+        assert buf.busy()
+        addr = buf.address
+        buf.free()
+        assert addr in dev.backend._arrays  # still used by a submitted list: not released
+        dev.alloc(4, "f32")  # allocations reap completed frees; this one is not complete
+        assert addr in dev.backend._arrays
+        g = dev.executor(queue=gate)
+        g.fill(ev, 0.0)
+        g.submit()  # gate reaches 1: the default queue runs the fill
+        await dev.queue.fence.wait(value)
+        assert addr not in dev.backend._arrays
+    finally:
+        dev.close()
+
+
+async def test_use_after_free_at_submit(devices):
+    buf = devices.alloc(4, "f32")
+    ex = devices.executor()
+    ex.fill(buf, 1.0)
+    buf.free()
+    with pytest.raises(ValidationError, match=r"^submit: buffer #\d+ was freed after it was recorded \(use after free\)$"):
+        ex.submit()
+    with pytest.raises(ValidationError, match=r"^dst: buffer #\d+ was freed \(use after free\)$"):
+        ex.fill(buf, 1.0)
