@@ -213,6 +213,8 @@ class LanguageModel:
         self.stop_ids = {i for i in (self.tokenizer.eos_id, self.tokenizer.im_end_id) if i is not None}
         self._max_queued = max_queued
         self._jobs: JobQueue | None = None
+        self._jobs_token: Any = None  # the trio run whose system tasks serve ``_jobs``
+        self._closed = False
 
     # -- text ------------------------------------------------------------------------------
     def tokenize(self, text: str, special: bool = False) -> list[int]:
@@ -349,11 +351,22 @@ class LanguageModel:
         return logits, len(ids)
 
     async def _job_queue(self) -> JobQueue:
-        if self._jobs is None:
+        """The job queue of the current ``trio.run``.
+
+        Its workers are system tasks, which end with the run that spawned them, so a model used
+        from a later ``trio.run`` (loaded in one, used in the next) gets a fresh queue.
+
+        Raises:
+            trio.ClosedResourceError: the model was closed (``aclose``).
+        """
+        if self._closed:
+            raise trio.ClosedResourceError("language model is closed")
+        token = trio.lowlevel.current_trio_token()
+        if self._jobs is None or self._jobs_token is not token:
             q = JobQueue(self.prepared.slot, workers=self.slots, max_queued=self._max_queued)
             for i in range(self.slots):
                 trio.lowlevel.spawn_system_task(q._worker, name=f"xinfer_async.llm-worker-{i}")
-            self._jobs = q
+            self._jobs, self._jobs_token = q, token
         await trio.lowlevel.checkpoint()
         return self._jobs
 
@@ -363,6 +376,7 @@ class LanguageModel:
 
     async def aclose(self) -> None:
         """Stop taking requests and release the slots (after their fences)."""
+        self._closed = True
         if self._jobs is not None:
             self._jobs.close()
         self.prepared.close()
