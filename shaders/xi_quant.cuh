@@ -19,13 +19,11 @@ template <int TYPE> struct XiQ;
 template <> struct XiQ<XI_F32> {
     static __device__ __forceinline__ size_t_ row_bytes(int k) { return (size_t_)k * 4; }
     static __device__ __forceinline__ float elem(const uint8_t *row, int e) { return reinterpret_cast<const float *>(row)[e]; }
-    struct Raw { float4 lo, hi; };
-    static constexpr int U = 2;
-    static __device__ __forceinline__ Raw load_raw(const uint8_t *row, int b, int s) {
-        return Raw{reinterpret_cast<const float4 *>(row)[b * 8 + s], reinterpret_cast<const float4 *>(row)[b * 8 + 4 + s]};
-    }
-    static __device__ __forceinline__ void decode(const Raw &r, float q[8], float &d, float &m) {
-        q[0] = r.lo.x; q[1] = r.lo.y; q[2] = r.lo.z; q[3] = r.lo.w; q[4] = r.hi.x; q[5] = r.hi.y; q[6] = r.hi.z; q[7] = r.hi.w;
+    // elements 32b+4s..+3 -> q[0..3], 32b+16+4s..+3 -> q[4..7]; value = d*q + m
+    static __device__ __forceinline__ void load8(const uint8_t *row, int b, int s, float q[8], float &d, float &m) {
+        const float4 lo = reinterpret_cast<const float4 *>(row)[b * 8 + s];
+        const float4 hi = reinterpret_cast<const float4 *>(row)[b * 8 + 4 + s];
+        q[0] = lo.x; q[1] = lo.y; q[2] = lo.z; q[3] = lo.w; q[4] = hi.x; q[5] = hi.y; q[6] = hi.z; q[7] = hi.w;
         d = 1.0f; m = 0.0f;
     }
     static constexpr int ALIGN = 16;
@@ -34,14 +32,11 @@ template <> struct XiQ<XI_F32> {
 template <> struct XiQ<XI_F16> {
     static __device__ __forceinline__ size_t_ row_bytes(int k) { return (size_t_)k * 2; }
     static __device__ __forceinline__ float elem(const uint8_t *row, int e) { return xi_h2f(reinterpret_cast<const uint16_t *>(row)[e]); }
-    struct Raw { uint2 lo, hi; };
-    static constexpr int U = 4;
-    static __device__ __forceinline__ Raw load_raw(const uint8_t *row, int b, int s) {
-        return Raw{reinterpret_cast<const uint2 *>(row)[b * 8 + s], reinterpret_cast<const uint2 *>(row)[b * 8 + 4 + s]};
-    }
-    static __device__ __forceinline__ void decode(const Raw &r, float q[8], float &d, float &m) {
-        q[0] = xi_h2f(r.lo.x & 0xffff); q[1] = xi_h2f(r.lo.x >> 16); q[2] = xi_h2f(r.lo.y & 0xffff); q[3] = xi_h2f(r.lo.y >> 16);
-        q[4] = xi_h2f(r.hi.x & 0xffff); q[5] = xi_h2f(r.hi.x >> 16); q[6] = xi_h2f(r.hi.y & 0xffff); q[7] = xi_h2f(r.hi.y >> 16);
+    static __device__ __forceinline__ void load8(const uint8_t *row, int b, int s, float q[8], float &d, float &m) {
+        const uint2 lo = reinterpret_cast<const uint2 *>(row)[b * 8 + s];
+        const uint2 hi = reinterpret_cast<const uint2 *>(row)[b * 8 + 4 + s];
+        q[0] = xi_h2f(lo.x & 0xffff); q[1] = xi_h2f(lo.x >> 16); q[2] = xi_h2f(lo.y & 0xffff); q[3] = xi_h2f(lo.y >> 16);
+        q[4] = xi_h2f(hi.x & 0xffff); q[5] = xi_h2f(hi.x >> 16); q[6] = xi_h2f(hi.y & 0xffff); q[7] = xi_h2f(hi.y >> 16);
         d = 1.0f; m = 0.0f;
     }
     static constexpr int ALIGN = 8;
@@ -53,16 +48,12 @@ template <> struct XiQ<XI_Q8_0> {
         const uint8_t *blk = row + (size_t_)(e >> 5) * 34;
         return __fmul_rn((float)(int8_t)blk[2 + (e & 31)], xi_h2f(xi_u16(blk)));
     }
-    struct Raw { uint32_t d, lo, hi; };
-    static constexpr int U = 4;
-    static __device__ __forceinline__ Raw load_raw(const uint8_t *row, int b, int s) {
+    static __device__ __forceinline__ void load8(const uint8_t *row, int b, int s, float q[8], float &d, float &m) {
         const uint8_t *blk = row + (size_t_)b * 34;
-        return Raw{xi_u16(blk), xi_u32a2(blk + 2 + 4 * s), xi_u32a2(blk + 18 + 4 * s)};
-    }
-    static __device__ __forceinline__ void decode(const Raw &r, float q[8], float &d, float &m) {
+        const uint32_t lo = xi_u32a2(blk + 2 + 4 * s), hi = xi_u32a2(blk + 18 + 4 * s);
 #pragma unroll
-        for (int i = 0; i < 4; i++) { q[i] = (float)(int8_t)(r.lo >> (8 * i)); q[4 + i] = (float)(int8_t)(r.hi >> (8 * i)); }
-        d = xi_h2f((uint16_t)r.d); m = 0.0f;
+        for (int i = 0; i < 4; i++) { q[i] = (float)(int8_t)(lo >> (8 * i)); q[4 + i] = (float)(int8_t)(hi >> (8 * i)); }
+        d = xi_h2f(xi_u16(blk)); m = 0.0f;
     }
     static constexpr int ALIGN = 2;
 };
@@ -75,16 +66,12 @@ template <> struct XiQ<XI_Q4_0> {
         const uint8_t byte = blk[2 + (j & 15)];
         return __fmul_rn(xi_h2f(xi_u16(blk)), (float)((j < 16 ? byte & 15 : byte >> 4) - 8));
     }
-    struct Raw { uint32_t d, w; };
-    static constexpr int U = 8;
-    static __device__ __forceinline__ Raw load_raw(const uint8_t *row, int b, int s) {
+    static __device__ __forceinline__ void load8(const uint8_t *row, int b, int s, float q[8], float &d, float &m) {
         const uint8_t *blk = row + (size_t_)b * 18;
-        return Raw{xi_u16(blk), xi_u32a2(blk + 2 + 4 * s)};
-    }
-    static __device__ __forceinline__ void decode(const Raw &r, float q[8], float &d, float &m) {
+        const uint32_t w = xi_u32a2(blk + 2 + 4 * s);
 #pragma unroll
-        for (int i = 0; i < 4; i++) { q[i] = (float)((int)((r.w >> (8 * i)) & 15) - 8); q[4 + i] = (float)((int)((r.w >> (8 * i + 4)) & 15) - 8); }
-        d = xi_h2f((uint16_t)r.d); m = 0.0f;
+        for (int i = 0; i < 4; i++) { q[i] = (float)((int)((w >> (8 * i)) & 15) - 8); q[4 + i] = (float)((int)((w >> (8 * i + 4)) & 15) - 8); }
+        d = xi_h2f(xi_u16(blk)); m = 0.0f;
     }
     static constexpr int ALIGN = 2;
 };
@@ -97,16 +84,13 @@ template <> struct XiQ<XI_Q4_1> {
         const uint8_t byte = blk[4 + (j & 15)];
         return __fadd_rn(__fmul_rn(xi_h2f(xi_u16(blk)), (float)(j < 16 ? byte & 15 : byte >> 4)), xi_h2f(xi_u16(blk + 2)));
     }
-    struct Raw { uint32_t dm, w; };
-    static constexpr int U = 8;
-    static __device__ __forceinline__ Raw load_raw(const uint8_t *row, int b, int s) {
+    static __device__ __forceinline__ void load8(const uint8_t *row, int b, int s, float q[8], float &d, float &m) {
         const uint8_t *blk = row + (size_t_)b * 20;
-        return Raw{*reinterpret_cast<const uint32_t *>(blk), *reinterpret_cast<const uint32_t *>(blk + 4 + 4 * s)};
-    }
-    static __device__ __forceinline__ void decode(const Raw &r, float q[8], float &d, float &m) {
+        const uint32_t dm = *reinterpret_cast<const uint32_t *>(blk);
+        const uint32_t w = *reinterpret_cast<const uint32_t *>(blk + 4 + 4 * s);
 #pragma unroll
-        for (int i = 0; i < 4; i++) { q[i] = (float)((r.w >> (8 * i)) & 15); q[4 + i] = (float)((r.w >> (8 * i + 4)) & 15); }
-        d = xi_h2f(r.dm & 0xffff); m = xi_h2f(r.dm >> 16);
+        for (int i = 0; i < 4; i++) { q[i] = (float)((w >> (8 * i)) & 15); q[4 + i] = (float)((w >> (8 * i + 4)) & 15); }
+        d = xi_h2f(dm & 0xffff); m = xi_h2f(dm >> 16);
     }
     static constexpr int ALIGN = 4;
 };
@@ -146,32 +130,21 @@ __device__ __forceinline__ void xi_matmul_row(const uint8_t *__restrict__ w, con
 #pragma unroll
     for (int t = 0; t < TT; t++) sum[t] = 0.0f;
     if (VEC) {
-        // U steps of raw weight loads issued back to back (up to U * 8 blocks of the row in flight
-        // per warp), then decoded and multiplied: the loads, not the arithmetic, set the pace.
-        typedef XiQ<TYPE> Q;
         const int nb = c.K >> 5, s = lane & 3;
-        for (int b0 = lane >> 2; b0 < nb; b0 += 8 * Q::U) {
-            typename Q::Raw raw[Q::U];
+#pragma unroll 4
+        for (int b = lane >> 2; b < nb; b += 8) {
+            float q[8], d, m;
+            XiQ<TYPE>::load8(row, b, s, q, d, m);
 #pragma unroll
-            for (int u = 0; u < Q::U; u++)
-                if (b0 + 8 * u < nb) raw[u] = Q::load_raw(row, b0 + 8 * u, s);
-#pragma unroll
-            for (int u = 0; u < Q::U; u++) {
-                const int b = b0 + 8 * u;
-                if (b >= nb) break;
-                float q[8], d, m;
-                Q::decode(raw[u], q, d, m);
-#pragma unroll
-                for (int t = 0; t < TT; t++) {
-                    const float *xt = x + (size_t_)(t0 + t) * c.K + b * 32 + 4 * s;
-                    const float4 lo = *reinterpret_cast<const float4 *>(xt);
-                    const float4 hi = *reinterpret_cast<const float4 *>(xt + 16);
-                    const float dot = q[0] * lo.x + q[1] * lo.y + q[2] * lo.z + q[3] * lo.w +
-                                      q[4] * hi.x + q[5] * hi.y + q[6] * hi.z + q[7] * hi.w;
-                    float part = d * dot;
-                    if (TYPE == XI_Q4_1) part += m * ((lo.x + lo.y) + (lo.z + lo.w) + (hi.x + hi.y) + (hi.z + hi.w));
-                    sum[t] += part;
-                }
+            for (int t = 0; t < TT; t++) {
+                const float *xt = x + (size_t_)(t0 + t) * c.K + b * 32 + 4 * s;
+                const float4 lo = *reinterpret_cast<const float4 *>(xt);
+                const float4 hi = *reinterpret_cast<const float4 *>(xt + 16);
+                const float dot = q[0] * lo.x + q[1] * lo.y + q[2] * lo.z + q[3] * lo.w +
+                                  q[4] * hi.x + q[5] * hi.y + q[6] * hi.z + q[7] * hi.w;
+                float part = d * dot;
+                if (TYPE == XI_Q4_1) part += m * ((lo.x + lo.y) + (lo.z + lo.w) + (hi.x + hi.y) + (hi.z + hi.w));
+                sum[t] += part;
             }
         }
     } else {

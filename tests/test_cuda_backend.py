@@ -65,7 +65,7 @@ def run(be, q, name, arrays, consts):
         p = be.alloc(max(a.nbytes, 4))
         be.write(p, a.view(np.uint8).reshape(-1))
         addrs.append(p)
-    grid, block, shared = k.launch_grid(consts)
+    grid = k.launch_grid(consts)
     be._enqueue(q.stream, ("dispatch", k, grid, addrs, pack(name, consts)))
     q.synchronize()
     out = []
@@ -318,7 +318,7 @@ def test_graph_capture_replay(be, q):
     q.synchronize()
     graph = be.capture([
         ("fill", x, n * 4, 0x3F800000),  # 1.0f
-        ("dispatch", affine, affine.launch_grid(dict(n=n))[0], [x, y], pack("affine", dict(n=n, a=2.0, b=0.5))),
+        ("dispatch", affine, affine.launch_grid(dict(n=n)), [x, y], pack("affine", dict(n=n, a=2.0, b=0.5))),
         ("copy", x, y, n * 4),
         ("gemm", g, a, a, c),
     ])
@@ -362,8 +362,11 @@ def test_errors(be):
         _nvrtc.compile_cubin("extern \"C\" __global__ void k() { nope; }", "bad.cu", be.arch)
     assert "nope" in info.value.log
     assert "affine" in be.load_kernel("affine").name
-    grid, block, shared = be.load_kernel("matmul_q4_1").launch_grid(dict(T=5, N=4096, K=4096, accumulate=0))
-    assert grid == (512, 2, 1) and block == (256, 1, 1)
+    mm = be.load_kernel("matmul_q4_1")
+    grid, block, shared = mm.launch_config(dict(T=5, N=4096, K=4096, accumulate=0))
+    assert grid == (512, 2, 1) and block == (256, 1, 1) and shared == 0
+    g = mm.launch_grid(dict(T=5, N=4096, K=4096, accumulate=0))
+    assert g == (512, 2, 1) and g.block == (256, 1, 1)
 
 
 # ---- fences ------------------------------------------------------------------------------------

@@ -124,14 +124,14 @@ def main(argv=None) -> int:
         for p_ in ws:
             be.write(p_, raw)
         for T in Ts:
-            grid = mm.launch_grid(dict(T=T, N=n, K=n, accumulate=0))[0]
+            grid = mm.launch_grid(dict(T=T, N=n, K=n, accumulate=0))
             cmds = [("dispatch", mm, grid, [p_, xv, yv], struct.pack("<iiii", T, n, n, 0)) for p_ in ws]
             ms = gpu_ms(cmds, 23)
             med, p99 = _stats(np.asarray(ms) / len(ws))
             row(f"matmul_{dt} 4096x4096 T={T} (L2-cold)", wbytes / med / 1e6, wbytes / p99 / 1e6, "GB/s",
                 f"{med * 1e3:.1f} us, {100 * wbytes / med / 1e6 / 4300:.0f}% of 4.3 TB/s")
         if dt == "q4_1":
-            cmds = [("dispatch", mm, mm.launch_grid(dict(T=1, N=n, K=n, accumulate=0))[0], [ws[0], xv, yv],
+            cmds = [("dispatch", mm, mm.launch_grid(dict(T=1, N=n, K=n, accumulate=0)), [ws[0], xv, yv],
                      struct.pack("<iiii", 1, n, n, 0))] * 16
             ms = gpu_ms(cmds, 23)
             med, p99 = _stats(np.asarray(ms) / 16)

@@ -53,6 +53,16 @@ def _address(signal: Any) -> int:
         return int(_native.ffi.cast("uintptr_t", signal))
 
 
+class LaunchGrid(tuple):
+    """A grid ``(x, y, z)`` (a plain tuple of ints) that also names the block size and the dynamic
+    shared memory it is launched with."""
+
+    def __new__(cls, grid, block=(1, 1, 1), shared_bytes=0):
+        self = super().__new__(cls, (int(grid[0]), int(grid[1]), int(grid[2])))
+        self.block, self.shared_bytes = block, shared_bytes
+        return self
+
+
 class CUDAKernel:
     """A loaded kernel: ``extern "C" <name>`` of ``shaders/<source>.cu``, launched with ``block``
     threads and ``shared_bytes`` of dynamic shared memory (the kernels use static shared only)."""
@@ -63,9 +73,14 @@ class CUDAKernel:
         self.shared_bytes = 0
         self._grid_fn = grid_fn
 
-    def launch_grid(self, constants: dict) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
-        """``(grid, block, shared_bytes)`` for the constants (a dict of the KERNELS.md fields)."""
-        return self._grid_fn(constants), self.block, self.shared_bytes
+    def launch_grid(self, constants: dict) -> "LaunchGrid":
+        """The grid ``(x, y, z)`` of blocks for the constants (a dict of the KERNELS.md fields), as
+        the runtime puts it in ``("dispatch", ...)``; it also carries ``.block`` and ``.shared_bytes``."""
+        return LaunchGrid(self._grid_fn(constants), self.block, self.shared_bytes)
+
+    def launch_config(self, constants: dict) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
+        """``(grid, block, shared_bytes)`` for the constants."""
+        return tuple(self._grid_fn(constants)), self.block, self.shared_bytes
 
     def __repr__(self) -> str:
         return f"CUDAKernel({self.name!r}, block={self.block[0]})"
