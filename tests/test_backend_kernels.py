@@ -1,0 +1,199 @@
+"""Every kernel of native/KERNELS.md dispatched through the runtime (Executor.dispatch) on each
+device present, against a numpy float64 reference on fresh random inputs; outputs poisoned with
+NaN first. Also the source's lab test ``buffer_roundtrip``."""
+
+import gguf
+import numpy as np
+import pytest
+
+QT = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0,
+      "q4_1": gguf.GGMLQuantizationType.Q4_1}
+RTOL = 1e-5
+
+
+@pytest.mark.parametrize("dtype", ["u8", "f16", "f32", "i32"])
+@pytest.mark.parametrize("nbytes", [1, 4, 1000, 4096 * 3 + 4, 64 << 20])
+def test_buffer_roundtrip(devices, rng, dtype, nbytes):
+    item = {"u8": 1, "f16": 2, "f32": 4, "i32": 4}[dtype]
+    n = max(1, nbytes // item)
+    data = rng.integers(0, 256, size=n * item, dtype=np.uint8).view({"u8": np.uint8, "f16": np.float16,
+                                                                       "f32": np.float32, "i32": np.int32}[dtype])
+    buf = devices.upload(data)
+    assert buf.size_in_bytes == n * item
+    assert devices.download(buf) == data.tobytes()
+    buf.free()
+
+
+async def run(dev, name, inputs, outputs, consts):
+    """Upload ``inputs`` (in binding order, None marks an output), dispatch, download outputs."""
+    bufs = []
+    for arr in inputs:
+        bufs.append(dev.upload(arr))
+    ex = dev.executor()
+    ex.dispatch(name, bufs, consts)
+    rbs = [ex.download(bufs[i]) for i in outputs]
+    await ex.submit_and_wait()
+    return [rb.numpy(inputs[i].shape, inputs[i].dtype) for rb, i in zip(rbs, outputs)]
+
+
+def nan(*shape):
+    return np.full(shape, np.nan, np.float32)
+
+
+def f32(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+async def test_affine_and_add(devices, rng):
+    n = 1000
+    x, z = f32(rng, n), f32(rng, n)
+    (y,) = await run(devices, "affine", [x, nan(n)], [1], {"n": n, "a": 1.5, "b": -0.25})
+    np.testing.assert_allclose(y, 1.5 * x.astype(np.float64) - 0.25, rtol=RTOL, atol=1e-6)
+    (y,) = await run(devices, "add", [x, z, nan(n)], [2], {"n": n})
+    np.testing.assert_allclose(y, x.astype(np.float64) + z, rtol=RTOL, atol=1e-6)
+
+
+async def test_rmsnorm(devices, rng):
+    rows, dim, eps = 5, 576, 1e-5
+    x, w = f32(rng, rows, dim, scale=3.0), f32(rng, dim)
+    (y,) = await run(devices, "rmsnorm", [x, w, nan(rows, dim)], [2], {"rows": rows, "dim": dim, "eps": eps})
+    x64 = x.astype(np.float64)
+    ref = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + eps) * w
+    np.testing.assert_allclose(y, ref, rtol=RTOL, atol=1e-6)
+
+
+async def test_rope(devices, rng):
+    rows, nh, hd, theta, stride = 4, 3, 16, 10000.0, 3 * 16 + 8
+    x = f32(rng, rows, stride)
+    pos = np.array([0, 5, -1, 1000], np.int32)
+    (y,) = await run(devices, "rope", [x, pos], [0],
+                     {"rows": rows, "n_head": nh, "head_dim": hd, "row_stride": stride, "theta": theta})
+    ref = x.astype(np.float64).copy()
+    freqs = theta ** (-np.arange(0, hd, 2) / hd)
+    for r in range(rows):
+        if pos[r] < 0:
+            continue
+        ang = pos[r] * freqs
+        c, s = np.cos(ang), np.sin(ang)
+        for h in range(nh):
+            a, b = ref[r, h * hd:(h + 1) * hd:2].copy(), ref[r, h * hd + 1:(h + 1) * hd:2].copy()
+            ref[r, h * hd:(h + 1) * hd:2] = a * c - b * s
+            ref[r, h * hd + 1:(h + 1) * hd:2] = a * s + b * c
+    np.testing.assert_allclose(y, ref, rtol=RTOL, atol=1e-4)  # angles up to 1e3 rad in f32
+    np.testing.assert_array_equal(y[2], x[2])
+    np.testing.assert_array_equal(y[:, nh * hd:], x[:, nh * hd:])
+
+
+async def test_swiglu(devices, rng):
+    rows, n, stride = 3, 100, 130
+    g, u = f32(rng, rows, stride, scale=4.0), f32(rng, rows, stride)
+    (y,) = await run(devices, "swiglu", [g, u, nan(rows, n)], [2], {"rows": rows, "n": n, "in_stride": stride})
+    g64 = g[:, :n].astype(np.float64)
+    np.testing.assert_allclose(y, g64 / (1 + np.exp(-g64)) * u[:, :n], rtol=RTOL, atol=1e-6)
+
+
+async def test_softmax(devices, rng):
+    rows, n = 4, 300
+    x = f32(rng, rows, n, scale=5.0)
+    x[1] += 1e4  # no overflow: the max is subtracted
+    (y,) = await run(devices, "softmax", [x, nan(rows, n)], [1], {"rows": rows, "n": n})
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=RTOL, atol=1e-7)
+
+
+def attention_ref(q, k, v, pos, n_head, n_kv, hd, scale):
+    T = q.shape[0]
+    out = np.zeros((T, n_head, hd))
+    for t in range(T):
+        if pos[t] < 0:
+            continue
+        for h in range(n_head):
+            kv = h // (n_head // n_kv)
+            s = k[: pos[t] + 1, kv].astype(np.float64) @ q[t, h].astype(np.float64) * scale
+            p = np.exp(s - s.max())
+            out[t, h] = (p / p.sum()) @ v[: pos[t] + 1, kv]
+    return out
+
+
+async def test_attention_gqa(devices, rng):
+    T, nh, nkv, hd, ctx = 4, 8, 2, 32, 16
+    q, k, v = f32(rng, T, nh, hd), f32(rng, ctx, nkv, hd), f32(rng, ctx, nkv, hd)
+    q[1] *= 300.0  # scores ~1e4 on this row
+    k[:4] *= 10.0
+    pos = np.array([3, 7, -1, 15], np.int32)
+    scale = 1.0 / np.sqrt(hd)
+    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": ctx, "q_stride": nh * hd, "scale": scale}
+    (out,) = await run(devices, "attention", [q, k, v, pos, nan(T, nh, hd)], [4], consts)
+    ref = attention_ref(q, k, v, pos, nh, nkv, hd, np.float32(scale))
+    s_max = np.abs(k[: pos[1] + 1, 0].astype(np.float64) @ q[1, 0].astype(np.float64) * scale).max()
+    assert s_max > 1e3
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=2e-5)
+    np.testing.assert_array_equal(out[2], 0.0)
+
+
+async def test_kv_store(devices, rng):
+    T, width, ctx, stride = 3, 24, 8, 30
+    src = f32(rng, T, stride)
+    cache = f32(rng, ctx, width)
+    pos = np.array([2, 9, 0], np.int32)  # 9 is outside: skipped
+    (got,) = await run(devices, "kv_store", [src, cache, pos], [1], {"T": T, "width": width, "ctx": ctx, "src_stride": stride})
+    ref = cache.copy()
+    ref[2], ref[0] = src[0, :width], src[2, :width]
+    np.testing.assert_array_equal(got, ref)
+
+
+async def test_argmax(devices, rng):
+    rows, n = 3, 1000
+    x = f32(rng, rows, n)
+    x[2, 10] = x[2, 20] = x[2].max() + 1  # ties: the lowest index
+    (out,) = await run(devices, "argmax", [x, np.full(rows, -7, np.int32)], [1], {"rows": rows, "n": n})
+    np.testing.assert_array_equal(out, [x[0].argmax(), x[1].argmax(), 10])
+
+
+def encode(w, dt):
+    """float32 (N, K) -> (array to upload, exact float64 values)."""
+    if dt == "f32":
+        return w, w.astype(np.float64)
+    if dt == "f16":
+        h = w.astype(np.float16)
+        return h, h.astype(np.float64)
+    q = np.ascontiguousarray(gguf.quants.quantize(w, QT[dt]))
+    return q, gguf.quants.dequantize(q, QT[dt]).astype(np.float64).reshape(w.shape)
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "q8_0", "q4_0", "q4_1"])
+async def test_matmul_and_get_rows(devices, rng, dt):
+    T, N, K = 3, 40, 128
+    w = f32(rng, N, K)
+    raw, exact = encode(w, dt)
+    wbuf = devices.upload(raw, (N, K), dt) if raw.dtype == np.uint8 else devices.upload(raw)
+    x = f32(rng, T, K)
+    y0 = f32(rng, T, N)
+    xb, yb = devices.upload(x), devices.upload(y0)
+    ids = np.array([5, 0, 39, 40], np.int32)
+    idb, out = devices.upload(ids), devices.upload(nan(4, K))
+    ex = devices.executor()
+    ex.dispatch(f"matmul_{dt}", [wbuf, xb, yb], {"T": T, "N": N, "K": K, "accumulate": 1})
+    ex.dispatch(f"get_rows_{dt}", [wbuf, idb, out], {"T": 4, "dim": K, "vocab": N})
+    ry, ro = ex.download(yb), ex.download(out)
+    await ex.submit_and_wait()
+    ref = y0 + x.astype(np.float64) @ exact.T
+    np.testing.assert_allclose(ry.numpy((T, N)), ref, rtol=RTOL, atol=1e-5 * np.abs(ref).max())
+    rows = ro.numpy((4, K))
+    np.testing.assert_array_equal(rows[:3], exact[ids[:3]].astype(np.float32))
+    assert np.isnan(rows[3]).all()  # id outside [0, vocab)
+
+
+@pytest.mark.parametrize("dt", ["q8_0", "q4_0", "q4_1"])
+async def test_dequantize(devices, rng, dt):
+    n = 32 * 50
+    raw, exact = encode(f32(rng, 1, n), dt)
+    src = devices.upload(raw, (n,), dt)
+    dst = devices.upload(nan(n))
+    ex = devices.executor()
+    ex.dispatch(f"dequantize_{dt}", [src, dst], {"n": n})
+    rb = ex.download(dst)
+    await ex.submit_and_wait()
+    np.testing.assert_array_equal(rb.numpy(), exact.reshape(-1).astype(np.float32))
