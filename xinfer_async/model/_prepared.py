@@ -239,9 +239,18 @@ class PreparedModel:
     async def _release_after_fence(self, slot: Slot) -> None:
         try:
             await slot._last.wait()
+        except trio.Cancelled:
+            # system tasks are cancelled when their trio.run ends; the slot must still come back
+            # (a later run may use this model), and only after its fence: wait without trio
+            try:
+                slot._last.queue.fence.wait_blocking(slot._last.value)
+            except Exception:
+                pass
+            raise
         except Exception:
             pass
-        self._return(slot)
+        finally:
+            self._return(slot)
 
     def _return(self, slot: Slot) -> None:
         self._busy -= 1
