@@ -92,6 +92,10 @@ class GenerationStream:
 
     async def __anext__(self) -> str:
         if self._handle is None:
+            if self._max_tokens == 0:  # nothing to generate: no job, no prefill
+                self._finish = "length"
+                self._finish_text()
+                raise StopAsyncIteration
             self._submitted_at = time.perf_counter()
             jobs = await self._model._job_queue()
             self._handle = await jobs.submit_handle(self._job)
@@ -277,7 +281,8 @@ class LanguageModel:
 
         Args:
             prompt: text, or token ids.
-            max_tokens: generated tokens at most; 0 returns at once with no text. Generation also
+            max_tokens: generated tokens at most; 0 returns at once with no text (finish_reason
+                ``"length"``; the prompt is validated but not run). Generation also
                 stops when the context (``ctx``) is full (finish_reason ``"length"``).
             temperature, top_p, top_k, seed: see ``SamplingParams`` (temperature 0 is greedy).
             stop: strings that end the generation (not included in the text).
@@ -298,8 +303,6 @@ class LanguageModel:
     async def complete(self, prompt: str | Sequence[int], **kwargs: Any) -> CompletionResult:
         """Run ``generate`` to the end; returns text, token ids, finish reason and timings."""
         stream = self.generate(prompt, **kwargs)
-        if kwargs.get("max_tokens", 256) == 0:
-            return CompletionResult("", [], "length", Timings(0.0, 0.0, 0.0, 0.0, len(stream._ids), 0))
         async for _ in stream:
             pass
         return stream.result
