@@ -75,6 +75,14 @@ class Backend(abc.ABC):
     def read(self, address: int, out: memoryview) -> None:
         """Synchronously copy device bytes into the writable host buffer ``out``."""
 
+    def host_array(self, nbytes: int):
+        """A writable C-contiguous ``numpy.uint8`` array of ``nbytes`` for ``upload``/``download``
+        commands. cuda returns page-locked (pinned) memory so the copies are truly asynchronous;
+        the runtime keeps the array alive until the list's fence completes."""
+        import numpy as np
+
+        return np.empty(nbytes, np.uint8)
+
     @abc.abstractmethod
     def create_queue(self) -> BackendQueue:
         """A new in-order queue."""

@@ -213,9 +213,11 @@ class Executor:
         from ._device import _host_bytes
 
         d = as_view(dst, self.device, "dst")
-        host = np.array(_host_bytes(data), copy=True)
-        if host.nbytes > d.nbytes:
-            raise ValueError(f"upload of {host.nbytes} bytes into dst of {d.nbytes} bytes")
+        src = _host_bytes(data)
+        if src.nbytes > d.nbytes:
+            raise ValueError(f"upload of {src.nbytes} bytes into dst of {d.nbytes} bytes")
+        host = self.device.backend.host_array(src.nbytes)
+        host[:] = src
         self._keepalive.append(host)
         self._host_io = True
         self._record(("upload", d.address, host), [(BufferView(d.buffer, d.offset, host.nbytes), Access.WRITE, _S.COPY_DEST, "dst")])
@@ -226,7 +228,7 @@ class Executor:
         n = s.nbytes if nbytes is None else nbytes
         if n < 0 or n > s.nbytes:
             raise ValueError(f"download of nbytes={n} from src of {s.nbytes} bytes")
-        host = np.empty(n, np.uint8)
+        host = self.device.backend.host_array(n)
         self._keepalive.append(host)
         self._host_io = True
         self._record(("download", s.address, host), [(BufferView(s.buffer, s.offset, n), Access.READ, _S.COPY_SOURCE, "src")])
