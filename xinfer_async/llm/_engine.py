@@ -155,12 +155,13 @@ class GenerationStream:
     async def _generate(self, slot: Any, started: float) -> None:
         m = self._model
         async with self._send:
-            logits, pos = await m._prefill(slot, self._ids)
+            greedy = self._params.greedy  # greedy: argmax on the device, 4 bytes come back a step
+            nxt, pos = await m._prefill(slot, self._ids, greedy)
             first = time.perf_counter()
             sampler = Sampler(self._params)
             finish, n = "length", 0
             while n < self._max_tokens:
-                token = sampler.sample(logits)
+                token = nxt if greedy else sampler.sample(nxt)
                 n += 1
                 self._send.send_nowait(("token", token))
                 if token in m.stop_ids:
@@ -168,7 +169,7 @@ class GenerationStream:
                     break
                 if n >= self._max_tokens or pos >= m.ctx:
                     break
-                logits = await m._step(slot, "decode", [token], pos)
+                nxt = await m._step(slot, "decode", [token], pos, greedy)
                 pos += 1
             end = time.perf_counter()
             timings = Timings(started - self._submitted_at, first - self._submitted_at, first - started, end - first,
@@ -233,7 +234,8 @@ class LanguageModel:
         """
         return self.tokenizer.decode(ids)
 
-    def _prompt_ids(self, prompt: str | Sequence[int], special: bool) -> list[int]:
+    def _prompt_ids(self, prompt: str | Sequence[int], special: bool, what: str = "prompt") -> list[int]:
+        """Validated ids of a text or id prompt (``what`` names it in the errors)."""
         if isinstance(prompt, str):
             ids = self.tokenize(prompt, special=special)
             if self.add_bos and self.tokenizer.bos_id is not None:
@@ -242,11 +244,12 @@ class LanguageModel:
             ids = [int(i) for i in prompt]
             bad = [i for i in ids if not 0 <= i < self.config.vocab_size]
             if bad:
-                raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {self.config.vocab_size})")
+                raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {self.config.vocab_size})")
         if not ids:
-            raise ValueError("prompt is empty: give at least one token of text")
+            hint = "give at least one token of text" if what == "prompt" else "give at least one token"
+            raise ValueError(f"{what} is empty: {hint}")
         if len(ids) > self.ctx:
-            raise ValueError(f"prompt has {len(ids)} tokens but the context holds {self.ctx} (load with a larger ctx=)")
+            raise ValueError(f"{what} has {len(ids)} tokens but the context holds {self.ctx} (load with a larger ctx=)")
         return ids
 
     def render_chat(self, messages: list[dict]) -> list[int]:
@@ -320,7 +323,7 @@ class LanguageModel:
         Raises:
             ValueError: empty, longer than the context, or an id outside the vocabulary.
         """
-        ids = self._prompt_ids(list(token_ids), False)
+        ids = self._prompt_ids(list(token_ids), False, what="token_ids")
 
         async def job(slot: Any) -> np.ndarray:
             rows = []
@@ -333,25 +336,30 @@ class LanguageModel:
         return await (await self._job_queue()).submit(job)
 
     # -- steps -----------------------------------------------------------------------------
-    async def _run(self, slot: Any, plan: str, tokens: Sequence[int], start: int, last: int) -> np.ndarray:
+    async def _run(self, slot: Any, plan: str, tokens: Sequence[int], start: int, last: int,
+                   output: int = 0) -> np.ndarray:
+        """Run ``tokens`` at positions ``start...`` through ``plan``; download output ``output``
+        (0: logits, 1: their argmax)."""
         T = 1 if plan == "decode" else self.chunk
         tok = np.zeros(T, np.int32)
         tok[:len(tokens)] = tokens
         pos = np.full(T, -1, np.int32)
         pos[:len(tokens)] = np.arange(start, start + len(tokens))
-        (out,) = await slot.run([tok, pos, np.array([last], np.int32)], plan=plan)
+        (out,) = await slot.run([tok, pos, np.array([last], np.int32)], plan=plan, outputs=[output])
         return out
 
-    async def _step(self, slot: Any, plan: str, tokens: Sequence[int], start: int) -> np.ndarray:
-        """Logits (vocab,) after ``tokens`` placed at positions ``start...``."""
-        return (await self._run(slot, plan, tokens, start, last=len(tokens) - 1))[0]
+    async def _step(self, slot: Any, plan: str, tokens: Sequence[int], start: int, greedy: bool = False):
+        """After ``tokens`` at positions ``start...``: the greedy next token (``int``, sampled on
+        the device) when ``greedy``, else the logits (vocab,) float32."""
+        out = await self._run(slot, plan, tokens, start, last=len(tokens) - 1, output=1 if greedy else 0)
+        return int(out[0]) if greedy else out[0]
 
-    async def _prefill(self, slot: Any, ids: list[int]) -> tuple[np.ndarray, int]:
-        logits = None
+    async def _prefill(self, slot: Any, ids: list[int], greedy: bool = False) -> tuple[Any, int]:
+        nxt = None
         for start in range(0, len(ids), self.chunk):
             chunk = ids[start:start + self.chunk]
-            logits = await self._step(slot, "decode" if len(chunk) == 1 else "prefill", chunk, start)
-        return logits, len(ids)
+            nxt = await self._step(slot, "decode" if len(chunk) == 1 else "prefill", chunk, start, greedy)
+        return nxt, len(ids)
 
     async def _job_queue(self) -> JobQueue:
         """The job queue of the current ``trio.run``.
