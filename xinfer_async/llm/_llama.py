@@ -91,7 +91,7 @@ class LlamaBuilder:
             raise ValueError(f"chunk={chunk} must be in [1, ctx={ctx}]")
         self.chunk = chunk
         self._layouts = {T: self._layout(T) for T in sorted({1, chunk})}
-        for name in {f"get_rows_{self.embd_dtype}", "get_rows_f32", "rmsnorm", "rope", "kv_store", "attention", "swiglu",
+        for name in {f"get_rows_{self.embd_dtype}", "get_rows_f32", "rmsnorm", "rope", "kv_store", "attention", "swiglu", "argmax",
                      f"matmul_{self.out_dtype}"} | {f"matmul_{b.wqkv[1]}" for b in self.blocks} \
                 | {f"matmul_{b.wo[1]}" for b in self.blocks} | {f"matmul_{b.wgu[1]}" for b in self.blocks} \
                 | {f"matmul_{b.wdown[1]}" for b in self.blocks}:
@@ -131,7 +131,7 @@ class LlamaBuilder:
         cfg, kvd = self.cfg, self.kv_dim
         sizes = dict(tokens=T, pos=T, last=1, x=T * cfg.dim, h=T * cfg.dim, qkv=T * (cfg.dim + 2 * kvd),
                      att=T * cfg.dim, gu=T * 2 * cfg.ffn_dim, act=T * cfg.ffn_dim, hl=cfg.dim,
-                     logits=T * cfg.vocab_size, logits_last=cfg.vocab_size)
+                     logits=T * cfg.vocab_size, logits_last=cfg.vocab_size, argmax=T)
         return {k: self.session.scratch(n * F32, name=f"T{T}.{k}") for k, n in sizes.items()}
 
     def weight_bytes(self) -> int:
@@ -143,8 +143,9 @@ class LlamaBuilder:
 
         Inputs: ``tokens`` (T,) int32, ``pos`` (T,) int32 (position of each token; -1 for padding
         rows, which touch no cache row), ``last`` (1,) int32 (the row whose logits to return;
-        ignored when ``all_logits``). Output: logits float32 of shape (T, vocab) when
-        ``all_logits``, else (1, vocab).
+        ignored when ``all_logits``). Outputs: logits float32 of shape (T, vocab) when
+        ``all_logits``, else (1, vocab); and their argmax, int32 (T,) or (1,): greedy sampling on
+        the device, so a greedy step downloads 4 bytes instead of the logits.
         """
         cfg, s = self.cfg, self.session
         dim, kvd, ffn, V = cfg.dim, self.kv_dim, cfg.ffn_dim, cfg.vocab_size
@@ -187,9 +188,11 @@ class LlamaBuilder:
             hl = L["hl"]
             cmds.append(self._dispatch("get_rows_f32", [h, last, (hl, W_)], dict(T=1, dim=dim, vocab=T)))
             cmds.append(mm((self.out, self.out_dtype), hl, logits, V, dim, 0, rows=1))
+        ids = L["argmax"]
+        cmds.append(self._dispatch("argmax", [logits, (ids, W_)], dict(rows=n_out, n=V)))
         i32 = lambda r, n: IODesc(r, TensorDesc((n,), "i32"))  # noqa: E731
         return d.fragment(cmds, [i32(tokens, T), i32(pos, T), i32(last, 1)],
-                          [IODesc(logits, TensorDesc((n_out, V), "f32"))])
+                          [IODesc(logits, TensorDesc((n_out, V), "f32")), i32(ids, n_out)])
 
     def _dispatch(self, name: str, bindings: list, constants: dict) -> Dispatch:
         binds = [Binding(b[0], b[1]) if isinstance(b, tuple) else Binding(b) for b in bindings]

@@ -126,9 +126,11 @@ class Slot:
         except KeyError:
             raise ValueError(f"plan={plan!r} is not one of {sorted(plans)}") from None
 
-    def record_run(self, ex: Any, inputs: Sequence[Any], plan: str | None = None, download: bool = True):
-        """Record uploads of ``inputs``, the plan's replay and (optionally) output downloads into
-        the command list ``ex``; returns the readbacks.
+    def record_run(self, ex: Any, inputs: Sequence[Any], plan: str | None = None, download: bool = True,
+                   outputs: Sequence[int] | None = None):
+        """Record uploads of ``inputs``, the plan's replay and (optionally) downloads of the
+        outputs numbered in ``outputs`` (default: all) into the command list ``ex``; returns the
+        readbacks.
 
         Raises:
             ValueError: a wrong input count, shape, dtype or byte count (naming the input).
@@ -139,25 +141,42 @@ class Slot:
         for i, (data, t) in enumerate(zip(inputs, p.inputs)):
             ex.upload(self.tensor_view(t), _check_input(i, data, t.desc))
         ex.replay(self._graphs[p.name])
-        return [ex.download(self.tensor_view(t)) for t in p.outputs] if download else []
+        if not download:
+            return []
+        return [ex.download(self.tensor_view(p.outputs[i])) for i in self._output_indices(p, outputs)]
 
-    async def run(self, inputs: Sequence[Any], plan: str | None = None) -> list[np.ndarray]:
+    @staticmethod
+    def _output_indices(p: _Plan, outputs: Sequence[int] | None) -> list[int]:
+        if outputs is None:
+            return list(range(len(p.outputs)))
+        for i in outputs:
+            if not 0 <= i < len(p.outputs):
+                raise ValueError(f"outputs: plan {p.name!r} has {len(p.outputs)} outputs, no output {i}")
+        return list(outputs)
+
+    async def run(self, inputs: Sequence[Any], plan: str | None = None,
+                  outputs: Sequence[int] | None = None) -> list[np.ndarray]:
         """Upload inputs, replay the plan, download the outputs; await the fence.
 
+        Args:
+            outputs: numbers of the outputs to download (default: all), e.g. only the sampled
+                token ids and not the logits.
+
         Returns:
-            one numpy array per output, of its descriptor's shape and dtype (raw ``uint8`` for
-            block types).
+            one numpy array per downloaded output, of its descriptor's shape and dtype (raw
+            ``uint8`` for block types).
         """
         p = self._plan(plan)
+        chosen = self._output_indices(p, outputs)
         async with self.device.command_lists.acquire() as ex:
             if ex.queue is not self.prepared.queue:
                 ex.queue = self.prepared.queue
-            readbacks = self.record_run(ex, inputs, plan)
+            readbacks = self.record_run(ex, inputs, plan, outputs=chosen)
             value = ex.submit()
             self._last = Completion(ex.queue, value)
             self.prepared._runs += 1
             await ex.queue.fence.wait(value)
-        return [_as_array(rb, t.desc) for rb, t in zip(readbacks, p.outputs)]
+        return [_as_array(rb, p.outputs[i].desc) for rb, i in zip(readbacks, chosen)]
 
     def submit(self, inputs: Sequence[Any], plan: str | None = None) -> list[DeviceTensor]:
         """Record and submit a run without downloading; returns the outputs as ``DeviceTensor``s."""
@@ -285,10 +304,11 @@ class PreparedModel:
     def release(self, slot: Slot) -> None:
         self._release(slot)
 
-    async def run(self, inputs: Sequence[Any], plan: str | None = None) -> list[np.ndarray]:
+    async def run(self, inputs: Sequence[Any], plan: str | None = None,
+                  outputs: Sequence[int] | None = None) -> list[np.ndarray]:
         """Run on any free slot; see ``Slot.run``."""
         async with self.slot() as s:
-            return await s.run(inputs, plan)
+            return await s.run(inputs, plan, outputs)
 
     def statistics(self) -> PreparedStatistics:
         return PreparedStatistics(self.capacity, self._busy, self._max_busy, self._lot.statistics().tasks_waiting,
