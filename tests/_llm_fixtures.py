@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-GOLDEN = Path(__file__).resolve().parents[1] / "shared" / "golden" / "smollm2_llamacpp.json"
-_GOLDEN_CANDIDATES = [GOLDEN, Path("/work/shared/golden/smollm2_llamacpp.json")]
+GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "golden" / "smollm2_llamacpp.json"  # CI: ../shared of the clone
+_GOLDEN_CANDIDATES = [GOLDEN, Path(__file__).resolve().parents[1] / "shared" / "golden" / "smollm2_llamacpp.json",
+                      Path("/work/shared/golden/smollm2_llamacpp.json")]
 _MODEL_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -35,10 +36,24 @@ def require_model() -> Path:
 
 
 def golden() -> dict:
-    for p in _GOLDEN_CANDIDATES:
+    """The llama.cpp golden outputs: $XINFER_GOLDEN, else ../shared/golden of the clone; skip if absent."""
+    env = os.environ.get("XINFER_GOLDEN")
+    for p in ([Path(env)] if env else []) + _GOLDEN_CANDIDATES:
         if p.is_file():
             return json.loads(p.read_text())
     pytest.skip("golden file smollm2_llamacpp.json not found")
+
+
+def load_model_sync(**kwargs):
+    """The real model loaded with ``xinfer_async.llm.load(path, device="cpu", **kwargs)`` outside any
+    trio run (for a module-scoped fixture: each trio test then gets its own job queue); skips when
+    the file is absent."""
+    import trio
+
+    from xinfer_async import llm
+
+    path = require_model()
+    return trio.run(lambda: llm.load(path, **{"device": "cpu", **kwargs}))
 
 
 TINY = dict(n_layer=2, dim=64, n_head=4, n_kv_head=2, ffn_dim=96, vocab=40)

@@ -1,0 +1,75 @@
+"""Tests of xinfer_async/cli.py: ``xinfer_async.cli.main([...])`` in process."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from _llm_fixtures import require_model
+from xinfer_async.cli import main
+
+TEXT = ("The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step. "
+        "All that glitters is not gold. Actions speak louder than words. Where there is a will, there is a way. ")
+
+
+@pytest.mark.model
+def test_generate_streams_text(capsys):
+    rc = main(["generate", "-m", str(require_model()), "--device", "cpu", "--ctx", "64", "-p", "The sky is", "-n", "8"])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert out.strip()
+    assert re.search(r"\[8 tokens, finish: length; prompt 3 tokens at [\d.]+ tok/s, decode [\d.]+ tok/s", err)
+
+
+@pytest.mark.model
+def test_generate_sampling_and_stop(capsys):
+    args = ["generate", "-m", str(require_model()), "--device", "cpu", "--ctx", "64", "-p", "Once upon a time",
+            "-n", "16", "--temperature", "0.8", "--top-p", "0.9", "--top-k", "40", "--seed", "3"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert main(args) == 0
+    assert capsys.readouterr().out == first and first.strip()
+
+
+def test_devices(capsys):
+    assert main(["devices"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^cpu: available \(\d+ cores", out, re.M)
+    assert re.search(r"^cuda: (available|not available)", out, re.M)
+
+
+def test_unknown_model_lists_the_known_ones(capsys):
+    rc = main(["generate", "-m", "no-such-model", "-p", "hello"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("xinfer-async generate: error: unknown model 'no-such-model'; known models: ")
+    assert "smollm2-135m" in err
+
+
+def test_missing_model_file(capsys, tmp_path):
+    rc = main(["generate", "-m", str(tmp_path / "missing.gguf"), "-p", "hello"])
+    assert rc == 2
+    assert f"model file not found: {tmp_path / 'missing.gguf'}" in capsys.readouterr().err
+
+
+@pytest.mark.model
+def test_perplexity_small_file(capsys, tmp_path):
+    f = tmp_path / "text.txt"
+    f.write_text(TEXT * 2)
+    rc = main(["perplexity", "-m", str(require_model()), "--device", "cpu", "-f", str(f), "--ctx", "32", "-q"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    m = re.search(r"^perplexity ([\d.]+) over (\d+) predicted tokens \((\d+) chunks of 32;", out, re.M)
+    assert m, out
+    ppl, count, chunks = float(m[1]), int(m[2]), int(m[3])
+    assert 1.0 < ppl < 1000.0 and chunks >= 2 and count == chunks * 31
+
+
+@pytest.mark.model
+def test_perplexity_text_shorter_than_ctx(capsys, tmp_path):
+    f = tmp_path / "short.txt"
+    f.write_text("Too short.")
+    rc = main(["perplexity", "-m", str(require_model()), "--device", "cpu", "-f", str(f), "--ctx", "32", "-q"])
+    assert rc == 2
+    assert re.search(r"error: .*short\.txt has \d+ tokens, fewer than one chunk of --ctx 32", capsys.readouterr().err)
