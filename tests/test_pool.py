@@ -100,4 +100,7 @@ async def test_list_still_executing_is_not_handed_out(dev):
         g.fill(dev.alloc(1, "f32"), 0.0)
         g.submit()
     assert len(got) == 1 and got[0] in submitted
-    assert all(c.is_complete() or c.fence_value is None for c in submitted)
+    await dev.queue.wait_idle()
+    await trio.testing.wait_all_tasks_blocked(cushion=0.01)
+    st = pool.statistics()
+    assert (st.free, st.in_use) == (4, 0)
