@@ -312,16 +312,23 @@ class Executor:
         for buf in graph.entry:
             if buf.freed:
                 raise ValidationError(f"replay: buffer #{buf.id} used by the graph was freed after capture")
+        # hot path (every decode step): ensure_state inlined for buffers already known live and
+        # of this device (a graph holds a few hundred buffers, one per weight)
+        used, entry, pending = self._used, self._entry, self._pending
         for buf, state in graph.entry.items():
-            self._touch(buf)
+            if buf not in used:
+                used[buf] = None
+                entry[buf] = buf.state
             if buf.state is not state:
-                self.ensure_state(buf, state)
-            self._pending.pop(buf, None)
+                buf.state = state
+                self.transition_count += 1
+            pending.pop(buf, None)
         self._lowered.append(("graph", graph.handle))
         self._n_commands += 1
-        for buf, state in graph.exit.items():
+        last = self._n_commands - 1
+        for buf, state, nbytes in graph.exit_spans:
             buf.state = state
-            self._pending[buf] = ({}, {(0, buf.size_in_bytes): self._n_commands - 1})
+            pending[buf] = ({}, {(0, nbytes): last})
         self._keepalive.append(graph)
 
     # -- submission ------------------------------------------------------------------------
@@ -394,6 +401,7 @@ class CapturedGraph:
         self.handle = handle
         self.entry = entry
         self.exit = exit
+        self.exit_spans = tuple((buf, state, buf.size_in_bytes) for buf, state in exit.items())
         self.destroyed = False
 
     def destroy(self) -> None:
