@@ -1,0 +1,147 @@
+"""LLM benchmark: decode and prefill speed of a real model through ``LanguageModel``.
+
+For each slot count N: N concurrent trio tasks, each a greedy request of ``--max-tokens`` tokens
+after a short prompt, on a model loaded with N slots. Reported per row:
+
+- ``agg tok/s``: generated tokens of all N requests / wall time from the first submission to the
+  last token (short prompts' prefill included);
+- ``step ms``: per-token latency within the requests (the time between consecutive tokens of one
+  request, as its stream delivers them; the first token, which comes from the prefill, left out):
+  median and p10-p90;
+- ``ttft ms``: time to first token (submission to first piece, queue wait included), median;
+- ``GB/s``: weight bytes read per decode step / the median step time (every step reads every
+  weight once; at N > 1 each slot reads them separately), against the device's peak bandwidth when
+  known (``--peak-gbs``; cuda default: the H200's 4800 GB/s; cpu: reported only).
+
+Prefill: one request of a ``--prompt-tokens`` prompt and one generated token, alone on the model;
+the prefill's tok/s (median of ``--repeats``). Warm-up requests on every slot run first and are
+left out; every time is taken after the fence is awaited (a token reaches the caller only then).
+
+Usage: ``python -m xinfer_async.bench model [--model NAME|PATH] [--device cpu|cuda] [--slots 1,4,8]
+[--max-tokens 64] [--json FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import trio
+
+PROMPTS = ["Once upon a time, in a small village,", "The history of the Roman Empire begins",
+           "Here is a recipe for a simple bread:", "The theory of relativity was developed by",
+           "In the middle of the ocean there is", "A good way to learn programming is",
+           "The weather today is", "My favourite book tells the story of"]
+H200_GBS = 4800.0
+
+
+async def _request(model, prompt: str, max_tokens: int) -> dict:
+    t0 = time.perf_counter()
+    stream = model.generate(prompt, max_tokens=max_tokens)
+    times = []  # (arrival time, tokens generated so far)
+    async for _ in stream:
+        times.append((time.perf_counter(), len(stream._tokens)))
+    end = time.perf_counter()
+    steps = []
+    for (ta, na), (tb, nb) in zip(times, times[1:]):
+        if nb > na:  # a piece can carry several tokens (a held-back multi-byte character)
+            steps += [(tb - ta) / (nb - na)] * (nb - na)
+    return dict(ttft=times[0][0] - t0 if times else float("nan"), steps=steps, start=t0, end=end,
+                tokens=len(stream.result.token_ids))
+
+
+async def _decode_row(model, n: int, max_tokens: int) -> dict:
+    results = [None] * n
+
+    async def one(i):
+        results[i] = await _request(model, PROMPTS[i % len(PROMPTS)], max_tokens)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(n):
+            nursery.start_soon(one, i)
+    steps = np.array([s for r in results for s in r["steps"]]) * 1e3
+    wall = max(r["end"] for r in results) - min(r["start"] for r in results)
+    tokens = sum(r["tokens"] for r in results)
+    med = float(np.median(steps))
+    return dict(slots=n, requests=n, tokens=tokens, wall_s=wall, agg_tok_per_s=tokens / wall,
+                step_ms_p50=med, step_ms_p10=float(np.percentile(steps, 10)), step_ms_p90=float(np.percentile(steps, 90)),
+                per_request_tok_per_s=1e3 / med, ttft_ms_p50=float(np.median([r["ttft"] * 1e3 for r in results])),
+                weight_gb_per_s=model.builder.weight_bytes() / (med * 1e-3) / 1e9)
+
+
+async def _prefill(model, n_tokens: int, repeats: int) -> dict:
+    text = " ".join(f"word{i % 97}" for i in range(n_tokens))
+    ids = model.tokenize(text)[:n_tokens]
+    rates = []
+    for _ in range(repeats):
+        r = await model.complete(ids, max_tokens=1)
+        rates.append(r.timings.prefill_tok_per_s)
+    return dict(prompt_tokens=len(ids), prefill_tok_per_s=float(np.median(rates)),
+                prefill_tok_per_s_min=float(min(rates)), prefill_tok_per_s_max=float(max(rates)))
+
+
+async def _main(args) -> dict:
+    from .. import llm
+
+    slot_counts = [int(s) for s in args.slots.split(",")]
+    ctx = args.prompt_tokens + args.max_tokens + 64
+    rows = []
+    model = None
+    for n in slot_counts:
+        if model is not None:
+            await model.aclose()
+        t = time.perf_counter()
+        model = await llm.load(args.model, device=args.device, slots=n, ctx=ctx)
+        load_s = time.perf_counter() - t
+        if not rows:
+            dev = model.device
+            peak = args.peak_gbs if args.peak_gbs is not None else (H200_GBS if dev.name.startswith("cuda") else None)
+            weight_bytes = model.builder.weight_bytes()
+            print(f"model {model!r}; weights {weight_bytes / 1e6:.1f} MB; loaded in {load_s:.1f} s")
+            print(f"device {getattr(dev, 'description', dev.name)}; peak bandwidth: "
+                  f"{f'{peak:.0f} GB/s' if peak else 'not known (reported only)'}")
+        await _decode_row(model, n, args.warmup_tokens)  # warm-up: every slot runs once
+        row = await _decode_row(model, n, args.max_tokens)
+        row["load_s"] = load_s
+        if peak:
+            row["bandwidth_fraction"] = row["weight_gb_per_s"] / peak
+        rows.append(row)
+    await _request(model, PROMPTS[0], 2)  # warm-up of the prefill plan on a fresh slot
+    prefill = await _prefill(model, args.prompt_tokens, args.repeats)
+    await model.aclose()
+
+    print(f"\ndecode: greedy, {args.max_tokens} tokens a request after a short prompt, N concurrent requests")
+    print(f"{'slots':>5} {'tokens':>6} {'agg tok/s':>9} {'step ms p50':>11} {'p10-p90':>13} {'req tok/s':>9} "
+          f"{'ttft ms':>8} {'GB/s':>6}" + (f" {'of peak':>7}" if peak else ""))
+    for r in rows:
+        line = (f"{r['slots']:>5} {r['tokens']:>6} {r['agg_tok_per_s']:>9.1f} {r['step_ms_p50']:>11.2f} "
+                f"{r['step_ms_p10']:>6.2f}-{r['step_ms_p90']:<6.2f} {r['per_request_tok_per_s']:>9.1f} "
+                f"{r['ttft_ms_p50']:>8.1f} {r['weight_gb_per_s']:>6.2f}")
+        if peak:
+            line += f" {100 * r['bandwidth_fraction']:>6.1f}%"
+        print(line)
+    print(f"prefill: {prefill['prompt_tokens']}-token prompt, {prefill['prefill_tok_per_s']:.1f} tok/s "
+          f"(median of {args.repeats}; {prefill['prefill_tok_per_s_min']:.1f}-{prefill['prefill_tok_per_s_max']:.1f})")
+    return dict(model=str(args.model), device=dev.name, weight_bytes=weight_bytes,
+                max_tokens=args.max_tokens, peak_gb_per_s=peak, decode=rows, prefill=prefill)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m xinfer_async.bench model", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="smollm2-135m", help="a known model name or a .gguf path (default: smollm2-135m)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: $XINFER_DEVICE, else auto)")
+    p.add_argument("--slots", default="1,4,8", help="comma-separated slot counts, one row each (default: 1,4,8)")
+    p.add_argument("--max-tokens", type=int, default=64, help="generated tokens a request (default: 64)")
+    p.add_argument("--warmup-tokens", type=int, default=8, help="tokens of each warm-up request (default: 8)")
+    p.add_argument("--prompt-tokens", type=int, default=256, help="prompt length of the prefill row (default: 256)")
+    p.add_argument("--repeats", type=int, default=3, help="prefill runs, median reported (default: 3)")
+    p.add_argument("--peak-gbs", type=float, default=None, help="device memory bandwidth, GB/s (cuda default: 4800)")
+    p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    args = p.parse_args(argv)
+    result = trio.run(_main, args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
