@@ -14,6 +14,7 @@ from typing import Callable
 SUBCOMMANDS: dict[str, str] = {
     "runtime": "xinfer_async.bench._runtime:main",
     "model-layer": "xinfer_async.bench._model_layer:main",
+    "load": "xinfer_async.bench._load:main",
     "model": "xinfer_async.bench._model:main",
 }
 

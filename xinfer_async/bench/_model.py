@@ -18,17 +18,22 @@ the prefill's tok/s (median of ``--repeats``). Warm-up requests on every slot ru
 left out; every time is taken after the fence is awaited (a token reaches the caller only then).
 
 Usage: ``python -m xinfer_async.bench model [--model NAME|PATH] [--device cpu|cuda] [--slots 1,4,8]
-[--max-tokens 64] [--json FILE]``
+[--max-tokens 64] [--json FILE] [--plot FILE.png] [--compare torch]``
+
+``--compare torch`` (where PyTorch sees a CUDA device) times ``_torch_ref``'s hand-written decode step of
+the model's shape, captured in a CUDA graph, at batch 1, 8 and 64 in the same process, and prints ms a
+step, tok/s and torch/ours against the rows of the same slot count.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
 import trio
+
+from ._report import add_output_args, check_plot, plot_concurrency, write_json
 
 PROMPTS = ["Once upon a time, in a small village,", "The history of the Roman Empire begins",
            "Here is a recipe for a simple bread:", "The theory of relativity was developed by",
@@ -125,7 +130,7 @@ async def _main(args) -> dict:
     print(f"prefill: {prefill['prompt_tokens']}-token prompt, {prefill['prefill_tok_per_s']:.1f} tok/s "
           f"(median of {args.repeats}; {prefill['prefill_tok_per_s_min']:.1f}-{prefill['prefill_tok_per_s_max']:.1f})")
     return dict(model=str(args.model), device=dev.name, weight_bytes=weight_bytes,
-                max_tokens=args.max_tokens, peak_gb_per_s=peak, decode=rows, prefill=prefill)
+                max_tokens=args.max_tokens, peak_gb_per_s=peak, decode=rows, prefill=prefill, config=model.config)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,10 +143,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-tokens", type=int, default=256, help="prompt length of the prefill row (default: 256)")
     p.add_argument("--repeats", type=int, default=3, help="prefill runs, median reported (default: 3)")
     p.add_argument("--peak-gbs", type=float, default=None, help="device memory bandwidth, GB/s (cuda default: 4800)")
-    p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    p.add_argument("--compare", choices=["torch"], default=None,
+                   help="also time a hand-written PyTorch decode step of the same shape (CUDA graph) and print the ratio")
+    p.add_argument("--compare-batches", default="1,8,64", help="PyTorch batch sizes (default: 1,8,64)")
+    add_output_args(p)
     args = p.parse_args(argv)
+    try:
+        check_plot(args.plot)
+    except RuntimeError as exc:
+        p.error(str(exc))
     result = trio.run(_main, args)
+    if args.compare == "torch":
+        from . import _torch_ref
+
+        device = result["device"] if result["device"].startswith("cuda") else "cuda"
+        batches = [int(b) for b in args.compare_batches.split(",")]
+        result["compare"] = _torch_ref.compare(result["config"], result["decode"], batches, device)
+        print(_torch_ref.render(result["compare"]))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        write_json(args.json, result)
+    if args.plot:
+        plot_concurrency(args.plot, result["decode"], x="slots", x_label="concurrent requests (slots)",
+                         tok_per_s="agg_tok_per_s", latencies={"step p50": "step_ms_p50", "step p90": "step_ms_p90",
+                                                               "ttft p50": "ttft_ms_p50"},
+                         title=f"bench model: {result['model']} on {result['device']}")
     return 0

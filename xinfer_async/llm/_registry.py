@@ -230,14 +230,17 @@ def resolve_model(name_or_path: str | os.PathLike, pull: bool = True) -> Path:
     """Turn a model name or a file path into the path of a GGUF file.
 
     Args:
-        name_or_path: an existing file (used as is), or a known model name.
+        name_or_path: an existing file (used as is), a known model name, or
+            ``"synthetic:SHAPE[:DTYPE]"`` (a random-weight model of a named shape, written into the
+            cache on first use: see ``_synthetic.synthetic_model``).
         pull: fetch a known model that is not cached yet; when False a missing one raises.
 
     Returns:
         Path of the file.
 
     Raises:
-        ValueError: not an existing file and not a known name (the message lists the known names).
+        ValueError: not an existing file and not a known name (the message lists the known names),
+            or an unknown synthetic shape or dtype.
         FileNotFoundError: a ``.gguf`` path that does not exist, or a known model not cached while
             ``pull`` is False.
         XinferError: pulling failed (see :func:`pull`).
@@ -246,6 +249,10 @@ def resolve_model(name_or_path: str | os.PathLike, pull: bool = True) -> Path:
     if p.is_file():
         return p
     name = str(name_or_path)
+    if name.startswith("synthetic:"):
+        from ._synthetic import synthetic_model
+
+        return synthetic_model(name)
     if name not in MODELS:
         if name.endswith(".gguf") or os.sep in name:
             raise FileNotFoundError(f"model file not found: {name}")
