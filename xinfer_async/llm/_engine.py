@@ -63,8 +63,9 @@ class CompletionResult:
 class GenerationStream:
     """An async iterator of text pieces for one request (from ``LanguageModel.generate``).
 
-    Leaving the loop early (or ``await stream.aclose()``) cancels the request; its slot goes back
-    once the device is done with it. After the last piece, ``result`` holds the
+    Leaving the loop early (``break`` then ``await stream.aclose()``, or a cancellation or error
+    while the loop waits for a piece) cancels the request; its slot goes back once the device is
+    done with it. After the last piece, ``result`` holds the
     ``CompletionResult``.
     """
 
@@ -91,6 +92,18 @@ class GenerationStream:
         return self
 
     async def __anext__(self) -> str:
+        try:
+            return await self._next()
+        except StopAsyncIteration:
+            raise
+        except BaseException:
+            # the consumer was cancelled (a cancel scope around the loop or around ``complete``)
+            # or failed: the request must not keep generating on its slot for no one
+            if self._handle is not None:
+                self._handle.cancel()
+            raise
+
+    async def _next(self) -> str:
         if self._handle is None:
             if self._max_tokens == 0:  # nothing to generate: no job, no prefill
                 self._finish = "length"
