@@ -45,34 +45,38 @@ class TorchDecoder:
         device: ``"cuda"``, ``"cuda:N"`` or ``"cpu"``.
         dtype: weights and activations (default bf16; RoPE is computed in float32).
         max_seq: KV-cache positions (S).
-        seed: of the random weights.
+        seed: of the random weights (drawn on ``device``).
+        weights: another ``TorchDecoder`` of the same config, device and dtype whose weights this
+            one shares (a batch sweep draws them once).
     """
 
     def __init__(self, config: Any, batch: int, device: str = "cuda", dtype: Any = None, max_seq: int = MAX_SEQ,
-                 seed: int = 0):
+                 seed: int = 0, weights: "TorchDecoder | None" = None):
         import torch
 
         c = config
         self.c, self.B, self.S, self.device = c, batch, max_seq, torch.device(device)
         self.dtype = dtype or torch.bfloat16
-        g = torch.Generator(device="cpu").manual_seed(seed)
         hd, H, KV = c.head_dim, c.n_head, c.n_kv_head
+        if weights is not None:
+            self.embd, self.layers, self.out_norm = weights.embd, weights.layers, weights.out_norm
+        else:
+            g = torch.Generator(device=self.device).manual_seed(seed)
 
-        def w(*shape):  # N(0, 0.02), drawn on the cpu (seeded), then moved
-            return (torch.randn(*shape, generator=g) * 0.02).to(self.device, self.dtype)
+            def w(*shape):  # N(0, 0.02)
+                x = torch.randn(*shape, generator=g, device=self.device, dtype=torch.float32)
+                return x.mul_(0.02).to(self.dtype)
 
-        self.embd = w(c.vocab_size, c.dim)  # (V, dim), also the tied output projection
-        self.layers = []
-        for _ in range(c.n_layer):
-            self.layers.append(dict(
-                attn_norm=torch.ones(c.dim, device=self.device, dtype=self.dtype),
-                wqkv=w((H + 2 * KV) * hd, c.dim),  # (q | k | v rows, dim)
-                wo=w(c.dim, H * hd),
-                ffn_norm=torch.ones(c.dim, device=self.device, dtype=self.dtype),
-                w13=w(2 * c.ffn_dim, c.dim),  # (gate | up rows, dim)
-                w2=w(c.dim, c.ffn_dim),
-            ))
-        self.out_norm = torch.ones(c.dim, device=self.device, dtype=self.dtype)
+            def ones():
+                return torch.ones(c.dim, device=self.device, dtype=self.dtype)
+
+            self.embd = w(c.vocab_size, c.dim)  # (V, dim), also the tied output projection
+            self.layers = [dict(attn_norm=ones(), wqkv=w((H + 2 * KV) * hd, c.dim),  # (q | k | v rows, dim)
+                                wo=w(c.dim, H * hd), ffn_norm=ones(),
+                                w13=w(2 * c.ffn_dim, c.dim),  # (gate | up rows, dim)
+                                w2=w(c.dim, c.ffn_dim))
+                           for _ in range(c.n_layer)]
+            self.out_norm = ones()
         # (L, B, KV, S, hd) caches
         self.k_cache = torch.zeros(c.n_layer, batch, KV, max_seq, hd, device=self.device, dtype=self.dtype)
         self.v_cache = torch.zeros_like(self.k_cache)
@@ -163,12 +167,13 @@ class TorchDecoder:
 
 
 def measure(config: Any, batch: int, device: str = "cuda", *, steps: int = 100, repeats: int = 5,
-            graph: bool | None = None, dtype: Any = None) -> dict[str, float]:
+            graph: bool | None = None, dtype: Any = None, weights: TorchDecoder | None = None) -> dict[str, float]:
     """Milliseconds per decode step of ``TorchDecoder`` at ``batch``: median and min-max of
     ``repeats`` windows of ``steps`` steps (positions 0..steps-1), after warm-up.
 
     Args:
         graph: capture a CUDA graph (default: on cuda).
+        weights: a decoder whose weights to share (see ``TorchDecoder``).
 
     Raises:
         ValueError: ``steps`` > the KV cache's 1024 positions.
@@ -178,7 +183,7 @@ def measure(config: Any, batch: int, device: str = "cuda", *, steps: int = 100, 
     if steps >= MAX_SEQ:
         raise ValueError(f"steps must be < {MAX_SEQ} (the static KV cache), got {steps}")
     with torch.inference_mode():
-        dec = TorchDecoder(config, batch, device, dtype=dtype)
+        dec = TorchDecoder(config, batch, device, dtype=dtype, weights=weights)
         if graph if graph is not None else dec.device.type == "cuda":
             dec.capture()
         dec.time_steps(min(steps, 10))  # warm-up
@@ -215,8 +220,10 @@ def compare(config: Any, ours: Sequence[dict[str, Any]] = (), batches: Sequence[
 
     by_slots = {r["slots"]: r for r in ours}
     rows = []
+    with torch.inference_mode():
+        weights = TorchDecoder(config, 1, device, max_seq=1)
     for b in batches:
-        row = measure(config, b, device, steps=steps, repeats=repeats)
+        row = measure(config, b, device, steps=steps, repeats=repeats, weights=weights)
         mine = by_slots.get(b)
         if mine is not None:
             row.update(ours_ms=mine["step_ms_p50"], ours_tok_per_s=b * 1e3 / mine["step_ms_p50"],

@@ -1,0 +1,189 @@
+"""bench/_load.py, bench/_report.py, bench/_torch_ref.py, and ``bench model``'s --json/--plot/--compare,
+at tiny sizes on the cpu with the tiny synthetic model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+
+import numpy as np
+import pytest
+
+from xinfer_async.bench import __main__ as bench_main
+from xinfer_async.bench import _load, _report
+
+HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("XINFER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def test_arrival_times_are_a_poisson_process_of_the_rate():
+    t = _load.arrival_times(4000, 50.0, seed=1)
+    gaps = np.diff(t)
+    assert t[0] == 0 and (gaps >= 0).all()
+    assert abs(gaps.mean() - 1 / 50) < 0.002 and abs(gaps.std() - 1 / 50) < 0.002  # exponential: std == mean
+    assert (_load.arrival_times(5, math.inf) == 0).all()
+    assert np.array_equal(_load.arrival_times(9, 3.0, seed=4), _load.arrival_times(9, 3.0, seed=4))
+    with pytest.raises(ValueError, match=r"^rate must be > 0 requests/s \(or inf\), got 0.0$"):
+        _load.arrival_times(3, 0.0)
+
+
+def test_percentiles_and_table():
+    p = _report.percentiles([1.0, 2.0, 3.0, 4.0], (50, 99), scale=1e3, prefix="x_")
+    assert p == {"x_p50": 2500.0, "x_p99": pytest.approx(3970.0), "x_mean": 2500.0}
+    assert all(math.isnan(v) for v in _report.percentiles([]).values())
+    text = _report.render_table([("a", "a", "d"), ("bee", "b", ".2f")], [{"a": 1, "b": 2.0}, {"a": 10, "b": math.nan}])
+    assert text.splitlines() == [" a  bee", "-------", " 1 2.00", "10    -"]
+
+
+def test_write_json_turns_nan_and_dataclasses_into_plain_json(tmp_path):
+    from xinfer_async.llm._synthetic import SHAPES
+
+    _report.write_json(str(tmp_path / "r.json"), {"x": math.nan, "c": SHAPES["tiny"], "n": np.int64(3)})
+    d = json.loads((tmp_path / "r.json").read_text())
+    assert d["x"] is None and d["n"] == 3 and d["c"]["dim"] == 64
+
+
+LOAD_KEYS = {"slots", "rate", "requests", "req_per_s", "out_tok_per_s", "output_tokens", "duration_s",
+             "latency_s_p50", "latency_s_p90", "latency_s_p99", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50",
+             "itl_ms_p99", "tpot_ms_p50", "queue_ms_p50", "queue_ms_p99", "busy_mean", "busy_max", "occupancy",
+             "job_queue"}
+
+
+def test_bench_load_runs_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "load.json"
+    rc = bench_main.main(["load", "--model", "synthetic:tiny", "--device", "cpu", "--rate", "50,inf",
+                          "--requests", "6", "--prompt-tokens", "8", "--max-tokens", "5", "--slots", "2",
+                          "--sample-ms", "1", "--json", str(out)])
+    assert rc == 0
+    d = json.loads(out.read_text())
+    assert d["benchmark"] == "load" and d["model"] == "synthetic:tiny" and d["device"].startswith("cpu")
+    assert [(r["slots"], r["rate"]) for r in d["rows"]] == [(2, 50.0), (2, None)]  # inf is null in JSON
+    for r in d["rows"]:
+        assert LOAD_KEYS <= r.keys()
+        assert r["output_tokens"] == 6 * 5 and r["req_per_s"] > 0 and 1 <= r["busy_max"] <= 2
+        assert len(r["occupancy"]["t_s"]) == len(r["occupancy"]["running"]) > 0
+        assert r["job_queue"]["completed"] >= 6 + 2  # the timed requests and the warm-up
+        assert r["ttft_ms_p50"] <= 1e3 * r["latency_s_p50"]
+    printed = capsys.readouterr().out
+    assert "out tok/s" in printed and "itl p50 ms" in printed
+
+
+def test_bench_load_rejects_a_bad_rate(capsys):
+    with pytest.raises(SystemExit) as exc:
+        _load.main(["--rate", "-1", "--model", "synthetic:tiny"])
+    assert exc.value.code == 2
+    assert "rate must be > 0 requests/s (or inf), got -1.0" in capsys.readouterr().err
+
+
+def test_bench_model_runs_and_writes_json_with_the_comparison(tmp_path):
+    out = tmp_path / "model.json"
+    rc = bench_main.main(["model", "--model", "synthetic:tiny", "--device", "cpu", "--slots", "1,2",
+                          "--max-tokens", "4", "--warmup-tokens", "2", "--prompt-tokens", "16", "--repeats", "1",
+                          "--compare", "torch", "--compare-batches", "1", "--json", str(out)])
+    assert rc == 0
+    d = json.loads(out.read_text())
+    assert [r["slots"] for r in d["decode"]] == [1, 2]
+    for r in d["decode"]:
+        assert {"agg_tok_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90", "ttft_ms_p50"} <= r.keys()
+    assert d["prefill"]["prefill_tok_per_s"] > 0 and d["config"]["n_layer"] == 2
+    cmp = d["compare"]
+    if cmp["available"]:  # PyTorch with CUDA
+        assert cmp["rows"][0]["batch"] == 1 and cmp["rows"][0]["speedup"] > 0
+    else:
+        assert cmp["reason"] in ("PyTorch is not installed",) or cmp["reason"].endswith("sees no CUDA device")
+
+
+@pytest.mark.skipif(not HAVE_MPL, reason="matplotlib is not installed (the [plot] extra)")
+def test_bench_load_plot(tmp_path):
+    png = tmp_path / "load.png"
+    assert bench_main.main(["load", "--model", "synthetic:tiny", "--device", "cpu", "--rate", "inf",
+                            "--requests", "4", "--prompt-tokens", "4", "--max-tokens", "3", "--slots", "1,2",
+                            "--no-progress", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.skipif(HAVE_MPL, reason="matplotlib is installed")
+def test_plot_without_matplotlib_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _load.main(["--model", "synthetic:tiny", "--plot", str(tmp_path / "x.png")])
+    assert exc.value.code == 2
+    assert "needs matplotlib, which is not installed: pip install 'xinfer_async[plot]'" in capsys.readouterr().err
+    with pytest.raises(_report.PlotUnavailableError):
+        _report.plot_concurrency(str(tmp_path / "x.png"), [], x="a", x_label="a", tok_per_s="b", latencies={}, title="")
+
+
+def test_torch_step_runs_eager_on_cpu_at_a_tiny_shape():
+    torch = pytest.importorskip("torch")
+    from xinfer_async.bench import _torch_ref
+    from xinfer_async.llm._synthetic import SHAPES
+
+    c = SHAPES["tiny"]
+    with torch.inference_mode():
+        dec = _torch_ref.TorchDecoder(c, batch=3, device="cpu", dtype=torch.float32, max_seq=32)
+        dec.tokens.copy_(torch.tensor([1, 2, 3]))
+        first = dec.step()
+        assert first.shape == (3,) and int(dec.pos) == 1 and ((0 <= first) & (first < c.vocab_size)).all()
+        assert torch.equal(dec.tokens, first)  # fed back for the next step
+        assert dec.k_cache[:, :, :, 0].abs().sum() > 0 and dec.k_cache[:, :, :, 1:].abs().sum() == 0
+        dec.step()
+        assert int(dec.pos) == 2 and dec.k_cache[:, :, :, 1].abs().sum() > 0
+    r = _torch_ref.measure(c, 2, "cpu", steps=3, repeats=2, dtype=torch.float32)
+    assert r["batch"] == 2 and r["torch_ms"] > 0 and r["torch_tok_per_s"] == pytest.approx(2e3 / r["torch_ms"])
+    text = _torch_ref.render(_torch_ref.compare(c, [{"slots": 1, "step_ms_p50": 1.0}], batches=(1,), device="cpu",
+                                                steps=2, repeats=1))
+    assert "eager" in text and "torch/ours" in text
+
+
+def test_torch_step_matches_a_float64_reference_of_one_layer():
+    """The PyTorch step's math (rms_norm, adjacent-pair rope, GQA attention over the cache, swiglu,
+    tied output) against numpy float64, two steps from position 0."""
+    torch = pytest.importorskip("torch")
+    from xinfer_async.bench import _torch_ref
+    from xinfer_async.llm._gguf import LlamaConfig
+
+    c = LlamaConfig(n_layer=1, dim=32, n_head=4, n_kv_head=2, head_dim=8, ffn_dim=48, vocab_size=50,
+                    rope_theta=10000.0)
+    dec = _torch_ref.TorchDecoder(c, batch=1, device="cpu", dtype=torch.float64, max_seq=8)
+    L = {k: v.numpy() for k, v in dec.layers[0].items()}
+    E = dec.embd.numpy()
+
+    def rms(x, w):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + c.rms_eps) * w
+
+    def rope(x, pos):  # (h, hd), adjacent pairs
+        inv = 1.0 / c.rope_theta ** (np.arange(0, 8, 2) / 8)
+        cs, sn = np.cos(pos * inv), np.sin(pos * inv)
+        x0, x1 = x[:, 0::2], x[:, 1::2]
+        out = np.empty_like(x)
+        out[:, 0::2], out[:, 1::2] = x0 * cs - x1 * sn, x0 * sn + x1 * cs
+        return out
+
+    ks, vs, tok = [], [], 7
+    dec.tokens.fill_(tok)
+    for pos in range(2):
+        x = E[tok]
+        qkv = L["wqkv"] @ rms(x, L["attn_norm"])
+        q, k, v = rope(qkv[:32].reshape(4, 8), pos), rope(qkv[32:48].reshape(2, 8), pos), qkv[48:].reshape(2, 8)
+        ks.append(k)
+        vs.append(v)
+        K, V = np.stack(ks, 1), np.stack(vs, 1)  # (2, t, 8)
+        att = np.empty((4, 8))
+        for h in range(4):
+            s = K[h // 2] @ q[h] / np.sqrt(8)
+            p = np.exp(s - s.max())
+            att[h] = (p / p.sum()) @ V[h // 2]
+        x = x + L["wo"] @ att.reshape(-1)
+        gu = L["w13"] @ rms(x, L["ffn_norm"])
+        g, u = gu[:48], gu[48:]
+        x = x + L["w2"] @ (g / (1 + np.exp(-g)) * u)
+        want = int(np.argmax(E @ rms(x, dec.out_norm.numpy())))
+        with torch.inference_mode():
+            got = int(dec.step()[0])
+        assert got == want
+        np.testing.assert_allclose(dec.k_cache[0, 0, :, pos].numpy(), k, rtol=1e-6, atol=1e-9)  # rope runs in float32
+        tok = want
