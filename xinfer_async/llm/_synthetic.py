@@ -12,8 +12,8 @@ the number of cores. Quantization is ``gguf.quants.quantize`` itself (ggml's ref
 bit-exact with llama.cpp's ``quantize_row_q4_1_ref`` / ``q8_0``), applied per chunk: quantization is
 per 32-element block, so chunking by rows does not change a bit.
 
-Measured on a 2-core machine (shared): about 30 M parameters/s for q4_1, i.e. smollm2-135m in ~5 s;
-on a 16-core machine a 1.2 G-parameter llama-3.2-1b shape takes well under a minute.
+Measured on a 2-core machine (shared): about 16 M parameters/s for q4_1, i.e. smollm2-135m in ~8 s;
+by extrapolation, a 1.24 G-parameter llama-3.2-1b shape on a 16-core machine takes ~10-20 s (~80 s on 2).
 """
 
 from __future__ import annotations
