@@ -42,6 +42,7 @@ async def _generate(args) -> None:
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
+    sys.stdout.flush()
     t = stream.result.timings
     print(f"[{len(stream.result.token_ids)} tokens, finish: {stream.result.finish_reason}; prompt {t.prompt_tokens} tokens "
           f"at {t.prefill_tok_per_s:.1f} tok/s, decode {t.decode_tok_per_s:.1f} tok/s, "

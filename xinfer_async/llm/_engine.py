@@ -353,7 +353,7 @@ class LanguageModel:
                    output: int = 0) -> np.ndarray:
         """Run ``tokens`` at positions ``start...`` through ``plan``; download output ``output``
         (0: logits, 1: their argmax)."""
-        T = 1 if plan == "decode" else self.chunk
+        T = self.builder.plan_tokens[plan]
         tok = np.zeros(T, np.int32)
         tok[:len(tokens)] = tokens
         pos = np.full(T, -1, np.int32)
@@ -367,11 +367,17 @@ class LanguageModel:
         out = await self._run(slot, plan, tokens, start, last=len(tokens) - 1, output=1 if greedy else 0)
         return int(out[0]) if greedy else out[0]
 
+    def _prefill_plan(self, n: int) -> str:
+        """The smallest plan that takes ``n`` (<= chunk) prompt tokens in one run."""
+        if n == 1:
+            return "decode"
+        return f"prefill{min(T for T in self.builder.prefill_sizes if T >= n)}"
+
     async def _prefill(self, slot: Any, ids: list[int], greedy: bool = False) -> tuple[Any, int]:
         nxt = None
         for start in range(0, len(ids), self.chunk):
             chunk = ids[start:start + self.chunk]
-            nxt = await self._step(slot, "decode" if len(chunk) == 1 else "prefill", chunk, start, greedy)
+            nxt = await self._step(slot, self._prefill_plan(len(chunk)), chunk, start, greedy)
         return nxt, len(ids)
 
     async def _job_queue(self) -> JobQueue:

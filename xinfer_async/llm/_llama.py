@@ -90,7 +90,11 @@ class LlamaBuilder:
         if not 1 <= chunk <= ctx:
             raise ValueError(f"chunk={chunk} must be in [1, ctx={ctx}]")
         self.chunk = chunk
-        self._layouts = {T: self._layout(T) for T in sorted({1, chunk})}
+        # prefill buckets: a short prompt runs through a small plan instead of a padded chunk
+        self.prefill_sizes = sorted({min(16, chunk), chunk} - {1}) or [1]
+        self._layouts = {T: self._layout(T) for T in sorted({1, *self.prefill_sizes})}
+        #: plan name -> tokens per run (T)
+        self.plan_tokens = {"decode": 1, "score": chunk, **{f"prefill{T}": T for T in self.prefill_sizes}}
         for name in {f"get_rows_{self.embd_dtype}", "get_rows_f32", "rmsnorm", "rope", "kv_store", "attention", "swiglu", "argmax",
                      f"matmul_{self.out_dtype}"} | {f"matmul_{b.wqkv[1]}" for b in self.blocks} \
                 | {f"matmul_{b.wo[1]}" for b in self.blocks} | {f"matmul_{b.wgu[1]}" for b in self.blocks} \
@@ -199,10 +203,12 @@ class LlamaBuilder:
         return Dispatch(self.definition.kernels[name], binds, constants)
 
     def prepare(self, slots: int):
-        """A ``PreparedModel`` with plans ``decode`` (T=1, last logits), ``prefill`` (T=chunk,
-        last logits) and ``score`` (T=chunk, all logits) sharing each slot's KV cache."""
+        """A ``PreparedModel`` with plans ``decode`` (T=1, last logits), ``prefill{T}`` for each
+        prefill bucket T (last logits) and ``score`` (T=chunk, all logits), all sharing each slot's
+        KV cache."""
         plans = {}
-        for name, T, all_logits in (("decode", 1, False), ("prefill", self.chunk, False), ("score", self.chunk, True)):
+        for name, T in self.plan_tokens.items():
+            all_logits = name == "score"
             frag = self.forward(T, all_logits).reuse_private_scratch()
             g = self.definition.graph()
             ins = [g.input(io.desc) for io in frag.inputs]
