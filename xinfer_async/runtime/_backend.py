@@ -40,9 +40,11 @@ class BackendQueue(abc.ABC):
         fails sets ``self.error`` (a :class:`~xinfer_async.hal.DeviceError`) before the signal.
         """
 
-    def wait_for(self, other: "BackendQueue", signal: Any) -> None:
-        """Make later work on this queue wait for ``other``'s work up to ``signal`` (cuda:
-        ``cuStreamWaitEvent``). The cpu backend's queues are ordered by the runtime, so no-op."""
+    def wait_for(self, other: "BackendQueue", value: int) -> None:
+        """Make later work on this queue wait until ``other``'s fence counter reaches ``value``
+        (an ``int``), which may not be submitted yet: the wait holds until it is (cpu: the queue
+        thread waits; cuda: ``cuStreamWaitValue64`` on the mapped counter, see
+        :meth:`Backend.fence_counter`)."""
 
     def close(self) -> None:
         """Stop accepting work; pending work completes first."""
@@ -82,6 +84,19 @@ class Backend(abc.ABC):
         import numpy as np
 
         return np.empty(nbytes, np.uint8)
+
+    def fence_counter(self, queue: BackendQueue) -> tuple[Any, Any]:
+        """The completed-value counter of ``queue``'s ``Fence``: ``(int64_t *, keepalive)``, the
+        pointer a cdata of ``xinfer_async._native``'s ffi, zero-initialized, which
+        ``xi_fence_signal`` stores into atomically; ``keepalive`` owns the memory and is held as
+        long as the fence. The default is ordinary host memory. cuda returns mapped pinned memory
+        that the GPU can read too, so ``BackendQueue.wait_for`` can wait on a value that is not
+        submitted yet (``cuStreamWaitValue64``, as a D3D12 queue waits on a fence).
+        """
+        from .. import _native
+
+        p = _native.ffi.new("int64_t *", 0)
+        return p, p
 
     @abc.abstractmethod
     def create_queue(self) -> BackendQueue:

@@ -38,12 +38,21 @@ class Fence:
         submitted_value: the highest value handed out by ``Queue.submit``.
     """
 
-    def __init__(self, label: str = "queue", error_source: Callable[[], XinferError | None] | None = None):
+    def __init__(self, label: str = "queue", error_source: Callable[[], XinferError | None] | None = None,
+                 counter: tuple[Any, Any] | None = None):
+        """Args:
+            label: names the fence in error messages.
+            error_source: returns the queue's device error, if any.
+            counter: ``(int64_t *, keepalive)`` from ``Backend.fence_counter``: where the completed
+                value lives (cuda: mapped pinned memory the GPU reads); default: host memory.
+        """
         ffi, lib = _native()
         self._ffi = ffi
         self.label = label
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._completed = ffi.new("int64_t *", 0)
+        if counter is None:
+            counter = (ffi.new("int64_t *", 0),) * 2
+        self._completed, self._counter_keepalive = counter
         self._submitted = 0
         self._pending: dict[int, tuple[Any, Any]] = {}  # value -> (xi_signal*, keepalive)
         self._lock = threading.Lock()

@@ -21,7 +21,8 @@ class Queue:
         self.device = device
         self.index = index
         self._backend = backend_queue
-        self.fence = Fence(f"{device.name} queue {index}", error_source=self._error)
+        self.fence = Fence(f"{device.name} queue {index}", error_source=self._error,
+                           counter=device.backend.fence_counter(backend_queue))
 
     def _error(self) -> XinferError | None:
         err = getattr(self._backend, "error", None)
@@ -43,7 +44,9 @@ class Queue:
         return value
 
     def wait_for(self, other: "Queue", value: int) -> None:
-        """Make later work on this queue wait until ``other`` reaches ``value``."""
+        """Make later work on this queue wait until ``other`` reaches ``value``, which need not be
+        submitted yet (D3D12's ``ID3D12CommandQueue::Wait``): work submitted here afterwards stalls
+        on the device until ``other`` signals it."""
         if other is not self and other.fence.completed_value < value:
             self._backend.wait_for(other._backend, value)
 

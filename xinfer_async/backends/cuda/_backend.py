@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any, Sequence
 
 from ...hal._errors import DeviceError
@@ -17,6 +18,7 @@ from ...runtime._backend import Backend, BackendQueue, Command
 from . import _driver
 from ._driver import check, ffi
 from ._launch import LAUNCH
+from ._pinned import MappedCounter, PinnedPool
 
 _CUBLAS_WORKSPACE = 32 << 20
 _MIN_DRIVER = 12000
@@ -143,6 +145,13 @@ class CUDABackend(Backend):
         self._cublas = None
         self._capture_stream = None
         self._closed = False
+        self._pinned = PinnedPool(lib)
+        # cuStreamWaitValue64 on mapped host counters (cross-queue waits on values not yet submitted);
+        # without 64-bit stream memory ops, wait_for falls back to an event on the other stream's tail
+        try:
+            self.stream_wait_value = bool(self._attr(_driver.CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS))
+        except DeviceError:  # an older driver that does not know the attribute
+            self.stream_wait_value = False
 
     # -- availability -----------------------------------------------------------------------------
     @staticmethod
@@ -205,6 +214,19 @@ class CUDABackend(Backend):
         buf = ffi.from_buffer(out, require_writable=True)
         check(self._lib.cuMemcpyDtoH_v2(buf, address, len(buf)), "cuMemcpyDtoH")
 
+    def host_array(self, nbytes: int):
+        """A ``uint8`` array of ``nbytes`` over pooled page-locked memory (see ``_pinned.py``)."""
+        self.make_current()
+        return self._pinned.array(nbytes)
+
+    def fence_counter(self, queue: "CUDAQueue"):
+        """A mapped pinned counter (``MappedCounter``) that ``queue``'s fence completes into; other
+        queues' ``wait_for`` read it on the GPU."""
+        self.make_current()
+        counter = MappedCounter(self._lib)
+        queue.counter = counter
+        return counter.native_pointer(), counter
+
     # -- queues -----------------------------------------------------------------------------------
     def create_queue(self) -> "CUDAQueue":
         self.make_current()
@@ -241,7 +263,7 @@ class CUDABackend(Backend):
             check(lib.cuMemcpyHtoDAsync_v2(cmd[1], ffi.from_buffer(host), host.nbytes, stream), "cuMemcpyHtoDAsync")
         elif kind == "download":
             host = cmd[2]
-            # pageable memory: the driver returns once the copy is done (correct, but blocks this thread)
+            # host_array gives pinned memory: asynchronous (pageable memory would block this thread)
             check(lib.cuMemcpyDtoHAsync_v2(ffi.from_buffer(host, require_writable=True), cmd[1], host.nbytes, stream),
                   "cuMemcpyDtoHAsync")
         elif kind == "gemm":
@@ -389,6 +411,7 @@ class CUDABackend(Backend):
         self._kernels.clear()
         if self._capture_stream is not None:
             lib.cuStreamDestroy_v2(self._capture_stream)
+        self._pinned.close()
         lib.cuDevicePrimaryCtxRelease_v2(self.device)
 
 
@@ -402,6 +425,7 @@ class CUDAQueue(BackendQueue):
         check(self._lib.cuStreamCreate(s, _driver.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
         self.stream = s[0]
         self.error: DeviceError | None = None
+        self.counter: MappedCounter | None = None  # set by CUDABackend.fence_counter
         self._closed = False
 
     def execute(self, commands: Sequence[Command], signal: Any) -> None:
@@ -427,10 +451,18 @@ class CUDAQueue(BackendQueue):
                         self.error = e
                 backend._host_fn(ptr)
 
-    def wait_for(self, other: "CUDAQueue", signal: Any) -> None:
-        """Later work on this stream waits for everything enqueued on ``other`` so far."""
+    def wait_for(self, other: "CUDAQueue", value: int) -> None:
+        """Later work on this stream waits until ``other``'s fence counter reaches ``value``:
+        ``cuStreamWaitValue64(GEQ)`` on the counter's mapped device address, so a value not yet
+        submitted on ``other`` stalls this stream until it is signalled. Fallback (no 64-bit stream
+        memory ops, or no mapped counter): an event recorded on ``other``'s tail, which covers only
+        what ``other`` has enqueued so far."""
         self._backend.make_current()
         lib = self._lib
+        if self._backend.stream_wait_value and other.counter is not None:
+            check(lib.cuStreamWaitValue64_v2(self.stream, other.counter.device_ptr, int(value),
+                                             _driver.CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue64")
+            return
         ev = ffi.new("CUevent *")
         check(lib.cuEventCreate(ev, _driver.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
         try:
@@ -449,5 +481,11 @@ class CUDAQueue(BackendQueue):
             self._closed = True
             self._backend.make_current()
             if _driver.lost is None:
-                self._lib.cuStreamSynchronize(self.stream)
+                # a wait on a fence value that is never signalled would block forever: give up
+                # after 10 s, as the cpu queue thread's join does
+                deadline = time.monotonic() + 10.0
+                while self._lib.cuStreamQuery(self.stream) == _driver.CUDA_ERROR_NOT_READY:
+                    if time.monotonic() > deadline:
+                        return
+                    time.sleep(1e-4)
             self._lib.cuStreamDestroy_v2(self.stream)
