@@ -14,6 +14,12 @@ __device__ __forceinline__ uint32_t xi_u32a2(const uint8_t *p) {
     return (uint32_t)xi_u16(p) | ((uint32_t)xi_u16(p + 2) << 16);
 }
 
+// byte k (0..3) of v, an integer 0..255, as an exact float without I2F (a quarter-rate instruction
+// on sm_90): 0x4B0000vv is the float 2^23 + vv, so one PRMT and one FADD per element.
+__device__ __forceinline__ float xi_byte_f(uint32_t v, int k) {
+    return __int_as_float(__byte_perm(v, 0x4B000000u, 0x7540 | k)) - 8388608.0f;
+}
+
 template <int TYPE> struct XiQ;
 
 template <> struct XiQ<XI_F32> {
@@ -68,9 +74,9 @@ template <> struct XiQ<XI_Q4_0> {
     }
     static __device__ __forceinline__ void load8(const uint8_t *row, int b, int s, float q[8], float &d, float &m) {
         const uint8_t *blk = row + (size_t_)b * 18;
-        const uint32_t w = xi_u32a2(blk + 2 + 4 * s);
+        const uint32_t w = xi_u32a2(blk + 2 + 4 * s), lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
-        for (int i = 0; i < 4; i++) { q[i] = (float)((int)((w >> (8 * i)) & 15) - 8); q[4 + i] = (float)((int)((w >> (8 * i + 4)) & 15) - 8); }
+        for (int i = 0; i < 4; i++) { q[i] = xi_byte_f(lo, i) - 8.0f; q[4 + i] = xi_byte_f(hi, i) - 8.0f; }
         d = xi_h2f(xi_u16(blk)); m = 0.0f;
     }
     static constexpr int ALIGN = 2;
@@ -87,9 +93,9 @@ template <> struct XiQ<XI_Q4_1> {
     static __device__ __forceinline__ void load8(const uint8_t *row, int b, int s, float q[8], float &d, float &m) {
         const uint8_t *blk = row + (size_t_)b * 20;
         const uint32_t dm = *reinterpret_cast<const uint32_t *>(blk);
-        const uint32_t w = *reinterpret_cast<const uint32_t *>(blk + 4 + 4 * s);
+        const uint32_t w = *reinterpret_cast<const uint32_t *>(blk + 4 + 4 * s), lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
-        for (int i = 0; i < 4; i++) { q[i] = (float)((w >> (8 * i)) & 15); q[4 + i] = (float)((w >> (8 * i + 4)) & 15); }
+        for (int i = 0; i < 4; i++) { q[i] = xi_byte_f(lo, i); q[4 + i] = xi_byte_f(hi, i); }
         d = xi_h2f(dm & 0xffff); m = xi_h2f(dm >> 16);
     }
     static constexpr int ALIGN = 4;
@@ -164,11 +170,68 @@ __device__ __forceinline__ void xi_matmul_row(const uint8_t *__restrict__ w, con
     }
 }
 
+// Rows per warp of the one-token (T == 1, decode) path; _launch.py's grid uses the same rule.
+__device__ __forceinline__ int xi_matvec_rows(const xi_matmul_c &c) { return c.N >= 2048 ? 2 : 1; }
+
+// T == 1, vector layouts: one warp computes R rows n0..n0+R-1 with the lane mapping of
+// xi_matmul_row, so each x float4 is loaded once for R rows (x reads, not weight bytes, bound the
+// one-row loop: 32 bytes of x per 4 bytes of q4_1 nibbles); unrolled 4 deep for loads in flight.
+// Rows past N repeat row N-1 and are not written.
+template <int TYPE, int R>
+__device__ __forceinline__ void xi_matvec_vec(const uint8_t *__restrict__ w, const float *__restrict__ x, float *__restrict__ y,
+                                              const xi_matmul_c &c, int n0) {
+    const int lane = threadIdx.x & 31, s = lane & 3, nb = c.K >> 5;
+    const size_t_ rb = XiQ<TYPE>::row_bytes(c.K);
+    const uint8_t *rows[R];
+    float sum[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        rows[r] = w + (size_t_)(n0 + r < c.N ? n0 + r : c.N - 1) * rb;
+        sum[r] = 0.0f;
+    }
+#pragma unroll 4
+    for (int b = lane >> 2; b < nb; b += 8) {
+        const float *xt = x + b * 32 + 4 * s;
+        const float4 lo = *reinterpret_cast<const float4 *>(xt);
+        const float4 hi = *reinterpret_cast<const float4 *>(xt + 16);
+        const float xs = TYPE == XI_Q4_1 ? ((lo.x + lo.y) + (lo.z + lo.w)) + ((hi.x + hi.y) + (hi.z + hi.w)) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float q[8], d, m;
+            XiQ<TYPE>::load8(rows[r], b, s, q, d, m);
+            const float dot = q[0] * lo.x + q[1] * lo.y + q[2] * lo.z + q[3] * lo.w +
+                              q[4] * hi.x + q[5] * hi.y + q[6] * hi.z + q[7] * hi.w;
+            float part = d * dot;
+            if (TYPE == XI_Q4_1) part += m * xs;
+            sum[r] += part;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float v = xi_warp_sum(sum[r]);
+        if (lane == 0 && n0 + r < c.N) y[n0 + r] = c.accumulate ? y[n0 + r] + v : v;
+    }
+}
+
 // w (N, K) TYPE, x (T, K) f32 -> y (T, N) f32 RW: y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] x[t,k].
-// Blocks of 256 threads (8 warps = 8 rows); grid (ceil(N/8), ceil(T/4)).
+// Blocks of 256 threads (8 warps). T > 1: a warp per row, grid (ceil(N/8), ceil(T/4)). T == 1: a warp
+// per xi_matvec_rows(c) rows, grid (ceil(N / (8 * rows)), 1).
 template <int TYPE>
 __device__ __forceinline__ void xi_matmul(const uint8_t *__restrict__ w, const float *__restrict__ x, float *__restrict__ y,
                                           xi_matmul_c c) {
+    if (c.T == 1) {
+        const int R = xi_matvec_rows(c);
+        const int n0 = (blockIdx.x * 8 + (threadIdx.x >> 5)) * R;
+        if (n0 >= c.N || blockIdx.y > 0) return;
+        const bool vec1 = (c.K & 31) == 0 && (((size_t_)x) & 15) == 0 && (((size_t_)w) & (XiQ<TYPE>::ALIGN - 1)) == 0;
+        if (vec1) {
+            if (R == 2) xi_matvec_vec<TYPE, 2>(w, x, y, c, n0);
+            else xi_matvec_vec<TYPE, 1>(w, x, y, c, n0);
+        } else {
+            for (int r = 0; r < R && n0 + r < c.N; r++) xi_matmul_row<TYPE, 1, false>(w, x, y, c, n0 + r, 0);
+        }
+        return;
+    }
     const int n = blockIdx.x * 8 + (threadIdx.x >> 5);
     const int t0 = blockIdx.y * 4;
     if (n >= c.N || t0 >= c.T) return;

@@ -16,6 +16,14 @@ def _flat(total: int) -> tuple[int, int, int]:
     return (min(_cdiv(total, 256), 132 * 64), 1, 1)
 
 
+def _matmul_grid(c: dict) -> tuple[int, int, int]:
+    """matmul_DT (shaders/xi_quant.cuh): 8 warps a block; T > 1: a warp per row and 4 tokens per
+    block row; T == 1: a warp per ``xi_matvec_rows`` rows (2 when N >= 2048, else 1)."""
+    if c["T"] == 1:
+        return (_cdiv(c["N"], 8 * (2 if c["N"] >= 2048 else 1)), 1, 1)
+    return (_cdiv(c["N"], 8), _cdiv(c["T"], 4), 1)
+
+
 #: name -> (block, grid(constants) -> (x, y, z))
 LAUNCH = {
     "affine": (256, lambda c: _flat(c["n"])),
@@ -30,6 +38,6 @@ LAUNCH = {
 }
 for _dt in ("f32", "f16", "q8_0", "q4_0", "q4_1"):
     LAUNCH[f"get_rows_{_dt}"] = (256, lambda c: (max(1, c["T"]), 1, 1))
-    LAUNCH[f"matmul_{_dt}"] = (256, lambda c: (_cdiv(c["N"], 8), _cdiv(c["T"], 4), 1))
+    LAUNCH[f"matmul_{_dt}"] = (256, lambda c: _matmul_grid(c))
 for _dt in ("q8_0", "q4_0", "q4_1"):
     LAUNCH[f"dequantize_{_dt}"] = (256, lambda c: _flat(c["n"]))
