@@ -45,15 +45,16 @@ def golden() -> dict:
 
 
 def load_model_sync(**kwargs):
-    """The real model loaded with ``xinfer_async.llm.load(path, device="cpu", **kwargs)`` outside any
+    """The real model loaded with ``xinfer_async.llm.load(path, device=D, **kwargs)`` outside any
     trio run (for a module-scoped fixture: each trio test then gets its own job queue); skips when
-    the file is absent."""
+    the file is absent. D is ``$XINFER_TEST_DEVICE`` (e.g. ``cuda`` on the H200 machine), else cpu."""
     import trio
 
     from xinfer_async import llm
 
     path = require_model()
-    return trio.run(lambda: llm.load(path, **{"device": "cpu", **kwargs}))
+    device = os.environ.get("XINFER_TEST_DEVICE", "cpu")
+    return trio.run(lambda: llm.load(path, **{"device": device, **kwargs}))
 
 
 TINY = dict(n_layer=2, dim=64, n_head=4, n_kv_head=2, ffn_dim=96, vocab=40)

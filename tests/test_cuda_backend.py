@@ -253,7 +253,7 @@ def test_get_rows_bit_exact(be, q, dtype):
 
 
 @pytest.mark.parametrize("dtype", ("f32", "f16") + QTYPES)
-@pytest.mark.parametrize("T,N,K,accumulate", [(1, 257, 4096, 0), (3, 64, 576, 1), (6, 100, 1536, 0)])
+@pytest.mark.parametrize("T,N,K,accumulate", [(1, 257, 4096, 0), (1, 2049, 576, 1), (3, 64, 576, 1), (6, 100, 1536, 0)])
 def test_matmul(be, q, dtype, T, N, K, accumulate):
     raw, w = table(dtype, N, K)
     x, y0 = f32(T, K), f32(T, N)
@@ -464,3 +464,41 @@ async def test_fence_stress(be):
         be.free(f)
     for fd in fds:
         os.close(fd)
+
+
+# ---- pinned host memory, mapped fence counters ---------------------------------------------------
+def test_host_array_is_pooled_and_recycled(be):
+    import gc
+
+    a = be.host_array(1000)
+    assert a.dtype == np.uint8 and a.nbytes == 1000 and a.flags.writeable and a.flags.c_contiguous
+    addr = a.ctypes.data
+    held = be._pinned.allocated_nbytes
+    del a
+    gc.collect()
+    b = be.host_array(900)  # same size class: the same block comes back, no new cuMemHostAlloc
+    assert b.ctypes.data == addr and be._pinned.allocated_nbytes == held
+
+
+def test_wait_for_a_value_not_yet_submitted_stalls_the_stream(be):
+    from xinfer_async import _native
+
+    waiter, gate = be.create_queue(), be.create_queue()
+    counters = [be.fence_counter(q_) for q_ in (waiter, gate)]
+    mode = "cuStreamWaitValue64" if be.stream_wait_value else "event fallback"
+    p = be.alloc(4)
+    waiter.wait_for(gate, 1)  # gate has nothing enqueued yet
+    sig = _native.ffi.new("xi_signal *", {"fd": -1, "completed": counters[0][0], "value": 1})
+    waiter.execute([("fill", p, 4, 7)], sig)
+    time.sleep(0.05)
+    if not be.stream_wait_value:
+        pytest.skip(f"no 64-bit stream memory ops on this device ({mode})")
+    assert counters[0][0][0] == 0  # still stalled behind the gate
+    gsig = _native.ffi.new("xi_signal *", {"fd": -1, "completed": counters[1][0], "value": 1})
+    gate.execute([], gsig)
+    waiter.synchronize()
+    assert counters[0][0][0] == 1 and counters[1][0][0] == 1
+    out = np.zeros(1, np.uint32)
+    be.read(p, out.view(np.uint8))
+    assert out[0] == 7
+    be.free(p)
