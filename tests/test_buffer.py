@@ -45,14 +45,15 @@ async def test_free_while_submitted_is_released_only_after_fence():
         assert buf.busy()
         addr = buf.address
         buf.free()
-        assert addr in dev.backend._arrays  # still used by a submitted list: not released
-        dev.alloc(4, "f32")  # allocations reap completed frees; this one is not complete
-        assert addr in dev.backend._arrays
+        # still used by a submitted list: not released, and not handed out again
+        assert dev.alloc(256, "f32").address != addr
+        assert dev.allocator.cached_bytes == 0
         g = dev.executor(queue=gate)
         g.fill(ev, 0.0)
         g.submit()  # gate reaches 1: the default queue runs the fill
         await dev.queue.fence.wait(value)
-        assert addr not in dev.backend._arrays
+        assert dev.allocator.cached_bytes == 1024  # released into the cache after the fence
+        assert dev.alloc(256, "f32").address == addr  # and reused
     finally:
         dev.close()
 

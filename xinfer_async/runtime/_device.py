@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 
 from ..hal import DeviceError, DType, TensorDesc
+from ._allocator import CachingAllocator, size_class
 from ._backend import Backend
 from ._buffer import DeviceBuffer
 from ._queue import Queue
 
-_ALIGN = 256
 
 
 class Device:
@@ -28,6 +28,7 @@ class Device:
 
     def __init__(self, backend: Backend, *, command_lists: int = 8, validate: bool = True):
         self.backend = backend
+        self.allocator = CachingAllocator(backend)
         self.name = backend.name
         self.description = getattr(backend, "description", backend.name)
         self.validate = validate
@@ -63,6 +64,7 @@ class Device:
         except Exception:
             pass
         self._reap(force=True)
+        self.allocator.release_all()
         for q in self._queues:
             q.close()
         self._closed = True
@@ -141,8 +143,8 @@ class Device:
     def _alloc_desc(self, desc: TensorDesc) -> DeviceBuffer:
         self._check_alive()
         self._reap()
-        nbytes = max(_ALIGN, -(-desc.nbytes // _ALIGN) * _ALIGN)
-        address = self.backend.alloc(nbytes)
+        nbytes = size_class(desc.nbytes)
+        address = self.allocator.alloc(desc.nbytes)
         self.allocated_bytes += nbytes
         self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
         return DeviceBuffer(self, address, desc)
@@ -247,8 +249,8 @@ class Device:
             if buf.busy() and not force:
                 keep.append(buf)
                 continue
-            self.backend.free(buf.address)
-            self.allocated_bytes -= max(_ALIGN, -(-buf.nbytes // _ALIGN) * _ALIGN)
+            self.allocator.free(buf.address, buf.nbytes)
+            self.allocated_bytes -= size_class(buf.nbytes)
         self._deferred = keep
 
     def __repr__(self) -> str:
