@@ -192,6 +192,10 @@ class Fence:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            # the backend may free the counter's memory (cuda: mapped pinned) once its queue is
+            # closed: keep the last value in memory of our own, so completed_value stays readable
+            self._completed = self._ffi.new("int64_t *", int(self._completed[0]))
+            self._counter_keepalive = None
             try:
                 trio.lowlevel.notify_closing(self._fd)
             except RuntimeError:  # not inside trio: nobody can be waiting on the fd

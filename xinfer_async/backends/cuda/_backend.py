@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from typing import Any, Sequence
 
 from ...hal._errors import DeviceError
@@ -146,6 +147,7 @@ class CUDABackend(Backend):
         self._capture_stream = None
         self._closed = False
         self._pinned = PinnedPool(lib)
+        self._counters: "weakref.WeakSet[MappedCounter]" = weakref.WeakSet()
         # cuStreamWaitValue64 on mapped host counters (cross-queue waits on values not yet submitted);
         # without 64-bit stream memory ops, wait_for falls back to an event on the other stream's tail
         try:
@@ -225,6 +227,7 @@ class CUDABackend(Backend):
         self.make_current()
         counter = MappedCounter(self._lib)
         queue.counter = counter
+        self._counters.add(counter)
         return counter.native_pointer(), counter
 
     # -- queues -----------------------------------------------------------------------------------
@@ -412,6 +415,8 @@ class CUDABackend(Backend):
         if self._capture_stream is not None:
             lib.cuStreamDestroy_v2(self._capture_stream)
         self._pinned.close()
+        for c in list(self._counters):  # the fences copied their last values (Fence.close)
+            c.free()
         lib.cuDevicePrimaryCtxRelease_v2(self.device)
 
 

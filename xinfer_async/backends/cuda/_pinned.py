@@ -57,10 +57,14 @@ class PinnedPool:
         return base[:nbytes]
 
     def _recycle(self, cls: int, ptr: int) -> None:
-        # runs on whichever thread drops the last reference: no driver call unless over the cap
+        # runs on whichever thread drops the last reference: no driver call unless over the cap.
+        # After close() nothing is freed: the context's release frees the memory, and the same
+        # address may already belong to a later context (freeing it would unmap that one's memory)
         with self._lock:
+            if self._closed:
+                return
             free = self._free.setdefault(cls, [])
-            if not self._closed and len(free) < _KEEP_PER_CLASS:
+            if len(free) < _KEEP_PER_CLASS:
                 free.append(ptr)
                 return
         self._lib.cuMemFreeHost(ffi.cast("void *", ptr))  # status ignored: context may be gone
@@ -104,6 +108,11 @@ class MappedCounter:
             raise
         self.device_ptr = int(d[0])
         self._finalizer = weakref.finalize(self, lib.cuMemFreeHost, p[0])
+
+    def free(self) -> None:
+        """Free it now (``CUDABackend.close``, before the context goes): a finalizer running later
+        could free the same address reused by a later context."""
+        self._finalizer()
 
     def native_pointer(self):
         """The counter as an ``int64_t *`` of ``xinfer_async._native``'s ffi."""
