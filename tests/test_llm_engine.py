@@ -150,8 +150,12 @@ async def test_cancelled_request_frees_its_slot(model, alone):
     assert scope.cancelled_caught
     jobs = await cancelled_not_completed(jobs)
     # a cancel scope around complete (cancelled while it waits for a step)
-    with trio.move_on_after(0.2):
-        await model.complete(PROMPTS[2], max_tokens=200)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: model.complete(PROMPTS[2], max_tokens=200))
+        with trio.fail_after(60):
+            while model.prepared.statistics().busy == 0:  # the request holds a slot: it is running
+                await trio.sleep(0.005)
+        nursery.cancel_scope.cancel()
     jobs = await cancelled_not_completed(jobs)
     # leaving the async for early, then aclose
     stream = model.generate(PROMPTS[3], max_tokens=200)
