@@ -443,6 +443,16 @@ class CUDAQueue(BackendQueue):
             if self.error is None:
                 self.error = e
         finally:
+            if self.error is None and backend.stream_wait_value and self.counter is not None:
+                # the GPU itself stores the value into the mapped fence counter right after the
+                # list (a few us), so a polling waiter sees completion long before the host
+                # callback below (25-60 us) wakes sleeping waiters through the eventfd
+                status = self._lib.cuStreamWriteValue64_v2(self.stream, self.counter.device_ptr, int(signal.value), 0)
+                if status and self.error is None:
+                    try:
+                        check(status, "cuStreamWriteValue64")
+                    except DeviceError as e:
+                        self.error = e
             # the signal follows everything enqueued so far; if even that fails, signal now from
             # this thread (the C function, not Python), so no waiter hangs
             ptr = ffi.cast("void *", _address(signal))
