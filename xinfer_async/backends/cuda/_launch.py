@@ -16,11 +16,12 @@ def _flat(total: int) -> tuple[int, int, int]:
     return (min(_cdiv(total, 256), 132 * 64), 1, 1)
 
 
-def _matmul_grid(c: dict) -> tuple[int, int, int]:
+def _matmul_grid(c: dict, dt: str) -> tuple[int, int, int]:
     """matmul_DT (shaders/xi_quant.cuh): 8 warps a block; T > 1: a warp per row and 4 tokens per
-    block row; T == 1: a warp per ``xi_matvec_rows`` rows (2 when N >= 2048, else 1)."""
+    block row; T == 1: R rows a warp, R = 2 for f32/f16 and when N >= XI_MV_WIDE_N (16384), else 1."""
     if c["T"] == 1:
-        return (_cdiv(c["N"], 8 * (2 if c["N"] >= 2048 else 1)), 1, 1)
+        r = 2 if dt in ("f32", "f16") or c["N"] >= 16384 else 1
+        return (_cdiv(c["N"], 8 * r), 1, 1)
     return (_cdiv(c["N"], 8), _cdiv(c["T"], 4), 1)
 
 
@@ -38,6 +39,6 @@ LAUNCH = {
 }
 for _dt in ("f32", "f16", "q8_0", "q4_0", "q4_1"):
     LAUNCH[f"get_rows_{_dt}"] = (256, lambda c: (max(1, c["T"]), 1, 1))
-    LAUNCH[f"matmul_{_dt}"] = (256, lambda c: _matmul_grid(c))
+    LAUNCH[f"matmul_{_dt}"] = (256, lambda c, _dt=_dt: _matmul_grid(c, _dt))
 for _dt in ("q8_0", "q4_0", "q4_1"):
     LAUNCH[f"dequantize_{_dt}"] = (256, lambda c: _flat(c["n"]))
