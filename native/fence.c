@@ -9,19 +9,24 @@ void xi_fence_signal(void *p)
 {
     xi_signal *s = (xi_signal *)p;
     if (!s) return;
-    if (s->completed) {
-        int64_t old = __atomic_load_n(s->completed, __ATOMIC_ACQUIRE);
-        while (old < s->value &&
-               !__atomic_compare_exchange_n(s->completed, &old, s->value, 0,
+    /* Read every field before the store: once a waiter sees the value it may release the
+     * signal struct, so the struct must not be touched after the store. */
+    const int fd = s->fd;
+    const int64_t value = s->value;
+    int64_t *completed = s->completed;
+    if (completed) {
+        int64_t old = __atomic_load_n(completed, __ATOMIC_ACQUIRE);
+        while (old < value &&
+               !__atomic_compare_exchange_n(completed, &old, value, 0,
                                             __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
             /* old reloaded by the failed CAS */
         }
     }
-    if (s->fd >= 0) {
+    if (fd >= 0) {
         uint64_t one = 1;
         ssize_t r;
         do {
-            r = write(s->fd, &one, sizeof one);
+            r = write(fd, &one, sizeof one);
         } while (r < 0 && errno == EINTR);
         /* EAGAIN (counter at its maximum) means the fd is readable anyway. */
     }

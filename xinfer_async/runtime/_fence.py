@@ -98,7 +98,11 @@ class Fence:
     def _progress(self) -> None:
         done = self.completed_value
         with self._lock:
-            for v in [v for v in self._pending if v <= done]:
+            # The signal of value ``done`` may still be in use: on cuda the stream itself stores
+            # the value (cuStreamWriteValue64) before its host callback runs. A queue runs its
+            # lists in order and a host callback blocks the stream's later work, so every signal
+            # below ``done`` has finished; the last one is released with the next completion.
+            for v in [v for v in self._pending if v < done]:
                 del self._pending[v]
         for fn in self._listeners:
             fn()
