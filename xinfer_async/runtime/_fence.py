@@ -22,6 +22,8 @@ from ..hal import FenceTimeoutError, XinferError
 #: how long a waiter polls the completed value before it sleeps (seconds); an empty submission
 #: completes in ~10 us on the cpu backend, a wake-up through the eventfd costs about as much again
 _SPIN_S = 50e-6
+#: the first part of that poll spins without yielding to trio (seconds)
+_YIELD_SPIN_S = 20e-6
 
 
 def _native():
@@ -146,8 +148,12 @@ class Fence:
         if not self._reader_busy:
             # a brief poll first (DESIGN: allowed for short work): the completion of an empty or
             # tiny list lands within microseconds, before a wake-up through the eventfd would
-            deadline = time.perf_counter() + _SPIN_S
-            while self.completed_value < value and time.perf_counter() < deadline:
+            start = time.perf_counter()
+            # first a short spin that stays on this thread (sched_yield releases the GIL, so the
+            # cpu queue thread runs meanwhile): a trio checkpoint costs several us a round
+            while self.completed_value < value and time.perf_counter() - start < _YIELD_SPIN_S:
+                os.sched_yield()
+            while self.completed_value < value and time.perf_counter() - start < _SPIN_S:
                 await trio.lowlevel.checkpoint()
             if self.completed_value >= value:
                 self._progress()
