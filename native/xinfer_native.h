@@ -27,6 +27,7 @@ typedef struct { int32_t rows; int32_t n_head; int32_t head_dim; int32_t row_str
 typedef struct { int32_t rows; int32_t n; int32_t in_stride; } xi_swiglu_c;
 typedef struct { int32_t rows; int32_t n; } xi_softmax_c;
 typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t ctx; int32_t q_stride; float scale; } xi_attention_c;
+typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t rows; int32_t q_stride; float scale; } xi_attention_batched_c;
 typedef struct { int32_t T; int32_t width; int32_t ctx; int32_t src_stride; } xi_kv_store_c;
 typedef struct { int32_t T; int32_t dim; int32_t vocab; } xi_get_rows_f32_c;
 typedef struct { int32_t T; int32_t dim; int32_t vocab; } xi_get_rows_f16_c;
@@ -51,6 +52,7 @@ int xi_k_rope(void *const *b, const void *c);
 int xi_k_swiglu(void *const *b, const void *c);
 int xi_k_softmax(void *const *b, const void *c);
 int xi_k_attention(void *const *b, const void *c);
+int xi_k_attention_batched(void *const *b, const void *c);
 int xi_k_kv_store(void *const *b, const void *c);
 int xi_k_get_rows_f32(void *const *b, const void *c);
 int xi_k_get_rows_f16(void *const *b, const void *c);

@@ -133,6 +133,32 @@ async def test_attention_gqa(devices, rng):
     np.testing.assert_array_equal(out[2], 0.0)
 
 
+async def test_attention_batched(devices, rng):
+    """Sequences stacked in one cache (sequence s owns rows s*seq_ctx...): float64 reference, and
+    bit-identity with ``attention`` over each sequence's own rows (same device, same math)."""
+    T, nh, nkv, hd, seq_ctx = 5, 9, 3, 64, 40
+    rows = 4 * seq_ctx
+    q, k, v = f32(rng, T, nh, hd), f32(rng, rows, nkv, hd), f32(rng, rows, nkv, hd)
+    q[1] *= 40.0  # large scores on this row
+    first = np.array([2, 0, 1, -1, 3], np.int32) * seq_ctx
+    last = first + np.array([seq_ctx - 1, 0, 17, 0, 5], np.int32)
+    last[3] = -1  # padding: zero row
+    scale = 1.0 / np.sqrt(hd)
+    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": nh * hd, "scale": scale}
+    (out,) = await run(devices, "attention_batched", [q, k, v, first, last, nan(T, nh, hd)], [5], consts)
+    assert np.isfinite(out).all()
+    np.testing.assert_array_equal(out[3], 0.0)
+    for t in (0, 1, 2, 4):
+        f, p = int(first[t]), int(last[t] - first[t])
+        kt, vt = np.ascontiguousarray(k[f:f + seq_ctx]), np.ascontiguousarray(v[f:f + seq_ctx])
+        ref = attention_ref(q[t:t + 1], kt, vt, np.array([p]), nh, nkv, hd, np.float32(scale))
+        np.testing.assert_allclose(out[t], ref[0], rtol=RTOL, atol=2e-5)
+        c1 = {"T": 1, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": seq_ctx, "q_stride": nh * hd, "scale": scale}
+        (single,) = await run(devices, "attention", [np.ascontiguousarray(q[t:t + 1]), kt, vt, np.array([p], np.int32),
+                                                     nan(1, nh, hd)], [4], c1)
+        np.testing.assert_array_equal(out[t], single[0])
+
+
 async def test_kv_store(devices, rng):
     T, width, ctx, stride = 3, 24, 8, 30
     src = f32(rng, T, stride)

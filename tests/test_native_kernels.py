@@ -250,6 +250,47 @@ def test_attention(rng, T, nh, nkv, hd, ctx, qextra):
         assert np.array_equal(out[0], np.zeros((nh, hd), np.float32))
 
 
+@pytest.mark.parametrize("T,nh,nkv,hd,seq_ctx,qextra", [
+    (4, 8, 2, 64, 40, 0),
+    (5, 9, 3, 64, 300, 384),   # SmolLM2 heads, q inside a fused qkv row
+    (3, 4, 4, 8, 5, 0),
+])
+def test_attention_batched(rng, T, nh, nkv, hd, seq_ctx, qextra):
+    """Several sequences' caches stacked in one allocation (sequence s owns rows s*seq_ctx...):
+    each row matches float64 and is bit-identical to ``attention`` over its own sequence."""
+    qs, n_seq = nh * hd + qextra, T + 1
+    rows = n_seq * seq_ctx
+    q = rng.standard_normal(T * qs).astype(np.float32)
+    k = rng.standard_normal((rows, nkv, hd)).astype(np.float32)
+    v = rng.standard_normal((rows, nkv, hd)).astype(np.float32)
+    seqs = rng.permutation(n_seq)[:T]
+    first = (seqs * seq_ctx).astype(np.int32)
+    last = (first + rng.integers(0, seq_ctx, T)).astype(np.int32)
+    last[0] = first[0]            # a single key
+    if T > 2:
+        last[1] = -1              # padding: zero row
+        first[2], last[2] = 7, 3  # last < first: zero row
+    scale = 1.0 / np.sqrt(hd)
+    out = poison(T, nh, hd)
+    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": qs, "scale": scale}
+    assert call("attention_batched", [q, k, v, first, last, out], consts) == 0
+    assert np.isfinite(out).all()
+    for t in range(T):
+        p = int(last[t]) - int(first[t])
+        if last[t] < 0 or p < 0:
+            assert np.array_equal(out[t], np.zeros((nh, hd), np.float32))
+            continue
+        f = int(first[t])
+        qt = np.ascontiguousarray(q[t * qs: t * qs + nh * hd])
+        kt, vt = np.ascontiguousarray(k[f:f + seq_ctx]), np.ascontiguousarray(v[f:f + seq_ctx])
+        ref = attention_ref(qt, kt, vt, np.array([p]), 1, nh, nkv, hd, seq_ctx, nh * hd, scale)
+        np.testing.assert_allclose(out[t], ref[0], rtol=1e-5, atol=2e-5)
+        single = poison(1, nh, hd)
+        c1 = {"T": 1, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": seq_ctx, "q_stride": nh * hd, "scale": scale}
+        assert call("attention", [qt, kt, vt, np.array([p], np.int32), single], c1) == 0
+        assert np.array_equal(out[t], single[0]), f"row {t} differs from attention on its own sequence"
+
+
 # ------------------------------------------------------------------ quantized data
 
 def hand_q4_1_block():
@@ -380,6 +421,8 @@ def _einval_cases():
         ("attention", 5, {"T": 1, "n_head": 3, "n_kv": 2, "head_dim": 4, "ctx": 4, "q_stride": 12, "scale": 1.0}),
         ("attention", 5, {"T": 1, "n_head": 2, "n_kv": 0, "head_dim": 4, "ctx": 4, "q_stride": 8, "scale": 1.0}),
         ("attention", 5, {"T": 2, "n_head": 2, "n_kv": 1, "head_dim": 4, "ctx": 4, "q_stride": 4, "scale": 1.0}),
+        ("attention_batched", 6, {"T": 1, "n_head": 3, "n_kv": 2, "head_dim": 4, "rows": 4, "q_stride": 12, "scale": 1.0}),
+        ("attention_batched", 6, {"T": 2, "n_head": 2, "n_kv": 1, "head_dim": 4, "rows": 4, "q_stride": 4, "scale": 1.0}),
         ("kv_store", 3, {"T": 1, "width": -4, "ctx": 4, "src_stride": 4}),
         ("argmax", 2, {"rows": 1, "n": -1}),
     ] + [

@@ -27,6 +27,33 @@ static inline float xi_dot(const float *a, const float *b, long n)
 #endif
 }
 
+/* One (query row, head): o (hd) = softmax(q . k[j] * scale) @ v[j] over keys j = 0..p of kh/vh
+ * (rows kvs floats apart). Shared by attention and attention_batched, so a batched row is
+ * bit-identical to the single-sequence kernel over the same keys. sc: scratch of p + 1 floats, or
+ * NULL (scores recomputed). */
+static void xi_att_row(const float *qh, const float *kh, const float *vh, long kvs, long p, long hd,
+                       float scale, float *sc, float *o)
+{
+    for (long d = 0; d < hd; d++) o[d] = 0.0f;
+    if (p < 0) return; /* zero row */
+    float mx = -INFINITY;
+    for (long j = 0; j <= p; j++) {
+        float s = xi_dot(qh, kh + j * kvs, hd) * scale;
+        if (sc) sc[j] = s;
+        mx = s > mx ? s : mx;
+    }
+    double sum = 0.0;
+    for (long j = 0; j <= p; j++) {
+        float s = sc ? sc[j] : xi_dot(qh, kh + j * kvs, hd) * scale;
+        float e = expf(s - mx);
+        sum += e;
+        const float *vj = vh + j * kvs;
+        for (long d = 0; d < hd; d++) o[d] += e * vj[d];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (long d = 0; d < hd; d++) o[d] *= inv;
+}
+
 int xi_k_attention(void *const *b, const void *c)
 {
     XI_C(xi_attention_c);
@@ -54,29 +81,55 @@ int xi_k_attention(void *const *b, const void *c)
 #pragma omp for schedule(dynamic, 1)
         for (long th = 0; th < T * nh; th++) {
             const long t = th / nh, h = th % nh, g = h / group;
-            float *o = out + (t * nh + h) * hd;
-            for (long d = 0; d < hd; d++) o[d] = 0.0f;
             long p = pos[t];
             if (p >= ctx) p = ctx - 1; /* keys past the cache do not exist */
-            if (p < 0) continue;       /* pos < 0: zero row */
-            const float *qh = q + t * qs + h * hd;
-            const float *kh = kc + g * hd, *vh = vc + g * hd;
-            float mx = -INFINITY;
-            for (long j = 0; j <= p; j++) {
-                float s = xi_dot(qh, kh + j * kvs, hd) * scale;
-                if (sc) sc[j] = s;
-                mx = s > mx ? s : mx;
-            }
-            double sum = 0.0;
-            for (long j = 0; j <= p; j++) {
-                float s = sc ? sc[j] : xi_dot(qh, kh + j * kvs, hd) * scale;
-                float e = expf(s - mx);
-                sum += e;
-                const float *vj = vh + j * kvs;
-                for (long d = 0; d < hd; d++) o[d] += e * vj[d];
-            }
-            const float inv = (float)(1.0 / sum);
-            for (long d = 0; d < hd; d++) o[d] *= inv;
+            xi_att_row(q + t * qs + h * hd, kc + g * hd, vc + g * hd, kvs, p < 0 ? -1 : p, hd, scale, sc,
+                       out + (t * nh + h) * hd);
+        }
+        free(sc);
+    }
+    return XI_OK;
+}
+
+/* Key rows first[t]..last[t] of query t, clamped to the cache; -1 (a zero row) when empty. */
+static inline long xi_att_span(int32_t first, int32_t last, long rows, long *start)
+{
+    long f = first, l = last;
+    if (l >= rows) l = rows - 1; /* keys past the cache do not exist */
+    *start = f;
+    return (f < 0 || l < f) ? -1 : l - f;
+}
+
+int xi_k_attention_batched(void *const *b, const void *c)
+{
+    XI_C(xi_attention_batched_c);
+    if (k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->rows < 0 ||
+        k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim)
+        return XI_EINVAL;
+    const float *q = (const float *)b[0], *kc = (const float *)b[1], *vc = (const float *)b[2];
+    const int32_t *first = (const int32_t *)b[3], *last = (const int32_t *)b[4];
+    float *out = (float *)b[5];
+    const long T = k->T, nh = k->n_head, nkv = k->n_kv, hd = k->head_dim, rows = k->rows;
+    const long qs = k->q_stride, group = nh / (nkv ? nkv : 1), kvs = nkv * hd;
+    const float scale = k->scale;
+    long work = 0, span = 0;
+    for (long t = 0; t < T; t++) {
+        long f, p = xi_att_span(first[t], last[t], rows, &f);
+        work += p + 1;
+        span = p + 1 > span ? p + 1 : span;
+    }
+    work *= nh * hd;
+
+#pragma omp parallel if (T * nh > 1 && work >= 2 * XI_OMP_MIN_WORK)
+    {
+        float *sc = span > 0 ? (float *)malloc((size_t)span * sizeof(float)) : NULL;
+#pragma omp for schedule(dynamic, 1)
+        for (long th = 0; th < T * nh; th++) {
+            const long t = th / nh, h = th % nh, g = h / group;
+            long f, p = xi_att_span(first[t], last[t], rows, &f);
+            const long base = p < 0 ? 0 : f * kvs;
+            xi_att_row(q + t * qs + h * hd, kc + base + g * hd, vc + base + g * hd, kvs, p, hd, scale, sc,
+                       out + (t * nh + h) * hd);
         }
         free(sc);
     }

@@ -145,6 +145,14 @@ _register(_spec("attention", [("q", R, _strided("T", "q_stride", _q_width)), ("k
                 _all(_stride_ok("T", "q_stride", _q_width),
                      lambda c: (f"n_head={c['n_head']} is not a multiple of n_kv={c['n_kv']}"
                                 if c["n_kv"] == 0 or c["n_head"] % c["n_kv"] else None))))
+_kv_rows = _f32(lambda c: c["rows"] * c["n_kv"] * c["head_dim"])
+_register(_spec("attention_batched", [("q", R, _strided("T", "q_stride", _q_width)), ("k", R, _kv_rows), ("v", R, _kv_rows),
+                                      ("first", R, _f32(lambda c: c["T"])), ("last", R, _f32(lambda c: c["T"])),
+                                      ("out", W, _f32(lambda c: c["T"] * _q_width(c)))],
+                [("T", "i"), ("n_head", "i"), ("n_kv", "i"), ("head_dim", "i"), ("rows", "i"), ("q_stride", "i"), ("scale", "f")],
+                _all(_stride_ok("T", "q_stride", _q_width),
+                     lambda c: (f"n_head={c['n_head']} is not a multiple of n_kv={c['n_kv']}"
+                                if c["n_kv"] == 0 or c["n_head"] % c["n_kv"] else None))))
 _register(_spec("kv_store", [("src", R, _strided("T", "src_stride", lambda c: c["width"])),
                              ("cache", RW, _f32(lambda c: c["ctx"] * c["width"])), ("pos", R, _f32(lambda c: c["T"]))],
                 [("T", "i"), ("width", "i"), ("ctx", "i"), ("src_stride", "i")],

@@ -35,6 +35,7 @@ LAUNCH = {
     "softmax": (256, lambda c: (max(1, c["rows"]), 1, 1)),
     "argmax": (256, lambda c: (max(1, c["rows"]), 1, 1)),
     "attention": (128, lambda c: (max(1, c["T"]), max(1, c["n_head"]), 1)),
+    "attention_batched": (128, lambda c: (max(1, c["T"]), max(1, c["n_head"]), 1)),
     "kv_store": (256, lambda c: _flat(c["T"] * c["width"])),
 }
 for _dt in ("f32", "f16", "q8_0", "q4_0", "q4_1"):
