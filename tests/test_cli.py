@@ -32,6 +32,12 @@ def test_generate_sampling_and_stop(capsys):
     assert capsys.readouterr().out == first and first.strip()
 
 
+def test_bench_help_lists_the_benchmarks(capsys):
+    # `bench -h` reaches the bench runner (argparse's own -h for the subcommand listed nothing)
+    assert main(["bench", "-h"]) == 0
+    assert "runtime" in capsys.readouterr().out
+
+
 def test_devices(capsys):
     assert main(["devices"]) == 0
     out = capsys.readouterr().out
