@@ -204,7 +204,8 @@ class CPUBackend(Backend):
     def load_kernel(self, spec: Any) -> _Kernel:
         fn = getattr(lib, f"xi_k_{spec.name}", None)
         if fn is None:
-            raise DeviceError(f"cpu: the native module has no kernel xi_k_{spec.name}", "XI_NO_KERNEL")
+            raise DeviceError(f"cpu: the native module has no kernel xi_k_{spec.name} (built from older "
+                              "sources? rebuild it: pip install -e .)", "XI_NO_KERNEL")
         return _Kernel(spec.name, fn)
 
     def create_gemm(self, dtype: Any, m: int, n: int, k: int, trans_b: bool) -> _Gemm:
