@@ -18,7 +18,7 @@ the prefill's tok/s (median of ``--repeats``). Warm-up requests on every slot ru
 left out; every time is taken after the fence is awaited (a token reaches the caller only then).
 
 Usage: ``python -m xinfer_async.bench model [--model NAME|PATH] [--device cpu|cuda] [--slots 1,4,8]
-[--max-tokens 64] [--json FILE] [--plot FILE.png] [--compare torch]``
+[--batching] [--max-tokens 64] [--json FILE] [--plot FILE.png] [--compare torch]``
 
 ``--compare torch`` (where PyTorch sees a CUDA device) times ``_torch_ref``'s hand-written decode step of
 the model's shape, captured in a CUDA graph, at batch 1, 8 and 64 in the same process, and prints ms a
@@ -98,7 +98,7 @@ async def _main(args) -> dict:
         if model is not None:
             await model.aclose()
         t = time.perf_counter()
-        model = await llm.load(args.model, device=args.device, slots=n, ctx=ctx)
+        model = await llm.load(args.model, device=args.device, slots=n, ctx=ctx, batching=args.batching)
         load_s = time.perf_counter() - t
         if not rows:
             dev = model.device
@@ -117,7 +117,8 @@ async def _main(args) -> dict:
     prefill = await _prefill(model, args.prompt_tokens, args.repeats)
     await model.aclose()
 
-    print(f"\ndecode: greedy, {args.max_tokens} tokens a request after a short prompt, N concurrent requests")
+    print(f"\ndecode: greedy, {args.max_tokens} tokens a request after a short prompt, N concurrent requests"
+          + (", batched decode (one step for all)" if args.batching else ""))
     print(f"{'slots':>5} {'tokens':>6} {'agg tok/s':>9} {'step ms p50':>11} {'p10-p90':>13} {'req tok/s':>9} "
           f"{'ttft ms':>8} {'GB/s':>6}" + (f" {'of peak':>7}" if peak else ""))
     for r in rows:
@@ -129,7 +130,7 @@ async def _main(args) -> dict:
         print(line)
     print(f"prefill: {prefill['prompt_tokens']}-token prompt, {prefill['prefill_tok_per_s']:.1f} tok/s "
           f"(median of {args.repeats}; {prefill['prefill_tok_per_s_min']:.1f}-{prefill['prefill_tok_per_s_max']:.1f})")
-    return dict(model=str(args.model), device=dev.name, weight_bytes=weight_bytes,
+    return dict(model=str(args.model), device=dev.name, weight_bytes=weight_bytes, batching=args.batching,
                 max_tokens=args.max_tokens, peak_gb_per_s=peak, decode=rows, prefill=prefill, config=model.config)
 
 
@@ -145,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peak-gbs", type=float, default=None, help="device memory bandwidth, GB/s (cuda default: 4300)")
     p.add_argument("--compare", choices=["torch"], default=None,
                    help="also time a hand-written PyTorch decode step of the same shape (CUDA graph) and print the ratio")
+    p.add_argument("--batching", action="store_true",
+                   help="load with batching=True: the N requests decode in one batched step (default: a step per slot)")
     p.add_argument("--compare-batches", default="1,8,64", help="PyTorch batch sizes (default: 1,8,64)")
     add_output_args(p)
     args = p.parse_args(argv)

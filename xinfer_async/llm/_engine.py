@@ -110,8 +110,11 @@ class GenerationStream:
                 self._finish_text()
                 raise StopAsyncIteration
             self._submitted_at = time.perf_counter()
-            jobs = await self._model._job_queue()
-            self._handle = await jobs.submit_handle(self._job)
+            if self._model.batching:
+                self._handle = (await self._model._batcher()).submit(self)
+            else:
+                jobs = await self._model._job_queue()
+                self._handle = await jobs.submit_handle(self._job)
         while True:
             if self.result is not None:
                 raise StopAsyncIteration
@@ -211,11 +214,15 @@ class LanguageModel:
         config: the ``LlamaConfig``.
         tokenizer: the ``Tokenizer`` from the file's metadata.
         device: the device it runs on.
-        slots: concurrent requests (each a slot with its own KV cache of ``ctx`` tokens).
+        slots: concurrent requests (each a slot with its own KV cache of ``ctx`` tokens; with
+            batching, a sequence of the batched cache).
         ctx: context length per request, tokens.
+        batching: generation requests decode together, one batched step for all (see ``_batch``);
+            ``logits`` still runs on ``prepared`` (one slot).
     """
 
-    def __init__(self, path: Any, gguf_model: Any, builder: Any, prepared: Any, *, max_queued: int = 256):
+    def __init__(self, path: Any, gguf_model: Any, builder: Any, prepared: Any, *, max_queued: int = 256,
+                 batched: Any = None, batch_seqs: int = 0):
         self.path = path
         self.config = gguf_model.config
         self.metadata = {k: v for k, v in gguf_model.metadata.items() if not k.startswith("tokenizer.ggml.")}
@@ -227,7 +234,11 @@ class LanguageModel:
         self.device = builder.device
         self.ctx = builder.ctx
         self.chunk = builder.chunk
-        self.slots = prepared.capacity
+        self.slots = batch_seqs if batched is not None else prepared.capacity
+        self.batching = batched is not None
+        self.batched = batched
+        self._batch: Any = None
+        self._batch_token: Any = None
         self.stop_ids = {i for i in (self.tokenizer.eos_id, self.tokenizer.im_end_id) if i is not None}
         self._max_queued = max_queued
         self._jobs: JobQueue | None = None
@@ -400,16 +411,42 @@ class LanguageModel:
         await trio.lowlevel.checkpoint()
         return self._jobs
 
+    async def _batcher(self) -> Any:
+        """The batched-decode scheduler of the current ``trio.run`` (a system task, like the job
+        queue's workers; a later ``trio.run`` gets a fresh one on the same slot).
+
+        Raises:
+            trio.ClosedResourceError: the model was closed (``aclose``).
+        """
+        from ._batch import Batcher
+
+        if self._closed:
+            raise trio.ClosedResourceError("language model is closed")
+        token = trio.lowlevel.current_trio_token()
+        if self._batch is None or self._batch_token is not token:
+            b = Batcher(self, self.batched.slots[0], self.slots)
+            trio.lowlevel.spawn_system_task(b.run, name="xinfer_async.llm-batcher")
+            self._batch, self._batch_token = b, token
+        await trio.lowlevel.checkpoint()
+        return self._batch
+
     def statistics(self) -> dict:
-        """The job queue's and the slots' statistics."""
-        return {"jobs": self._jobs.statistics() if self._jobs else None, "slots": self.prepared.statistics()}
+        """The job queue's and the slots' statistics (and the batcher's, with batching)."""
+        st = {"jobs": self._jobs.statistics() if self._jobs else None, "slots": self.prepared.statistics()}
+        if self.batching:
+            st["batch"] = self._batch.statistics() if self._batch else None
+        return st
 
     async def aclose(self) -> None:
         """Stop taking requests and release the slots (after their fences)."""
         self._closed = True
         if self._jobs is not None:
             self._jobs.close()
+        if self._batch is not None:
+            self._batch.close()
         self.prepared.close()
+        if self.batched is not None:
+            self.batched.close()
         await trio.lowlevel.checkpoint()
 
     def __repr__(self) -> str:

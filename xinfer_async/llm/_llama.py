@@ -31,6 +31,7 @@ from ..model import Binding, Dispatch, IODesc, ModelContext, ModelSession
 from ._gguf import GGUFModel, LlamaConfig
 
 F32 = 4
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 RW, W_ = Access.READ_WRITE, Access.WRITE
 
 
@@ -44,6 +45,8 @@ class _Block:
     wdown: Any
     k_cache: Any
     v_cache: Any
+    bk_cache: Any = None  # batched: (batch_seqs * ctx, kv_dim), sequence s owns rows [s*ctx, (s+1)*ctx)
+    bv_cache: Any = None
 
 
 class LlamaBuilder:
@@ -54,13 +57,16 @@ class LlamaBuilder:
         device: the device to build on.
         ctx: KV-cache length per slot, tokens (<= the model's context length).
         chunk: tokens per prefill/score step (the T of those plans).
+        batch_seqs: 0, or the sequences of the batched decode path: one more KV cache per layer of
+            ``batch_seqs * ctx`` rows (sequence s owns rows ``[s*ctx, (s+1)*ctx)``) and the plans
+            of ``prepare_batched``.
 
     Raises:
         GGUFError: a tensor is missing or has an unexpected shape.
         ValueError: ``ctx`` out of range.
     """
 
-    def __init__(self, gguf_model: GGUFModel, device: Any, ctx: int, chunk: int = 64):
+    def __init__(self, gguf_model: GGUFModel, device: Any, ctx: int, chunk: int = 64, batch_seqs: int = 0):
         cfg = gguf_model.config
         if not 1 <= ctx <= cfg.context_length:
             raise ValueError(f"ctx={ctx} must be in [1, {cfg.context_length}] (the model's context length)")
@@ -87,15 +93,23 @@ class LlamaBuilder:
                 s.scratch(ctx * self.kv_dim * F32, persistent=True, name=f"{p}k_cache"),
                 s.scratch(ctx * self.kv_dim * F32, persistent=True, name=f"{p}v_cache"),
             ))
+            if batch_seqs:
+                self.blocks[-1].bk_cache = s.scratch(batch_seqs * ctx * self.kv_dim * F32, persistent=True, name=f"{p}bk_cache")
+                self.blocks[-1].bv_cache = s.scratch(batch_seqs * ctx * self.kv_dim * F32, persistent=True, name=f"{p}bv_cache")
         if not 1 <= chunk <= ctx:
             raise ValueError(f"chunk={chunk} must be in [1, ctx={ctx}]")
         self.chunk = chunk
         # prefill buckets: a short prompt runs through a small plan instead of a padded chunk
         self.prefill_sizes = sorted({min(16, chunk), chunk} - {1}) or [1]
-        self._layouts = {T: self._layout(T) for T in sorted({1, *self.prefill_sizes})}
+        self.batch_seqs = batch_seqs
+        #: batched decode buckets: every bucket below batch_seqs and the smallest one that holds it
+        self.batch_sizes = ([b for b in BATCH_BUCKETS if b < batch_seqs] + [min([b for b in BATCH_BUCKETS if b >= batch_seqs]
+                                                                                or [batch_seqs])]) if batch_seqs else []
+        self._layouts = {T: self._layout(T) for T in sorted({1, *self.prefill_sizes, *self.batch_sizes})}
         #: plan name -> tokens per run (T)
         self.plan_tokens = {"decode": 1, "score": chunk, **{f"prefill{T}": T for T in self.prefill_sizes}}
         for name in {f"get_rows_{self.embd_dtype}", "get_rows_f32", "rmsnorm", "rope", "kv_store", "attention", "swiglu", "argmax",
+                     *(["attention_batched"] if batch_seqs else []),
                      f"matmul_{self.out_dtype}"} | {f"matmul_{b.wqkv[1]}" for b in self.blocks} \
                 | {f"matmul_{b.wo[1]}" for b in self.blocks} | {f"matmul_{b.wgu[1]}" for b in self.blocks} \
                 | {f"matmul_{b.wdown[1]}" for b in self.blocks}:
@@ -133,7 +147,7 @@ class LlamaBuilder:
     def _layout(self, T: int) -> dict:
         """Private scratch of a T-token forward pass (declared before freeze)."""
         cfg, kvd = self.cfg, self.kv_dim
-        sizes = dict(tokens=T, pos=T, last=1, x=T * cfg.dim, h=T * cfg.dim, qkv=T * (cfg.dim + 2 * kvd),
+        sizes = dict(tokens=T, pos=T, last=1, row=T, first=T, klast=T, x=T * cfg.dim, h=T * cfg.dim, qkv=T * (cfg.dim + 2 * kvd),
                      att=T * cfg.dim, gu=T * 2 * cfg.ffn_dim, act=T * cfg.ffn_dim, hl=cfg.dim,
                      logits=T * cfg.vocab_size, logits_last=cfg.vocab_size, argmax=T)
         return {k: self.session.scratch(n * F32, name=f"T{T}.{k}") for k, n in sizes.items()}
@@ -142,7 +156,7 @@ class LlamaBuilder:
         return self.definition.weight_bytes()
 
     # -- forward ---------------------------------------------------------------------------
-    def forward(self, T: int, all_logits: bool):
+    def forward(self, T: int, all_logits: bool, batched: bool = False):
         """A fragment running ``T`` tokens through the model.
 
         Inputs: ``tokens`` (T,) int32, ``pos`` (T,) int32 (position of each token; -1 for padding
@@ -150,6 +164,12 @@ class LlamaBuilder:
         ignored when ``all_logits``). Outputs: logits float32 of shape (T, vocab) when
         ``all_logits``, else (1, vocab); and their argmax, int32 (T,) or (1,): greedy sampling on
         the device, so a greedy step downloads 4 bytes instead of the logits.
+
+        ``batched``: rows may belong to different sequences of the batched KV cache (see
+        ``batch_seqs``). Inputs: ``tokens``, ``pos`` (rope position within its sequence), ``row``
+        (the cache row written, s*ctx + pos), ``first``, ``last`` (the cache rows attended,
+        s*ctx .. row), each (T,) int32 (padding: pos = row = last = -1), then ``last`` (1,) as
+        above unless ``all_logits``.
         """
         cfg, s = self.cfg, self.session
         dim, kvd, ffn, V = cfg.dim, self.kv_dim, cfg.ffn_dim, cfg.vocab_size
@@ -157,6 +177,10 @@ class LlamaBuilder:
         d = self.definition
         L = self._layouts[T]
         tokens, pos, last, x, h, qkv, att, gu, act = (L[k] for k in ("tokens", "pos", "last", "x", "h", "qkv", "att", "gu", "act"))
+        row, first, klast = L["row"], L["first"], L["klast"]
+        rows = self.batch_seqs * self.ctx
+        if batched and not self.batch_seqs:
+            raise ValueError("batched=True needs a builder made with batch_seqs > 0")
         n_out = T if all_logits else 1
         logits = L["logits"] if all_logits else L["logits_last"]
         cmds = [self._dispatch(f"get_rows_{self.embd_dtype}", [self.embd, tokens, (x, W_)], dict(T=T, dim=dim, vocab=V))]
@@ -173,11 +197,24 @@ class LlamaBuilder:
                                                                row_stride=qkv_w, theta=cfg.rope_theta)),
                 self._dispatch("rope", [(k_v, RW), pos], dict(rows=T, n_head=cfg.n_kv_head, head_dim=cfg.head_dim,
                                                                row_stride=qkv_w, theta=cfg.rope_theta)),
-                self._dispatch("kv_store", [k_v, (b.k_cache, RW), pos], dict(T=T, width=kvd, ctx=self.ctx, src_stride=qkv_w)),
-                self._dispatch("kv_store", [v_v, (b.v_cache, RW), pos], dict(T=T, width=kvd, ctx=self.ctx, src_stride=qkv_w)),
-                self._dispatch("attention", [q_v, b.k_cache, b.v_cache, pos, (att, W_)],
-                               dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, ctx=self.ctx,
-                                    q_stride=qkv_w, scale=1.0 / math.sqrt(cfg.head_dim))),
+            ]
+            if batched:
+                cmds += [
+                    self._dispatch("kv_store", [k_v, (b.bk_cache, RW), row], dict(T=T, width=kvd, ctx=rows, src_stride=qkv_w)),
+                    self._dispatch("kv_store", [v_v, (b.bv_cache, RW), row], dict(T=T, width=kvd, ctx=rows, src_stride=qkv_w)),
+                    self._dispatch("attention_batched", [q_v, b.bk_cache, b.bv_cache, first, klast, (att, W_)],
+                                   dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, rows=rows,
+                                        q_stride=qkv_w, scale=1.0 / math.sqrt(cfg.head_dim))),
+                ]
+            else:
+                cmds += [
+                    self._dispatch("kv_store", [k_v, (b.k_cache, RW), pos], dict(T=T, width=kvd, ctx=self.ctx, src_stride=qkv_w)),
+                    self._dispatch("kv_store", [v_v, (b.v_cache, RW), pos], dict(T=T, width=kvd, ctx=self.ctx, src_stride=qkv_w)),
+                    self._dispatch("attention", [q_v, b.k_cache, b.v_cache, pos, (att, W_)],
+                                   dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, ctx=self.ctx,
+                                        q_stride=qkv_w, scale=1.0 / math.sqrt(cfg.head_dim))),
+                ]
+            cmds += [
                 mm(b.wo, att, x, dim, dim, 1),
                 norm(x, b.ffn_norm, h),
                 mm(b.wgu, h, gu, 2 * ffn, dim, 0),
@@ -195,12 +232,34 @@ class LlamaBuilder:
         ids = L["argmax"]
         cmds.append(self._dispatch("argmax", [logits, (ids, W_)], dict(rows=n_out, n=V)))
         i32 = lambda r, n: IODesc(r, TensorDesc((n,), "i32"))  # noqa: E731
-        return d.fragment(cmds, [i32(tokens, T), i32(pos, T), i32(last, 1)],
+        ins = [i32(tokens, T), i32(pos, T)] + ([i32(row, T), i32(first, T), i32(klast, T)] if batched else [])
+        ins += [] if batched and all_logits else [i32(last, 1)]
+        return d.fragment(cmds, ins,
                           [IODesc(logits, TensorDesc((n_out, V), "f32")), i32(ids, n_out)])
 
     def _dispatch(self, name: str, bindings: list, constants: dict) -> Dispatch:
         binds = [Binding(b[0], b[1]) if isinstance(b, tuple) else Binding(b) for b in bindings]
         return Dispatch(self.definition.kernels[name], binds, constants)
+
+    def prepare_batched(self):
+        """A ``PreparedModel`` of capacity 1 over the batched KV cache (``batch_seqs`` sequences),
+        with plans ``batch{B}`` for each bucket B (T=B rows of any sequences, every row's logits)
+        and ``prefill{T}`` for each prefill bucket (rows of one sequence, last logits); see
+        ``forward(batched=True)`` for the inputs.
+
+        Raises:
+            ValueError: the builder was made without ``batch_seqs``.
+        """
+        if not self.batch_seqs:
+            raise ValueError("prepare_batched needs a builder made with batch_seqs > 0")
+        plans = {}
+        specs = {**{f"batch{B}": (B, True) for B in self.batch_sizes}, **{f"prefill{T}": (T, False) for T in self.prefill_sizes}}
+        for name, (T, all_logits) in specs.items():
+            frag = self.forward(T, all_logits, batched=True).reuse_private_scratch()
+            g = self.definition.graph()
+            ins = [g.input(io.desc) for io in frag.inputs]
+            plans[name] = (g, ins, frag.record(g, ins))
+        return self.definition.prepare_plans(plans, 1)
 
     def prepare(self, slots: int):
         """A ``PreparedModel`` with plans ``decode`` (T=1, last logits), ``prefill{T}`` for each

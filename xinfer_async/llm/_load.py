@@ -19,7 +19,7 @@ DEFAULT_MODEL = "smollm2-135m"
 
 async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any = None, slots: int = 4,
                ctx: int | None = None, chunk: int = 64, pull: bool = True,
-               max_queued: int = 256) -> LanguageModel:
+               max_queued: int = 256, batching: bool = False) -> LanguageModel:
     """Load a Llama-architecture GGUF model onto a device, ready for concurrent requests.
 
     Args:
@@ -31,7 +31,12 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
         ctx: tokens per slot's KV cache (default: min(2048, the model's context length)).
         chunk: prompt tokens per prefill step.
         pull: download a known model that is not in the cache yet.
-        max_queued: requests that may wait for a slot before ``generate`` applies back-pressure.
+        max_queued: requests that may wait for a slot before ``generate`` applies back-pressure
+            (not applied with ``batching``: requests wait in the scheduler's queue).
+        batching: decode all active requests in one batched step (``slots`` sequences in one
+            batched KV cache, plans for batch buckets 1, 2, 4, ... up to ``slots``); each
+            request's output is what it gives alone up to float rounding (see ``_batch``).
+            ``logits`` runs unbatched on one slot of its own.
 
     Raises:
         ValueError: an unknown model name (the message lists the known ones), bad sizes.
@@ -48,8 +53,12 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
     chunk = min(chunk, ctx)
 
     def build():
+        if batching:
+            builder = LlamaBuilder(gguf_model, dev, ctx, chunk, batch_seqs=slots)
+            return builder, builder.prepare(1), builder.prepare_batched()
         builder = LlamaBuilder(gguf_model, dev, ctx, chunk)
-        return builder, builder.prepare(slots)
+        return builder, builder.prepare(slots), None
 
-    builder, prepared = await trio.to_thread.run_sync(build)
-    return LanguageModel(path, gguf_model, builder, prepared, max_queued=max_queued)
+    builder, prepared, batched = await trio.to_thread.run_sync(build)
+    return LanguageModel(path, gguf_model, builder, prepared, max_queued=max_queued, batched=batched,
+                         batch_seqs=slots if batching else 0)

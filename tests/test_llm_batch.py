@@ -1,0 +1,195 @@
+"""Tests of xinfer_async/llm/_batch.py: batched decode (``llm.load(..., batching=True)``) on the real
+SmolLM2-135M (cpu; ``XINFER_TEST_DEVICE=cuda`` runs it on the GPU).
+
+Exactness: a request alone on the batched model runs the same kernels as on the unbatched one
+(batch1 = a T=1 step; attention_batched is bit-identical to attention), so its tokens are equal. A
+request among others runs its decode rows inside a T=B matmul, and the matmul kernels accumulate a
+T=1 row in another order than rows of T>1 (cpu: native/kernels/quant.c, the TT == 1 path of
+``tile_*``; cuda: the xi_matvec path), so logits differ by float rounding: the concurrent test
+compares greedy ids up to the first position whose top-1/top-2 logit margin is below MARGIN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import trio
+
+from _llm_fixtures import load_model_sync
+
+pytestmark = pytest.mark.model
+
+SLOTS = 8
+CTX = 256
+TOKENS = 16
+MARGIN = 0.05  # logits: float rounding differences are ~1e-4; a flip needs a near tie
+PROMPTS = ["The sky is", "Once upon a time", "def fibonacci(n):", "The capital of Japan is",
+           "1, 2, 3, 4,", "Water boils at", "My favourite food is", "In 1969, the first"]
+
+
+@pytest.fixture(scope="module")
+def model():
+    m = load_model_sync(slots=SLOTS, ctx=CTX, batching=True)
+    yield m
+    trio.run(m.aclose)
+
+
+@pytest.fixture(scope="module")
+def unbatched():
+    m = load_model_sync(slots=1, ctx=CTX)
+    yield m
+    trio.run(m.aclose)
+
+
+@pytest.fixture(scope="module")
+def alone(unbatched):
+    """Greedy results of ``PROMPTS`` on the unbatched model, one request at a time."""
+
+    async def run():
+        return [await unbatched.complete(p, max_tokens=TOKENS) for p in PROMPTS]
+
+    return trio.run(run)
+
+
+async def _idle(model, timeout_s: float = 30.0) -> None:
+    with trio.fail_after(timeout_s):
+        while model._batch is not None and (model._batch.statistics().active or model._batch.statistics().waiting):
+            await trio.sleep(0.01)
+
+
+async def _check_equal_up_to_a_near_tie(unbatched, prompt: str, got: list[int], want: list[int]) -> None:
+    """``got == want``, or they first differ at a position where ``want``'s greedy choice was a near tie."""
+    if got == want:
+        return
+    k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    assert k < min(len(got), len(want)), f"one is a prefix of the other: {got} vs {want}"
+    ids = unbatched.tokenize(prompt)
+    logits = await unbatched.logits(ids + want[:k])
+    top2 = np.sort(logits[-1].astype(np.float64))[-2:]
+    assert top2[1] - top2[0] < MARGIN, f"differ at token {k} with a greedy margin {top2[1] - top2[0]:.4f}"
+
+
+def test_batched_model_shape(model):
+    assert model.batching and model.slots == SLOTS
+    assert model.builder.batch_sizes == [1, 2, 4, 8]
+    assert sorted(model.batched.plans) == ["batch1", "batch2", "batch4", "batch8", "prefill16", "prefill64"]
+    assert model.prepared.capacity == 1  # logits: one unbatched slot
+
+
+async def test_alone_equals_unbatched_exactly(model, alone):
+    for i in (0, 2):
+        r = await model.complete(PROMPTS[i], max_tokens=TOKENS)
+        assert (r.token_ids, r.text, r.finish_reason) == (alone[i].token_ids, alone[i].text, alone[i].finish_reason)
+
+
+async def test_concurrent_requests_equal_each_alone(model, unbatched, alone):
+    results = [None] * len(PROMPTS)
+
+    async def one(i):
+        results[i] = await model.complete(PROMPTS[i], max_tokens=TOKENS)
+
+    before = model._batch.statistics() if model._batch else None
+    async with trio.open_nursery() as nursery:
+        for i in range(len(PROMPTS)):
+            nursery.start_soon(one, i)
+    for p, r, a in zip(PROMPTS, results, alone):
+        await _check_equal_up_to_a_near_tie(unbatched, p, r.token_ids, a.token_ids)
+        assert len(r.token_ids) == len(a.token_ids) or r.token_ids != a.token_ids
+    st = model.statistics()["batch"]
+    assert st.max_active == SLOTS
+    steps = st.steps - (before.steps if before else 0)
+    assert steps < len(PROMPTS) * TOKENS / 2  # decoded together, not one request at a time
+    await _idle(model)
+
+
+async def test_more_requests_than_sequences_wait(model, unbatched, alone):
+    n = SLOTS + 4
+    results = [None] * n
+
+    async def one(i):
+        results[i] = await model.complete(PROMPTS[i % len(PROMPTS)], max_tokens=6)
+
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                nursery.start_soon(one, i)
+    for i, r in enumerate(results):
+        a = alone[i % len(PROMPTS)].token_ids[:6]
+        await _check_equal_up_to_a_near_tie(unbatched, PROMPTS[i % len(PROMPTS)], r.token_ids, a)
+    await _idle(model)
+    assert sorted(model._batch._free) == list(range(SLOTS))
+
+
+async def test_cancelled_request_frees_its_sequence(model, alone):
+    await model.complete(PROMPTS[0], max_tokens=1)  # this trio run's scheduler
+    # a cancel scope around the loop, cancelled in the middle of the generation
+    with trio.CancelScope() as scope:
+        n = 0
+        async for _ in model.generate(PROMPTS[1], max_tokens=200):
+            n += 1
+            if n == 3:
+                scope.cancel()
+    assert scope.cancelled_caught
+    # leaving the async for early, then aclose
+    stream = model.generate(PROMPTS[3], max_tokens=200)
+    async for _ in stream:
+        break
+    await stream.aclose()
+    # a cancel scope around complete, with another request running beside it
+    other = {}
+
+    async def keep():
+        other["r"] = await model.complete(PROMPTS[2], max_tokens=TOKENS)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(keep)
+        async with trio.open_nursery() as inner:
+            inner.start_soon(lambda: model.complete(PROMPTS[4], max_tokens=200))
+            with trio.fail_after(60):
+                while model._batch.statistics().active < 2:
+                    await trio.sleep(0.005)
+            inner.cancel_scope.cancel()
+    await _idle(model)
+    assert sorted(model._batch._free) == list(range(SLOTS))
+    assert other["r"].finish_reason == "length" and len(other["r"].token_ids) == TOKENS
+    r = await model.complete(PROMPTS[3], max_tokens=TOKENS)
+    assert r.token_ids == alone[3].token_ids
+
+
+async def test_stop_string_and_max_tokens(model, alone):
+    a = alone[1]
+    word = a.text.split()[1]
+    r = await model.complete(PROMPTS[1], max_tokens=TOKENS, stop=[word])
+    assert r.finish_reason == "stop" and word not in r.text
+    assert a.text.startswith(r.text)
+    r = await model.complete(PROMPTS[1], max_tokens=3)
+    assert r.finish_reason == "length" and r.token_ids == a.token_ids[:3]
+    r = await model.complete(PROMPTS[1], max_tokens=0)
+    assert r.finish_reason == "length" and r.token_ids == []
+    await _idle(model)
+
+
+async def test_sampling_beside_greedy(model, unbatched):
+    kw = dict(max_tokens=8, temperature=0.8, top_p=0.9, seed=1234)
+    want = (await unbatched.complete(PROMPTS[5], **kw)).token_ids
+    assert (await model.complete(PROMPTS[5], **kw)).token_ids == want  # alone: exact
+    results = {}
+
+    async def sampled():
+        results["s"] = await model.complete(PROMPTS[5], **kw)
+
+    async def greedy():
+        results["g"] = await model.complete(PROMPTS[6], max_tokens=8)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sampled)
+        nursery.start_soon(greedy)
+    assert len(results["s"].token_ids) == 8 and len(results["g"].token_ids) == 8
+    await _idle(model)
+
+
+async def test_logits_and_chat_still_work(model, unbatched):
+    ids = model.tokenize(PROMPTS[0])
+    np.testing.assert_array_equal(await model.logits(ids), await unbatched.logits(ids))
+    r = await model.chat([{"role": "user", "content": "Say hi."}], max_tokens=4)
+    assert len(r.token_ids) == 4 or r.finish_reason == "stop"

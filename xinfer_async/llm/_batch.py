@@ -1,0 +1,250 @@
+"""Batched decode across requests (``llm.load(..., batching=True)``).
+
+One ``PreparedModel`` of capacity 1 (``LlamaBuilder.prepare_batched``) holds ``seqs`` sequences'
+KV caches as one allocation per layer (sequence s owns cache rows ``[s*ctx, (s+1)*ctx)``). A
+scheduler, a trio system task per ``trio.run`` like the job queue's workers, loops:
+
+1. admit waiting requests while a sequence is free: prefill each alone (chunked, the
+   ``prefill{T}`` plans over its sequence's rows), emit its first token;
+2. one decode step for every active request at once: the smallest ``batch{B}`` plan with
+   B >= active (padding rows: pos = row = last = -1), greedy argmax on the device (logits come
+   back only when some request samples), emit one token to each request;
+3. a finished or cancelled request frees its sequence; the step's fence was awaited, so no
+   device work still touches its rows.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+import trio
+
+from ._sampling import Sampler
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchStatistics:
+    """steps: batched decode steps run; rows: request rows over those steps (rows / steps: the
+    mean batch); max_active: the most requests decoding at once; waiting, active: now."""
+
+    steps: int
+    rows: int
+    max_active: int
+    waiting: int
+    active: int
+
+
+class BatchedRequest:
+    """The handle of one request in the batcher (what ``JobHandle`` is for the job queue)."""
+
+    def __init__(self, batcher: "Batcher", stream: Any):
+        self._batcher = batcher
+        self.stream = stream
+        self.cancelled = False
+        self.error: BaseException | None = None
+        self.done = trio.Event()
+        self.seq: int | None = None
+        self.pos = 0
+        self.n = 0
+        self.token = 0
+        self.greedy = stream._params.greedy
+        self.sampler = Sampler(stream._params)
+        self.started = self.first = 0.0
+
+    def cancel(self) -> None:
+        """Stop generating (at the next step boundary); the sequence is freed after its fence."""
+        if not self.done.is_set():
+            self.cancelled = True
+            self._batcher._wake.set()
+
+    async def result(self) -> None:
+        """Wait for the end of the request; re-raises its error, if any."""
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+
+
+class Batcher:
+    """Runs every generation request of a batched ``LanguageModel`` through one prepared slot.
+
+    Args:
+        model: the ``LanguageModel`` (tokenizer stop ids, ``ctx``, ``chunk``, the builder).
+        slot: the one ``Slot`` of ``builder.prepare_batched()``.
+        seqs: sequences in the batched cache (concurrent requests).
+    """
+
+    def __init__(self, model: Any, slot: Any, seqs: int):
+        self.model = model
+        self.slot = slot
+        self.seqs = seqs
+        self.buckets = model.builder.batch_sizes
+        self._free = list(reversed(range(seqs)))
+        self._waiting: collections.deque[BatchedRequest] = collections.deque()
+        self._active: list[BatchedRequest] = []
+        self._wake = trio.Event()
+        self._closed = False
+        self._steps = self._rows = self._max_active = 0
+
+    def submit(self, stream: Any) -> BatchedRequest:
+        """Queue the request of ``stream`` (a ``GenerationStream``).
+
+        Raises:
+            trio.ClosedResourceError: the model was closed.
+        """
+        if self._closed:
+            raise trio.ClosedResourceError("language model is closed")
+        r = BatchedRequest(self, stream)
+        self._waiting.append(r)
+        self._wake.set()
+        return r
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+    def statistics(self) -> BatchStatistics:
+        return BatchStatistics(self._steps, self._rows, self._max_active, len(self._waiting), len(self._active))
+
+    # -- the scheduler ---------------------------------------------------------------------
+    async def run(self) -> None:
+        """The scheduler loop (a system task); ends when closed or when its trio.run ends."""
+        try:
+            while not self._closed:
+                if not self._waiting and not self._active:
+                    self._wake = trio.Event()
+                    await self._wake.wait()
+                    continue
+                await self._admit()
+                self._drop_cancelled()
+                if self._active:
+                    await self._decode_step()
+                    self._drop_cancelled()
+        except BaseException as exc:
+            err = exc if isinstance(exc, Exception) else trio.ClosedResourceError("the batched decode scheduler stopped")
+            for r in list(self._active) + list(self._waiting):
+                self._end(r, error=err)
+            raise
+        finally:
+            for r in list(self._active) + list(self._waiting):
+                self._end(r, error=trio.ClosedResourceError("language model is closed"))
+
+    async def _admit(self) -> None:
+        while self._waiting and self._free and not self._closed:
+            r = self._waiting.popleft()
+            if r.cancelled:
+                self._end(r)
+                continue
+            r.seq = self._free.pop()
+            r.started = time.perf_counter()
+            try:
+                nxt = await self._prefill(r)
+            except Exception as exc:
+                self._end(r, error=exc)
+                continue
+            r.first = time.perf_counter()
+            r.pos = len(r.stream._ids)
+            self._active.append(r)
+            self._emit(r, nxt)
+            self._max_active = max(self._max_active, len(self._active))
+
+    async def _prefill(self, r: BatchedRequest):
+        """Run the prompt of ``r`` through its sequence; the greedy next id or the logits (vocab,)."""
+        m, ids, base = self.model, r.stream._ids, r.seq * self.model.ctx
+        out = None
+        for start in range(0, len(ids), m.chunk):
+            chunk = ids[start:start + m.chunk]
+            n = len(chunk)
+            if n == 1:
+                plan, T = "batch1", 1
+            else:
+                T = min(t for t in m.builder.prefill_sizes if t >= n)
+                plan = f"prefill{T}"
+            tok = np.zeros(T, np.int32)
+            tok[:n] = chunk
+            pos = np.full(T, -1, np.int32)
+            pos[:n] = np.arange(start, start + n)
+            row = np.where(pos >= 0, base + pos, -1).astype(np.int32)
+            first = np.full(T, base, np.int32)
+            inputs = [tok, pos, row, first, row] + ([] if plan == "batch1" else [np.array([n - 1], np.int32)])
+            (out,) = await self.slot.run(inputs, plan=plan, outputs=[1 if r.greedy else 0])
+        return int(out[0]) if r.greedy else out[0]
+
+    async def _decode_step(self) -> None:
+        active = list(self._active)
+        B = min(b for b in self.buckets if b >= len(active))
+        ctx = self.model.ctx
+        tok = np.zeros(B, np.int32)
+        pos = np.full(B, -1, np.int32)
+        row = np.full(B, -1, np.int32)
+        first = np.zeros(B, np.int32)
+        for i, r in enumerate(active):
+            tok[i], pos[i], row[i], first[i] = r.token, r.pos, r.seq * ctx + r.pos, r.seq * ctx
+        greedy = all(r.greedy for r in active)
+        try:
+            outs = await self.slot.run([tok, pos, row, first, row], plan=f"batch{B}", outputs=[1] if greedy else [0, 1])
+        except Exception as exc:
+            for r in active:
+                self._end(r, error=exc)
+            return
+        self._steps += 1
+        self._rows += len(active)
+        ids, logits = outs[-1], (None if greedy else outs[0])
+        for i, r in enumerate(active):
+            r.pos += 1
+            if not r.cancelled:
+                self._emit(r, int(ids[i]) if r.greedy else logits[i])
+
+    def _emit(self, r: BatchedRequest, nxt: Any) -> None:
+        """Sample (non-greedy), stream the token, and end the request when it is done (the same
+        rules as the unbatched ``GenerationStream._generate``)."""
+        m = self.model
+        token = nxt if r.greedy else r.sampler.sample(nxt)
+        r.n += 1
+        try:
+            r.stream._send.send_nowait(("token", token))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._end(r)  # the consumer closed the stream
+            return
+        if token in m.stop_ids:
+            self._end(r, finish="stop")
+        elif r.n >= r.stream._max_tokens or r.pos >= m.ctx:
+            self._end(r, finish="length")
+        else:
+            r.token = token
+
+    def _drop_cancelled(self) -> None:
+        for r in [r for r in self._active if r.cancelled]:
+            self._end(r)
+
+    def _end(self, r: BatchedRequest, finish: str | None = None, error: BaseException | None = None) -> None:
+        """Finish ``r``: the done message (``finish``), or ``error``; free its sequence. Called only
+        between steps, after the fence of the last step that touched the sequence."""
+        if r.done.is_set():
+            return
+        if r in self._active:
+            self._active.remove(r)
+        try:
+            self._waiting.remove(r)
+        except ValueError:
+            pass
+        if r.seq is not None:
+            self._free.append(r.seq)
+            r.seq = None
+        s = r.stream
+        if finish is not None:
+            end = time.perf_counter()
+            from ._engine import Timings
+
+            t = Timings(r.started - s._submitted_at, r.first - s._submitted_at, r.first - r.started, end - r.first,
+                        len(s._ids), r.n)
+            try:
+                s._send.send_nowait(("done", (finish, t)))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+        r.error = error
+        s._send.close()
+        r.done.set()
