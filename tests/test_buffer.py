@@ -46,7 +46,8 @@ async def test_free_while_submitted_is_released_only_after_fence():
         addr = buf.address
         buf.free()
         # still used by a submitted list: not released, and not handed out again
-        assert dev.alloc(256, "f32").address != addr
+        other = dev.alloc(256, "f32")
+        assert other.address != addr
         assert dev.allocator.cached_bytes == 0
         g = dev.executor(queue=gate)
         g.fill(ev, 0.0)
@@ -54,6 +55,7 @@ async def test_free_while_submitted_is_released_only_after_fence():
         await dev.queue.fence.wait(value)
         assert dev.allocator.cached_bytes == 1024  # released into the cache after the fence
         assert dev.alloc(256, "f32").address == addr  # and reused
+        del other
     finally:
         dev.close()
 
@@ -67,3 +69,32 @@ async def test_use_after_free_at_submit(devices):
         ex.submit()
     with pytest.raises(ValidationError, match=r"^dst: buffer #\d+ was freed \(use after free\)$"):
         ex.fill(buf, 1.0)
+
+
+async def test_dropped_buffer_is_freed_after_its_fence():
+    """A buffer that goes out of scope without free() is released like a freed one: into the
+    allocator's cache once every fence that used it has completed, never before."""
+    import gc
+
+    dev = open_device("cpu")
+    try:
+        gate = dev.create_queue()
+        dev.queue.wait_for(gate, 1)  # holds the default queue until the gate signals 1
+        buf = dev.alloc(256, "f32")
+        ex = dev.executor()
+        ex.fill(buf, 2.0)
+        value = ex.submit()
+        live = dev.allocated_bytes
+        del buf, ex
+        gc.collect()
+        dev._reap()
+        assert dev.allocated_bytes == live and dev.allocator.cached_bytes == 0  # still in use
+        g = dev.executor(queue=gate)
+        g.fill(dev.alloc(1, "f32"), 0.0)
+        g.submit()
+        await dev.queue.fence.wait(value)
+        gc.collect()
+        dev._reap()
+        assert dev.allocator.cached_bytes == 1024
+    finally:
+        dev.close()

@@ -160,3 +160,16 @@ def test_env_var_picks_device(monkeypatch):
     monkeypatch.setenv("XINFER_DEVICE", "")
     with open_device() as dev:  # empty: auto
         assert dev.name in ("cpu", "cuda")
+
+
+def test_close_with_work_that_never_completes_warns_and_returns():
+    """A queue waiting on a fence value that never comes: close gives up after its timeout,
+    leaks that memory with a ResourceWarning instead of freeing it under the device, and returns."""
+    dev = xinfer_async.open_device("cpu")
+    gate = dev.create_queue()
+    dev.queue.wait_for(gate, 1)  # never signalled
+    ex = dev.executor()
+    ex.fill(dev.alloc(16, "f32"), 1.0)
+    ex.submit()
+    with pytest.warns(ResourceWarning, match="work still pending after 0.2 s at close"):
+        dev.close(timeout_s=0.2)

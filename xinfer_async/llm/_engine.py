@@ -86,6 +86,7 @@ class GenerationStream:
         self._finish: str | None = None
         self._timings: Timings | None = None
         self._submitted_at = 0.0
+        self._first_at = 0.0
         self.result: CompletionResult | None = None
 
     def __aiter__(self) -> "GenerationStream":
@@ -115,6 +116,8 @@ class GenerationStream:
             else:
                 jobs = await self._model._job_queue()
                 self._handle = await jobs.submit_handle(self._job)
+                # a job that ends without running (no slot: the model closed) still ends the stream
+                self._handle.add_done_callback(self._send.close)
         while True:
             if self.result is not None:
                 raise StopAsyncIteration
@@ -127,6 +130,8 @@ class GenerationStream:
                     return piece
                 raise StopAsyncIteration from None
             if kind == "token":
+                if not self._tokens:
+                    self._first_at = time.perf_counter()
                 self._tokens.append(value)
                 self._text += self._decoder.push(value)
                 piece = self._release(final=False)
@@ -156,12 +161,16 @@ class GenerationStream:
             self._text += self._decoder.flush()
         piece = self._text[self._emitted:]
         self._emitted = len(self._text)
-        t = self._timings or Timings(0.0, 0.0, 0.0, 0.0, len(self._ids), len(self._tokens))
+        t = self._timings
+        if t is None:  # a stop string ended it before the job's figures arrived: the consumer's own
+            now = time.perf_counter()
+            first = self._first_at or now
+            t = Timings(0.0, first - self._submitted_at, first - self._submitted_at, now - first,
+                        len(self._ids), len(self._tokens))
         self.result = CompletionResult(self._text, list(self._tokens), self._finish or "stop", t)
         return piece
 
     async def _job(self, slot: Any) -> None:
-        m = self._model
         started = time.perf_counter()
         try:
             await self._generate(slot, started)
@@ -224,6 +233,8 @@ class LanguageModel:
     def __init__(self, path: Any, gguf_model: Any, builder: Any, prepared: Any, *, max_queued: int = 256,
                  batched: Any = None, batch_seqs: int = 0):
         self.path = path
+        #: whether ``aclose`` closes the device (``load`` opened it from a name)
+        self.owns_device = False
         self.config = gguf_model.config
         self.metadata = {k: v for k, v in gguf_model.metadata.items() if not k.startswith("tokenizer.ggml.")}
         self.tokenizer = Tokenizer.from_gguf(gguf_model.metadata)
@@ -447,6 +458,9 @@ class LanguageModel:
         self.prepared.close()
         if self.batched is not None:
             self.batched.close()
+        if self.owns_device:  # opened by load() from a name: nobody else can close it
+            await self.device.queue.wait_idle()
+            self.device.close()
         await trio.lowlevel.checkpoint()
 
     def __repr__(self) -> str:

@@ -59,6 +59,13 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
         builder = LlamaBuilder(gguf_model, dev, ctx, chunk)
         return builder, builder.prepare(slots), None
 
-    builder, prepared, batched = await trio.to_thread.run_sync(build)
-    return LanguageModel(path, gguf_model, builder, prepared, max_queued=max_queued, batched=batched,
-                         batch_seqs=slots if batching else 0)
+    try:
+        builder, prepared, batched = await trio.to_thread.run_sync(build)
+    except BaseException:
+        if dev is not device:
+            dev.close()
+        raise
+    model = LanguageModel(path, gguf_model, builder, prepared, max_queued=max_queued, batched=batched,
+                          batch_seqs=slots if batching else 0)
+    model.owns_device = dev is not device  # opened here from a name: aclose() closes it
+    return model

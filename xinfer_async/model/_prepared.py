@@ -274,6 +274,8 @@ class PreparedModel:
     def _return(self, slot: Slot) -> None:
         self._busy -= 1
         self._free.append(slot)
+        if self._closed:  # closed while this slot was held: its buffers go now
+            slot._release_buffers()
         self._lot.unpark()
 
     @asynccontextmanager
@@ -315,10 +317,11 @@ class PreparedModel:
                                   self._runs, self.slots[0].private_bytes, self.definition.weight_bytes())
 
     def close(self) -> None:
-        """Release every slot's buffers (after their fences). The weights stay with the definition."""
+        """Release every slot's buffers (after their fences; a slot still held, when its holder
+        returns it). The weights stay with the definition."""
         if not self._closed:
             self._closed = True
-            for s in self.slots:
+            for s in self._free:  # held slots release theirs when their holder returns them
                 s._release_buffers()
             self._lot.unpark_all()
 

@@ -4,6 +4,7 @@ range of one."""
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Any
 
 from ..hal import DType, ResourceState, TensorDesc, ValidationError
@@ -21,7 +22,7 @@ class DeviceBuffer:
         address: the backend address (``int``); meaningful only to the backend.
     """
 
-    __slots__ = ("device", "address", "desc", "state", "freed", "last_use", "id", "__weakref__")
+    __slots__ = ("device", "address", "desc", "state", "freed", "last_use", "id", "_finalizer", "__weakref__")
 
     def __init__(self, device: Any, address: int, desc: TensorDesc):
         self.device = device
@@ -31,6 +32,8 @@ class DeviceBuffer:
         self.freed = False
         self.last_use: dict[Any, int] = {}  # Queue -> fence value of the last list that used it
         self.id = next(_ids)
+        # a buffer dropped without free() is freed the same way: once its fences complete
+        self._finalizer = weakref.finalize(self, device._free_dropped, address, desc.nbytes, self.last_use)
 
     @property
     def size_in_bytes(self) -> int:
@@ -81,6 +84,7 @@ class DeviceBuffer:
         """
         if not self.freed:
             self.freed = True
+            self._finalizer.detach()
             self.device._free_buffer(self)
 
     def __repr__(self) -> str:

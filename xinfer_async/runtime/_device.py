@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import collections
+import warnings
 from typing import Any
 
 import numpy as np
 
-from ..hal import DeviceError, DType, TensorDesc
+from ..hal import DeviceError, DType, FenceTimeoutError, TensorDesc
 from ._allocator import CachingAllocator, size_class
 from ._backend import Backend
 from ._buffer import DeviceBuffer
@@ -33,7 +35,8 @@ class Device:
         self.description = getattr(backend, "description", backend.name)
         self.validate = validate
         self._lost: DeviceError | None = None
-        self._deferred: list[DeviceBuffer] = []
+        self._deferred: list[tuple[int, int, dict]] = []  # (address, nbytes, last_use) of freed buffers
+        self._dropped: collections.deque = collections.deque()  # from finalizers, any thread
         self._kernels: dict[str, Any] = {}
         self._pool = None
         self._pool_size = command_lists
@@ -55,20 +58,34 @@ class Device:
                 self._lost = err
                 raise err
 
-    def close(self) -> None:
-        """Wait for all work, free everything, and release the device. Idempotent."""
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Wait for all work, free everything, and release the device. Idempotent.
+
+        Args:
+            timeout_s: how long to wait for submitted work. Work still pending then (a queue
+                waiting on a fence value that never comes) keeps its memory and the backend's
+                context: they are leaked with a ``ResourceWarning`` rather than freed under the
+                device's feet.
+        """
         if self._closed:
             return
+        stuck = False
         try:
-            self.synchronize()
+            self.synchronize(timeout_s)
+        except FenceTimeoutError:
+            stuck = True
+            warnings.warn(f"{self.name}: work still pending after {timeout_s} s at close; its memory is leaked",
+                          ResourceWarning, stacklevel=2)
         except Exception:
-            pass
-        self._reap(force=True)
-        self.allocator.release_all()
+            pass  # a device error: the work is over either way
+        if not stuck:
+            self._reap(force=True)
+            self.allocator.release_all()
         for q in self._queues:
             q.close()
         self._closed = True
-        self.backend.close()
+        if not stuck:
+            self.backend.close()
 
     def __enter__(self) -> "Device":
         return self
@@ -237,20 +254,29 @@ class Device:
             q.fence.wait_blocking(v)
 
     def _free_buffer(self, buf: DeviceBuffer) -> None:
-        self._deferred.append(buf)
+        self._deferred.append((buf.address, buf.nbytes, buf.last_use))
         self._reap()
+
+    def _free_dropped(self, address: int, nbytes: int, last_use: dict) -> None:
+        """Finalizer of a buffer dropped without ``free()``; may run on any thread, so it only
+        queues the block (deque appends are atomic) for the next ``_reap``."""
+        if not self._closed:
+            self._dropped.append((address, nbytes, last_use))
 
     def _reap(self, force: bool = False) -> None:
         """Free deferred buffers whose every use has completed."""
+        while self._dropped:
+            self._deferred.append(self._dropped.popleft())
         if not self._deferred:
             return
         keep = []
-        for buf in self._deferred:
-            if buf.busy() and not force:
-                keep.append(buf)
+        for entry in self._deferred:
+            address, nbytes, last_use = entry
+            if not force and any(q.fence.completed_value < v for q, v in list(last_use.items())):
+                keep.append(entry)
                 continue
-            self.allocator.free(buf.address, buf.nbytes)
-            self.allocated_bytes -= size_class(buf.nbytes)
+            self.allocator.free(address, nbytes)
+            self.allocated_bytes -= size_class(nbytes)
         self._deferred = keep
 
     def __repr__(self) -> str:

@@ -43,7 +43,7 @@ class JobStatistics:
 
 
 class _Job:
-    __slots__ = ("fn", "done", "result", "state", "scope", "enqueued_at")
+    __slots__ = ("fn", "done", "result", "state", "scope", "enqueued_at", "callbacks")
 
     def __init__(self, fn):
         self.fn = fn
@@ -52,6 +52,12 @@ class _Job:
         self.state = "queued"  # queued -> running -> done | cancelled
         self.scope: trio.CancelScope | None = None
         self.enqueued_at = trio.current_time()
+        self.callbacks: list = []
+
+    def finish(self) -> None:
+        self.done.set()
+        for fn in self.callbacks:
+            fn()
 
 
 class JobHandle:
@@ -76,6 +82,14 @@ class JobHandle:
 
     def cancel(self) -> None:
         self._queue._cancel(self._job)
+
+    def add_done_callback(self, fn) -> None:
+        """Call ``fn()`` (plain code, in the trio thread) when the job ends, however it ends; at
+        once if it has ended."""
+        if self._job.done.is_set():
+            fn()
+        else:
+            self._job.callbacks.append(fn)
 
 
 class JobQueue:
@@ -153,7 +167,7 @@ class JobQueue:
             job.state = "cancelled"
             self._counts["cancelled"] += 1
             job.result = outcome.Error(JobCancelledError("job was cancelled before it ran"))
-            job.done.set()
+            job.finish()
             self._room.unpark()
         elif job.state == "running" and job.scope is not None:
             job.scope.cancel()
@@ -192,7 +206,7 @@ class JobQueue:
                     self._counts["cancelled"] += 1
                     job.result = outcome.Error(JobCancelledError("job queue was shut down while the job ran"))
                 job.state = "done"
-                job.done.set()
+                job.finish()
 
     def close(self) -> None:
         """Refuse new jobs; workers exit once the queue is drained."""
