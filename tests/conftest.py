@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import xinfer_async
-from xinfer_async.runtime._open import cuda_status
+from xinfer_async._open import cuda_status
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])

@@ -1,4 +1,4 @@
-"""runtime/_device.py and runtime/_open.py: memory, upload/download, bad input, device names."""
+"""runtime/_device.py and _open.py: memory, upload/download, bad input, device names."""
 
 import re
 
@@ -7,7 +7,7 @@ import pytest
 
 import xinfer_async
 from xinfer_async import DeviceError, DType, ValidationError, open_device
-from xinfer_async.runtime._open import cuda_status
+from xinfer_async._open import cuda_status
 
 
 def test_alloc_upload_download(devices, rng):

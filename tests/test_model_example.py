@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from xinfer_async.runtime._open import cuda_status
+from xinfer_async._open import cuda_status
 
 EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "examples" / "two_stage_model.py"
 

@@ -40,6 +40,6 @@ from .runtime import (
     Queue as Queue,
     open_job_queue as open_job_queue,
 )
-from .runtime._open import open_device as open_device
+from ._open import open_device as open_device
 
 __version__ = "0.1.0"

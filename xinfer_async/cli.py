@@ -101,7 +101,7 @@ async def _perplexity(args) -> None:
 def _devices(args) -> None:
     import os
 
-    from .runtime._open import cuda_status
+    from ._open import cuda_status
 
     print(f"cpu: available ({os.cpu_count()} cores, native C kernels)")
     ok, reason = cuda_status()

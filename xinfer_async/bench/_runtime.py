@@ -27,7 +27,7 @@ import numpy as np
 import trio
 
 from ..ops import Gemm
-from ..runtime._open import open_device
+from .._open import open_device
 
 
 def _stats(samples_s: list[float], scale: float) -> dict[str, float]:

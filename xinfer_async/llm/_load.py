@@ -8,7 +8,7 @@ from typing import Any
 import trio
 
 from ..runtime import Device
-from ..runtime._open import open_device
+from .._open import open_device
 from ._engine import LanguageModel
 from ._gguf import load_gguf
 from ._llama import LlamaBuilder

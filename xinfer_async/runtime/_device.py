@@ -28,6 +28,10 @@ class Device:
         validate: run the validation layer on recorded commands (state, lifetime, hazards).
     """
 
+    #: ``(device, name) -> ComputeKernel``; installed by ``xinfer_async.ops`` when it is imported
+    #: (``ops`` builds on this layer, so this layer does not import it)
+    kernel_factory: Any = None
+
     def __init__(self, backend: Backend, *, command_lists: int = 8, validate: bool = True):
         self.backend = backend
         self.allocator = CachingAllocator(backend)
@@ -137,9 +141,7 @@ class Device:
         """
         k = self._kernels.get(name)
         if k is None:
-            from ..ops import ComputeKernel
-
-            k = self._kernels[name] = ComputeKernel(self, name)
+            k = self._kernels[name] = Device.kernel_factory(self, name)
         return k
 
     # -- memory ----------------------------------------------------------------------------

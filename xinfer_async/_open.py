@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any
 
-from ..hal import DeviceError
+from .hal import DeviceError
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:N")
 
@@ -14,7 +14,7 @@ DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:N")
 def cuda_status() -> tuple[bool, str]:
     """Whether the cuda backend can run here, and if not, why."""
     try:
-        from ..backends.cuda._backend import CUDABackend
+        from .backends.cuda._backend import CUDABackend
     except Exception as exc:  # the cuda backend never breaks the package's import
         return False, f"the cuda backend failed to import: {type(exc).__name__}: {exc}"
     try:
@@ -45,7 +45,7 @@ def open_device(name: str | None = None, **kwargs: Any):
         ok, _ = cuda_status()
         name = "cuda" if ok else "cpu"
     if name == "cpu":
-        from ..backends.cpu import CPUDevice
+        from .backends.cpu import CPUDevice
 
         return CPUDevice(**kwargs)
     m = re.fullmatch(r"cuda(?::(\d+))?", name)
@@ -53,7 +53,7 @@ def open_device(name: str | None = None, **kwargs: Any):
         ok, reason = cuda_status()
         if not ok:
             raise DeviceError(f"device {name!r} is not available: {reason}", "CUDA_UNAVAILABLE")
-        from ..backends.cuda import CUDADevice
+        from .backends.cuda import CUDADevice
 
         return CUDADevice(int(m.group(1) or 0), **kwargs)
     raise ValueError(f"device={name!r} is not a device name; choose one of {', '.join(DEVICE_CHOICES)}")
