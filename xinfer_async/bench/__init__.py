@@ -16,7 +16,14 @@ SUBCOMMANDS: dict[str, str] = {
     "model-layer": "xinfer_async.bench._model_layer:main",
     "load": "xinfer_async.bench._load:main",
     "model": "xinfer_async.bench._model:main",
+    # kernel-level figures (developer tools): cpu matmul speed, cuda raw figures, gemv variants
+    "native": "xinfer_async.bench._native_bench:main",
+    "cuda-raw": "xinfer_async.bench._cuda_bench:main",
+    "gemv-variants": "xinfer_async.bench._gemv_variants:main",
 }
+
+#: subcommands that drive the cuda backend directly
+NEEDS_CUDA = {"cuda-raw", "gemv-variants"}
 
 
 def register(name: str, target: str) -> None:
@@ -35,4 +42,14 @@ def resolve(name: str) -> Callable[[list[str]], int]:
     except KeyError:
         raise ValueError(f"unknown benchmark {name!r}; choose one of {', '.join(sorted(SUBCOMMANDS))}") from None
     module, _, fn = target.partition(":")
+    if name in NEEDS_CUDA:
+        from .._open import cuda_status
+
+        ok, reason = cuda_status()
+        if not ok:
+            def unavailable(argv: list[str]) -> int:
+                print(f"bench {name} needs the cuda backend: {reason}")
+                return 2
+
+            return unavailable
     return getattr(importlib.import_module(module), fn)
