@@ -406,6 +406,23 @@ def test_matmul(rng, dt, T, N, K, accumulate):
     assert (err <= bound).all(), f"max err/bound {np.max(err / bound)}"
 
 
+@pytest.mark.parametrize("dt", ["f32", "f16", "q8_0", "q4_0", "q4_1"])
+@pytest.mark.parametrize("K", [32 * 7, 32 * 130, 576])
+def test_matmul_row_does_not_depend_on_T(rng, dt, K):
+    """A token's output row is bit-identical whether it runs alone (T=1) or in a batch (any T):
+    batched decode equals decode alone."""
+    N, T = 37, 9
+    wq, _ = encode((rng.standard_normal((N, K)) * 0.5).astype(np.float32), dt)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    batched = poison(T, N)
+    assert call(f"matmul_{dt}", [wq, x, batched], {"T": T, "N": N, "K": K, "accumulate": 0}) == 0
+    for t in range(T):
+        alone = poison(1, N)
+        assert call(f"matmul_{dt}", [wq, np.ascontiguousarray(x[t:t + 1]), alone],
+                    {"T": 1, "N": N, "K": K, "accumulate": 0}) == 0
+        np.testing.assert_array_equal(alone[0].view(np.uint32), batched[t].view(np.uint32))
+
+
 # ------------------------------------------------------------------ invalid constants
 
 def _einval_cases():

@@ -194,25 +194,29 @@ vdeq_f16(const uint8_t *blk, const float *d_, const float *m_, __m512 v[2])
 static inline __attribute__((always_inline)) void                                   \
 tile_##NAME(const uint8_t *wr, long nb, const float *x, long K, float *res, const int TT) \
 {                                                                                    \
-    __m512 acc[4][2];                                                                \
+    /* Every token's row sum takes the same steps whatever TT is (even blocks into acc, odd  \
+     * blocks into odd, a chunk's leftover block into acc), so a row's result does not depend \
+     * on how many tokens share the tile: batched decode equals decode alone, bit for bit.  */ \
+    __m512 acc[4][2], odd[4][2];                                                     \
     float ds[XI_SCHUNK], ms[XI_SCHUNK];                                              \
-    for (int t = 0; t < 4; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps();         \
+    for (int t = 0; t < 4; t++)                                                      \
+        acc[t][0] = acc[t][1] = odd[t][0] = odd[t][1] = _mm512_setzero_ps();         \
     for (long cb = 0; cb < nb; cb += XI_SCHUNK) {                                    \
         const long ce = cb + XI_SCHUNK < nb ? cb + XI_SCHUNK : nb;                   \
         const uint8_t *wc = wr + cb * (BYTES);                                       \
         if (XI_DOFF_##NAME >= 0) scales(wc, ce - cb, BYTES, XI_DOFF_##NAME, ds);     \
         if (XI_MOFF_##NAME >= 0) scales(wc, ce - cb, BYTES, XI_MOFF_##NAME, ms);     \
         long ib = cb;                                                                \
-        if (TT == 1) { /* two blocks per step: four independent fma chains */        \
-            for (; ib + 2 <= ce; ib += 2) {                                          \
-                __m512 v[2], u[2];                                                   \
-                vdeq_##NAME(wr + ib * (BYTES), ds + ib - cb, ms + ib - cb, v);       \
-                vdeq_##NAME(wr + (ib + 1) * (BYTES), ds + ib + 1 - cb, ms + ib + 1 - cb, u); \
-                const float *xb = x + ib * 32;                                       \
-                acc[0][0] = _mm512_fmadd_ps(v[0], _mm512_loadu_ps(xb), acc[0][0]);   \
-                acc[0][1] = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xb + 16), acc[0][1]); \
-                acc[1][0] = _mm512_fmadd_ps(u[0], _mm512_loadu_ps(xb + 32), acc[1][0]); \
-                acc[1][1] = _mm512_fmadd_ps(u[1], _mm512_loadu_ps(xb + 48), acc[1][1]); \
+        for (; ib + 2 <= ce; ib += 2) { /* two blocks per step: four fma chains a token */ \
+            __m512 v[2], u[2];                                                       \
+            vdeq_##NAME(wr + ib * (BYTES), ds + ib - cb, ms + ib - cb, v);           \
+            vdeq_##NAME(wr + (ib + 1) * (BYTES), ds + ib + 1 - cb, ms + ib + 1 - cb, u); \
+            for (int t = 0; t < TT; t++) {                                           \
+                const float *xb = x + t * K + ib * 32;                               \
+                acc[t][0] = _mm512_fmadd_ps(v[0], _mm512_loadu_ps(xb), acc[t][0]);   \
+                acc[t][1] = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xb + 16), acc[t][1]); \
+                odd[t][0] = _mm512_fmadd_ps(u[0], _mm512_loadu_ps(xb + 32), odd[t][0]); \
+                odd[t][1] = _mm512_fmadd_ps(u[1], _mm512_loadu_ps(xb + 48), odd[t][1]); \
             }                                                                        \
         }                                                                            \
         for (; ib < ce; ib++) {                                                      \
@@ -225,13 +229,9 @@ tile_##NAME(const uint8_t *wr, long nb, const float *x, long K, float *res, cons
             }                                                                        \
         }                                                                            \
     }                                                                                \
-    if (TT == 1) {                                                                   \
-        res[0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0][0], acc[0][1]), \
-                                                    _mm512_add_ps(acc[1][0], acc[1][1]))); \
-    } else {                                                                         \
-        for (int t = 0; t < TT; t++)                                                 \
-            res[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));      \
-    }                                                                                \
+    for (int t = 0; t < TT; t++)                                                     \
+        res[t] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]), \
+                                                    _mm512_add_ps(odd[t][0], odd[t][1]))); \
 }
 #elif defined(__AVX2__)
 /* a block of 32 weights -> four __m256 of floats (rounding may differ from the
@@ -320,15 +320,9 @@ tile_##NAME(const uint8_t *wr, long nb, const float *x, long K, float *res, cons
         vdeq_##NAME(wr + ib * (BYTES), v);                                           \
         for (int t = 0; t < TT; t++) {                                               \
             const float *xb = x + t * K + ib * 32;                                   \
-            if (TT == 1) {                                                           \
-                for (int j = 0; j < 4; j++)                                          \
-                    acc[t][j] = _mm256_fmadd_ps(v[j], _mm256_loadu_ps(xb + 8 * j), acc[t][j]); \
-            } else {                                                                 \
-                acc[t][0] = _mm256_fmadd_ps(v[0], _mm256_loadu_ps(xb), acc[t][0]);   \
-                acc[t][1] = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(xb + 8), acc[t][1]); \
-                acc[t][0] = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(xb + 16), acc[t][0]); \
-                acc[t][1] = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(xb + 24), acc[t][1]); \
-            }                                                                        \
+            /* the same four chains for every TT: a row's sum does not depend on TT */ \
+            for (int j = 0; j < 4; j++)                                              \
+                acc[t][j] = _mm256_fmadd_ps(v[j], _mm256_loadu_ps(xb + 8 * j), acc[t][j]); \
         }                                                                            \
     }                                                                                \
     for (int t = 0; t < TT; t++)                                                     \
