@@ -196,3 +196,37 @@ async def test_logits_and_chat_still_work(model, unbatched):
     np.testing.assert_array_equal(await model.logits(ids), await unbatched.logits(ids))
     r = await model.chat([{"role": "user", "content": "Say hi."}], max_tokens=4)
     assert len(r.token_ids) == 4 or r.finish_reason == "stop"
+
+
+async def test_long_prefill_is_interleaved_with_decode_steps(model):
+    """While a long prompt runs chunk by chunk, the active requests keep decoding: between two
+    prompt chunks of B there is a decode step of A."""
+    await _idle(model)
+    long_prompt = " ".join(["The quick brown fox jumps over the lazy dog."] * 16)  # ~3 chunks of 64
+    assert len(model.tokenize(long_prompt)) > 2 * model.chunk
+    a_tokens_before_b = []
+    b_started = trio.Event()
+    b_first = trio.Event()
+
+    async def run_a():
+        stream = model.generate(PROMPTS[1], max_tokens=40)
+        n = 0
+        async for _ in stream:
+            n += 1
+            if n == 2:
+                b_started.set()
+            if b_started.is_set() and not b_first.is_set():
+                a_tokens_before_b.append(n)
+
+    async def run_b():
+        await b_started.wait()
+        async for _ in model.generate(long_prompt, max_tokens=2):
+            b_first.set()
+
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_a)
+            nursery.start_soon(run_b)
+    # B's prompt needed >= 3 chunks; A decoded at least 2 tokens while it ran
+    assert len(a_tokens_before_b) >= 3, a_tokens_before_b
+    await _idle(model)

@@ -77,10 +77,13 @@ class Batcher:
         seqs: sequences in the batched cache (concurrent requests).
     """
 
-    def __init__(self, model: Any, slot: Any, seqs: int):
+    def __init__(self, model: Any, slot: Any, seqs: int, max_queued: int = 256):
         self.model = model
         self.slot = slot
         self.seqs = seqs
+        self.max_queued = max_queued
+        self._room = trio.lowlevel.ParkingLot()
+        self._prefilling: BatchedRequest | None = None  # the request whose prompt is being run
         self.buckets = model.builder.batch_sizes
         self._free = list(reversed(range(seqs)))
         self._waiting: collections.deque[BatchedRequest] = collections.deque()
@@ -89,12 +92,15 @@ class Batcher:
         self._closed = False
         self._steps = self._rows = self._max_active = 0
 
-    def submit(self, stream: Any) -> BatchedRequest:
-        """Queue the request of ``stream`` (a ``GenerationStream``).
+    async def submit(self, stream: Any) -> BatchedRequest:
+        """Queue the request of ``stream`` (a ``GenerationStream``), waiting while ``max_queued``
+        requests already wait (back-pressure, as the job queue of the unbatched path).
 
         Raises:
             trio.ClosedResourceError: the model was closed.
         """
+        while len(self._waiting) >= self.max_queued and not self._closed:
+            await self._room.park()
         if self._closed:
             raise trio.ClosedResourceError("language model is closed")
         r = BatchedRequest(self, stream)
@@ -105,6 +111,7 @@ class Batcher:
     def close(self) -> None:
         self._closed = True
         self._wake.set()
+        self._room.unpark_all()
 
     def statistics(self) -> BatchStatistics:
         return BatchStatistics(self._steps, self._rows, self._max_active, len(self._waiting), len(self._active))
@@ -114,7 +121,7 @@ class Batcher:
         """The scheduler loop (a system task); ends when closed or when its trio.run ends."""
         try:
             while not self._closed:
-                if not self._waiting and not self._active:
+                if not self._waiting and not self._active and self._prefilling is None:
                     self._wake = trio.Event()
                     await self._wake.wait()
                     continue
@@ -125,52 +132,73 @@ class Batcher:
                     self._drop_cancelled()
         except BaseException as exc:
             err = exc if isinstance(exc, Exception) else trio.ClosedResourceError("the batched decode scheduler stopped")
-            for r in list(self._active) + list(self._waiting):
+            for r in self._requests():
                 self._end(r, error=err)
             raise
         finally:
-            for r in list(self._active) + list(self._waiting):
+            for r in self._requests():
                 self._end(r, error=trio.ClosedResourceError("language model is closed"))
+            self._room.unpark_all()
+
+    def _requests(self) -> list[BatchedRequest]:
+        return list(self._active) + list(self._waiting) + ([self._prefilling] if self._prefilling else [])
 
     async def _admit(self) -> None:
-        while self._waiting and self._free and not self._closed:
-            r = self._waiting.popleft()
-            if r.cancelled:
-                self._end(r)
-                continue
-            r.seq = self._free.pop()
-            r.started = time.perf_counter()
-            try:
-                nxt = await self._prefill(r)
-            except Exception as exc:
-                self._end(r, error=exc)
-                continue
-            r.first = time.perf_counter()
-            r.pos = len(r.stream._ids)
-            self._active.append(r)
-            self._emit(r, nxt)
-            self._max_active = max(self._max_active, len(self._active))
+        """Start the next waiting request when a sequence is free, then run ONE prompt chunk of the
+        request being prefilled: between two decode steps of the active requests there is at most
+        one chunk of prefill, so a long prompt does not stall them for its whole length."""
+        if self._prefilling is None:
+            while self._waiting and self._free and not self._closed:
+                r = self._waiting.popleft()
+                self._room.unpark()
+                if r.cancelled:
+                    self._end(r)
+                    continue
+                r.seq = self._free.pop()
+                r.started = time.perf_counter()
+                r.pos = 0
+                self._prefilling = r
+                break
+        r = self._prefilling
+        if r is None:
+            return
+        if r.cancelled:
+            self._end(r)
+            return
+        try:
+            nxt = await self._prefill_chunk(r)
+        except Exception as exc:
+            self._end(r, error=exc)
+            return
+        if r.pos < len(r.stream._ids):
+            return  # more chunks: the next one after the next decode step
+        self._prefilling = None
+        r.first = time.perf_counter()
+        self._active.append(r)
+        self._emit(r, nxt)
+        self._max_active = max(self._max_active, len(self._active))
 
-    async def _prefill(self, r: BatchedRequest):
-        """Run the prompt of ``r`` through its sequence; the greedy next id or the logits (vocab,)."""
+    async def _prefill_chunk(self, r: BatchedRequest):
+        """Run the next chunk of the prompt of ``r`` into its sequence (advances ``r.pos``); the
+        greedy next id or the logits (vocab,) after it."""
         m, ids, base = self.model, r.stream._ids, r.seq * self.model.ctx
-        out = None
-        for start in range(0, len(ids), m.chunk):
-            chunk = ids[start:start + m.chunk]
-            n = len(chunk)
-            if n == 1:
-                plan, T = "batch1", 1
-            else:
-                T = min(t for t in m.builder.prefill_sizes if t >= n)
-                plan = f"prefill{T}"
-            tok = np.zeros(T, np.int32)
-            tok[:n] = chunk
-            pos = np.full(T, -1, np.int32)
-            pos[:n] = np.arange(start, start + n)
-            row = np.where(pos >= 0, base + pos, -1).astype(np.int32)
-            first = np.full(T, base, np.int32)
-            inputs = [tok, pos, row, first, row] + ([] if plan == "batch1" else [np.array([n - 1], np.int32)])
-            (out,) = await self.slot.run(inputs, plan=plan, outputs=[1 if r.greedy else 0])
+        start = r.pos
+        chunk = ids[start:start + m.chunk]
+        n = len(chunk)
+        if n == 1:
+            plan, T = "batch1", 1
+        else:
+            T = min(t for t in m.builder.prefill_sizes if t >= n)
+            plan = f"prefill{T}"
+        tok = np.zeros(T, np.int32)
+        tok[:n] = chunk
+        pos = np.full(T, -1, np.int32)
+        pos[:n] = np.arange(start, start + n)
+        row = np.where(pos >= 0, base + pos, -1).astype(np.int32)
+        first = np.full(T, base, np.int32)
+        inputs = [tok, pos, row, first, row] + ([] if plan == "batch1" else [np.array([n - 1], np.int32)])
+        (out,) = await self.slot.run(inputs, plan=plan, outputs=[1 if r.greedy else 0])
+        r.pos = start + n
         return int(out[0]) if r.greedy else out[0]
 
     async def _decode_step(self) -> None:
@@ -227,6 +255,8 @@ class Batcher:
             return
         if r in self._active:
             self._active.remove(r)
+        if r is self._prefilling:
+            self._prefilling = None
         try:
             self._waiting.remove(r)
         except ValueError:

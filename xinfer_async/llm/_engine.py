@@ -112,7 +112,7 @@ class GenerationStream:
                 raise StopAsyncIteration
             self._submitted_at = time.perf_counter()
             if self._model.batching:
-                self._handle = (await self._model._batcher()).submit(self)
+                self._handle = await (await self._model._batcher()).submit(self)
             else:
                 jobs = await self._model._job_queue()
                 self._handle = await jobs.submit_handle(self._job)
@@ -435,7 +435,7 @@ class LanguageModel:
             raise trio.ClosedResourceError("language model is closed")
         token = trio.lowlevel.current_trio_token()
         if self._batch is None or self._batch_token is not token:
-            b = Batcher(self, self.batched.slots[0], self.slots)
+            b = Batcher(self, self.batched.slots[0], self.slots, self._max_queued)
             trio.lowlevel.spawn_system_task(b.run, name="xinfer_async.llm-batcher")
             self._batch, self._batch_token = b, token
         await trio.lowlevel.checkpoint()

@@ -32,7 +32,7 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
         chunk: prompt tokens per prefill step.
         pull: download a known model that is not in the cache yet.
         max_queued: requests that may wait for a slot before ``generate`` applies back-pressure
-            (not applied with ``batching``: requests wait in the scheduler's queue).
+            (with ``batching``, requests that may wait for a sequence).
         batching: decode all active requests in one batched step (``slots`` sequences in one
             batched KV cache, plans for batch buckets 1, 2, 4, ... up to ``slots``); each
             request's output is what it gives alone (bit for bit on cpu; on cuda up to float rounding
