@@ -105,3 +105,19 @@ async def test_cancelled_reader_hands_over_the_fd(dev):
         await trio.testing.wait_all_tasks_blocked(cushion=0.01)
         release()
     assert reader.cancelled_caught and finished == [v]
+
+
+async def test_wait_is_a_checkpoint_when_the_spin_sees_completion(dev):
+    """A short list completes during the sched_yield spin; the await must still be a checkpoint:
+    a cancelled waiter raises Cancelled (and a loop of such waits lets other tasks run)."""
+    buf = dev.alloc(16, "f32")
+    for _ in range(200):
+        ex = dev.executor()
+        ex.fill(buf, 1.0)
+        value = ex.submit()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await dev.queue.fence.wait(value)
+        assert scope.cancelled_caught
+        await dev.queue.fence.wait(value)
+    buf.free()

@@ -153,6 +153,10 @@ class Fence:
             # cpu queue thread runs meanwhile): a trio checkpoint costs several us a round
             while self.completed_value < value and time.perf_counter() - start < _YIELD_SPIN_S:
                 os.sched_yield()
+            if self.completed_value >= value:
+                # done within the spin, which is no checkpoint: an await must still be one (a
+                # cancelled waiter raises; a loop of short waits lets other tasks run)
+                await trio.lowlevel.checkpoint()
             while self.completed_value < value and time.perf_counter() - start < _SPIN_S:
                 await trio.lowlevel.checkpoint()
             if self.completed_value >= value:
