@@ -173,3 +173,22 @@ def test_close_with_work_that_never_completes_warns_and_returns():
     ex.submit()
     with pytest.warns(ResourceWarning, match="work still pending after 0.2 s at close"):
         dev.close(timeout_s=0.2)
+
+
+def test_close_with_work_that_never_completes_returns_within_its_timeout():
+    """The stuck queue is leaked, not closed: closing it would wait for its work (the cpu queue
+    thread's join takes 10 s) and free the fence that work still signals."""
+    import time
+
+    dev = xinfer_async.open_device("cpu")
+    gate = dev.create_queue()
+    dev.queue.wait_for(gate, 1)  # never signalled
+    ex = dev.executor()
+    ex.fill(dev.alloc(16, "f32"), 1.0)
+    ex.submit()
+    t0 = time.monotonic()
+    with pytest.warns(ResourceWarning, match="work still pending"):
+        dev.close(timeout_s=0.2)
+    assert time.monotonic() - t0 < 5.0
+    assert not dev.queue.fence._closed  # its pending work may still signal it
+    assert gate.fence._closed  # the idle queue is closed as usual

@@ -86,6 +86,11 @@ class Device:
             self._reap(force=True)
             self.allocator.release_all()
         for q in self._queues:
+            if stuck and q.fence.completed_value < q.fence.submitted_value:
+                # its work is still pending: closing would wait on it (cpu: a 10 s thread join)
+                # and free the fence's eventfd and counter that work will still signal; the
+                # queue is leaked with that work's memory
+                continue
             q.close()
         self._closed = True
         if not stuck:
