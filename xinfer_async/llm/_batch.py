@@ -84,6 +84,8 @@ class Batcher:
         self.max_queued = max_queued
         self._room = trio.lowlevel.ParkingLot()
         self._prefilling: BatchedRequest | None = None  # the request whose prompt is being run
+        #: set when the scheduler loop has ended (after its last step's fence)
+        self.stopped = trio.Event()
         self.buckets = model.builder.batch_sizes
         self._free = list(reversed(range(seqs)))
         self._waiting: collections.deque[BatchedRequest] = collections.deque()
@@ -139,6 +141,7 @@ class Batcher:
             for r in self._requests():
                 self._end(r, error=trio.ClosedResourceError("language model is closed"))
             self._room.unpark_all()
+            self.stopped.set()
 
     def _requests(self) -> list[BatchedRequest]:
         return list(self._active) + list(self._waiting) + ([self._prefilling] if self._prefilling else [])

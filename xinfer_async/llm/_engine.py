@@ -449,12 +449,20 @@ class LanguageModel:
         return st
 
     async def aclose(self) -> None:
-        """Stop taking requests and release the slots (after their fences)."""
+        """Stop taking requests, cancel the queued and running ones (their callers get an
+        error), and release the slots after their fences; a device that ``load`` opened is
+        closed once nothing runs on it any more."""
         self._closed = True
         if self._jobs is not None:
+            self._jobs.cancel_all()
             self._jobs.close()
-        if self._batch is not None:
-            self._batch.close()
+        batch, same_run = self._batch, self._batch_token is trio.lowlevel.current_trio_token()
+        if batch is not None:
+            batch.close()
+            if same_run:  # its scheduler ends after its current step's fence
+                await batch.stopped.wait()
+        if self._jobs_token is trio.lowlevel.current_trio_token():
+            await self.prepared.wait_idle()  # running jobs give their slots back after the fence
         self.prepared.close()
         if self.batched is not None:
             self.batched.close()

@@ -236,6 +236,7 @@ class PreparedModel:
         self._max_busy = 0
         self._runs = 0
         self._closed = False
+        self._idle: trio.Event | None = None
 
     async def _acquire(self) -> Slot:
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -271,9 +272,19 @@ class PreparedModel:
         finally:
             self._return(slot)
 
+    async def wait_idle(self) -> None:
+        """Wait until no slot is held (each comes back after its last fence)."""
+        while self._busy:
+            if self._idle is None:
+                self._idle = trio.Event()
+            await self._idle.wait()
+
     def _return(self, slot: Slot) -> None:
         self._busy -= 1
         self._free.append(slot)
+        if self._busy == 0 and self._idle is not None:
+            self._idle.set()
+            self._idle = None
         if self._closed:  # closed while this slot was held: its buffers go now
             slot._release_buffers()
         self._lot.unpark()

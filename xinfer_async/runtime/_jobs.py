@@ -114,6 +114,7 @@ class JobQueue:
         self._work = trio.lowlevel.ParkingLot()
         self._waits: collections.deque[float] = collections.deque(maxlen=4096)
         self._running = 0
+        self._running_jobs: set[_Job] = set()
         self._counts = collections.Counter()
         self._max_queued_seen = 0
         self._closed = False
@@ -183,6 +184,7 @@ class JobQueue:
             self._room.unpark()
             job.state = "running"
             self._running += 1
+            self._running_jobs.add(job)
             self._waits.append(trio.current_time() - job.enqueued_at)
             try:
                 with trio.CancelScope() as job.scope:
@@ -202,6 +204,7 @@ class JobQueue:
                     self._counts["completed"] += 1
             finally:
                 self._running -= 1
+                self._running_jobs.discard(job)
                 if job.result is None:
                     self._counts["cancelled"] += 1
                     job.result = outcome.Error(JobCancelledError("job queue was shut down while the job ran"))
@@ -213,6 +216,12 @@ class JobQueue:
         self._closed = True
         self._work.unpark_all()
         self._room.unpark_all()
+
+    def cancel_all(self) -> None:
+        """Cancel every queued and running job (a running job's resource still goes back only
+        after its fence)."""
+        for job in list(self._queue) + list(self._running_jobs):
+            self._cancel(job)
 
     def statistics(self) -> JobStatistics:
         waits = sorted(self._waits)
