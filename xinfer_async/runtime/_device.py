@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import threading
 import warnings
 from typing import Any
 
@@ -41,6 +42,7 @@ class Device:
         self._lost: DeviceError | None = None
         self._deferred: list[tuple[int, int, dict]] = []  # (address, nbytes, last_use) of freed buffers
         self._dropped: collections.deque = collections.deque()  # from finalizers, any thread
+        self._mem_lock = threading.RLock()
         self._kernels: dict[str, Any] = {}
         self._pool = None
         self._pool_size = command_lists
@@ -166,11 +168,12 @@ class Device:
 
     def _alloc_desc(self, desc: TensorDesc) -> DeviceBuffer:
         self._check_alive()
-        self._reap()
-        nbytes = size_class(desc.nbytes)
-        address = self.allocator.alloc(desc.nbytes)
-        self.allocated_bytes += nbytes
-        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
+        with self._mem_lock:
+            self._reap()
+            nbytes = size_class(desc.nbytes)
+            address = self.allocator.alloc(desc.nbytes)
+            self.allocated_bytes += nbytes
+            self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
         return DeviceBuffer(self, address, desc)
 
     def upload(self, data: Any, shape=None, dtype=None) -> DeviceBuffer:
@@ -261,8 +264,9 @@ class Device:
             q.fence.wait_blocking(v)
 
     def _free_buffer(self, buf: DeviceBuffer) -> None:
-        self._deferred.append((buf.address, buf.nbytes, buf.last_use))
-        self._reap()
+        with self._mem_lock:
+            self._deferred.append((buf.address, buf.nbytes, buf.last_use))
+            self._reap()
 
     def _free_dropped(self, address: int, nbytes: int, last_use: dict) -> None:
         """Finalizer of a buffer dropped without ``free()``; may run on any thread, so it only
@@ -271,7 +275,13 @@ class Device:
             self._dropped.append((address, nbytes, last_use))
 
     def _reap(self, force: bool = False) -> None:
-        """Free deferred buffers whose every use has completed."""
+        """Free deferred buffers whose every use has completed. Memory bookkeeping may be reached
+        from several threads (a fence's progress listeners run on whichever thread waits; ``load``
+        builds in a worker thread), so it holds ``_mem_lock``."""
+        with self._mem_lock:
+            self._reap_locked(force)
+
+    def _reap_locked(self, force: bool) -> None:
         while self._dropped:
             self._deferred.append(self._dropped.popleft())
         if not self._deferred:
