@@ -15,13 +15,11 @@ async def _load(**kw):
     return await llm.load(require_model(), device="cpu", ctx=128, **kw)
 
 
-async def test_aclose_cancels_running_and_waiting_requests_then_closes_the_device():
-    from xinfer_async import JobCancelledError
-
-    model = await _load(slots=1)
+async def _close_while_three_requests_run(model, running) -> list[Exception]:
+    """Start three requests, ``aclose`` the model once ``running()`` says one runs; the errors."""
     errors = []
 
-    async def one(i):
+    async def one():
         try:
             await model.complete("Once upon a time", max_tokens=64)
         except Exception as exc:
@@ -29,11 +27,19 @@ async def test_aclose_cancels_running_and_waiting_requests_then_closes_the_devic
 
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
-            for i in range(3):
-                nursery.start_soon(one, i)
-            while model.prepared.statistics().busy == 0:
+            for _ in range(3):
+                nursery.start_soon(one)
+            while not running():
                 await trio.sleep(0.005)
             await model.aclose()
+    return errors
+
+
+async def test_aclose_cancels_running_and_waiting_requests_then_closes_the_device():
+    from xinfer_async import JobCancelledError
+
+    model = await _load(slots=1)
+    errors = await _close_while_three_requests_run(model, lambda: model.prepared.statistics().busy > 0)
     # the running request and the two waiting ones are cancelled, each with a clear error
     assert len(errors) == 3 and all(isinstance(e, JobCancelledError) for e in errors), errors
     assert sorted(str(e) for e in errors) == ["job was cancelled before it ran"] * 2 + ["job was cancelled while it ran"]
@@ -72,20 +78,7 @@ async def test_stop_string_keeps_real_timings():
 
 async def test_aclose_of_a_batched_model_ends_its_requests():
     model = await _load(slots=2, batching=True)
-    errors = []
-
-    async def one(i):
-        try:
-            await model.complete("Once upon a time", max_tokens=64)
-        except Exception as exc:
-            errors.append(exc)
-
-    with trio.fail_after(60):
-        async with trio.open_nursery() as nursery:
-            for i in range(3):
-                nursery.start_soon(one, i)
-            while model.statistics()["batch"] is None or model.statistics()["batch"].steps == 0:
-                await trio.sleep(0.005)
-            await model.aclose()
+    errors = await _close_while_three_requests_run(
+        model, lambda: model.statistics()["batch"] is not None and model.statistics()["batch"].steps > 0)
     assert len(errors) == 3 and all(isinstance(e, trio.ClosedResourceError) for e in errors), errors
     assert model.device._closed and model.device.allocator.cached_bytes == 0
