@@ -1,4 +1,4 @@
-"""Tests of xinfer_async/llm/_engine.py: ``LanguageModel`` and ``GenerationStream`` on the real
+"""Tests of xinfer_async/llm/_engine.py and _stream.py: ``LanguageModel`` and ``GenerationStream`` on the real
 SmolLM2-135M (cpu), against llama.cpp's golden outputs.
 
 The model is loaded once per module (``trio.run`` in a sync fixture); each trio test then uses it

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from _model_fixtures import assert_close, build, f32
-from xinfer_async.hal import Access, TensorDesc, ValidationError
+from xinfer_async.hal import Access, ValidationError
 from xinfer_async.model import Binding, Copy, Dispatch, Fill, Indices, IODesc, Packed
 
 

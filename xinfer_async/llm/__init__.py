@@ -1,9 +1,9 @@
 """The LLM on the runtime: GGUF Llama models, tokenizer, sampling, concurrent generation."""
 
-from ._engine import (
+from ._engine import LanguageModel as LanguageModel
+from ._stream import (
     CompletionResult as CompletionResult,
     GenerationStream as GenerationStream,
-    LanguageModel as LanguageModel,
     Timings as Timings,
 )
 from ._gguf import GGUFModel as GGUFModel, LlamaConfig as LlamaConfig, load_gguf as load_gguf

@@ -270,7 +270,7 @@ class Batcher:
         s = r.stream
         if finish is not None:
             end = time.perf_counter()
-            from ._engine import Timings
+            from ._stream import Timings
 
             t = Timings(r.started - s._submitted_at, r.first - s._submitted_at, r.first - r.started, end - r.first,
                         len(s._ids), r.n)

@@ -171,7 +171,7 @@ class LlamaBuilder:
         s*ctx .. row), each (T,) int32 (padding: pos = row = last = -1), then ``last`` (1,) as
         above unless ``all_logits``.
         """
-        cfg, s = self.cfg, self.session
+        cfg = self.cfg
         dim, kvd, ffn, V = cfg.dim, self.kv_dim, cfg.ffn_dim, cfg.vocab_size
         qkv_w = dim + 2 * kvd
         d = self.definition

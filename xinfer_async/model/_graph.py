@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from ..hal import TensorDesc, ValidationError
-from ._commands import Binding, Copy, Dispatch, Fill
+from ._commands import Copy, Dispatch, Fill
 from ._region import Allocation, AllocationKind, IODesc, Region
 
 _ALIGN = 256

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..hal import Access
 from ..runtime._buffer import as_view
 from ._kernels import kernel_spec
 
