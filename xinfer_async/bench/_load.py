@@ -99,8 +99,11 @@ async def _client(model: Any, prompt: list[int], max_tokens: int, arrive_at: flo
 
 async def _sampler(model: Any, every_s: float, samples: list, t0: float) -> None:
     while True:
-        st = model.statistics()["jobs"]
-        if st is not None:
+        stats = model.statistics()
+        st, bt = stats["jobs"], stats.get("batch")
+        if bt is not None:  # batched decode: the sequences decoding, and the requests waiting
+            samples.append((round(time.perf_counter() - t0, 4), bt.active, bt.waiting))
+        elif st is not None:
             samples.append((round(time.perf_counter() - t0, 4), st.running, st.queued))
         await trio.sleep(every_s)
 
@@ -169,7 +172,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     for slots in slot_counts:
         t = time.perf_counter()
         model = await llm.load(args.model, device=args.device, slots=slots, ctx=ctx,
-                               max_queued=max(256, args.requests))
+                               max_queued=max(256, args.requests), batching=args.batching)
         load_s = time.perf_counter() - t
         try:
             if description is None:
@@ -183,7 +186,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
                 rows.append(row)
         finally:
             await model.aclose()
-    return dict(benchmark="load", model=str(args.model), device=description, rows=rows)
+    return dict(benchmark="load", model=str(args.model), device=description, batching=args.batching, rows=rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-ms", type=float, default=10.0, help="slot occupancy sampling period, ms (default: 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the arrivals and the prompts (default: 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--batching", action="store_true",
+                   help="load with batching=True: the active requests decode in one batched step")
     add_output_args(p)
     args = p.parse_args(argv)
     try:
