@@ -168,9 +168,7 @@ class Slot:
         """
         p = self._plan(plan)
         chosen = self._output_indices(p, outputs)
-        async with self.device.command_lists.acquire() as ex:
-            if ex.queue is not self.prepared.queue:
-                ex.queue = self.prepared.queue
+        async with self.device.command_lists.acquire(self.prepared.queue) as ex:
             readbacks = self.record_run(ex, inputs, plan, outputs=chosen)
             value = ex.submit()
             self._last = Completion(ex.queue, value)

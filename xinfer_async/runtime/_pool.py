@@ -26,13 +26,14 @@ class PoolStatistics:
 
 
 class _Lease:
-    def __init__(self, pool: "CommandListPool", executor: Executor | None = None):
+    def __init__(self, pool: "CommandListPool", executor: Executor | None = None, queue: Any = None):
         self._pool = pool
         self._executor = executor
+        self._queue = queue
 
     async def __aenter__(self) -> Executor:
         if self._executor is None:
-            self._executor = await self._pool._acquire()
+            self._executor = await self._pool._acquire(self._queue)
         return self._executor
 
     async def __aexit__(self, *exc) -> None:
@@ -65,31 +66,33 @@ class CommandListPool:
         self._max_in_use = 0
         self._acquired = 0
 
-    def acquire(self) -> _Lease:
-        """An async context manager yielding a free, reset command list."""
-        return _Lease(self)
+    def acquire(self, queue: Any = None) -> _Lease:
+        """An async context manager yielding a free, reset command list that submits to
+        ``queue`` (default: the device's queue)."""
+        return _Lease(self, queue=queue)
 
-    def acquire_nowait(self) -> _Lease:
-        """A context manager holding a free list now.
+    def acquire_nowait(self, queue: Any = None) -> _Lease:
+        """A context manager holding a free list (submitting to ``queue``) now.
 
         Raises:
             trio.WouldBlock: every list is in use or still executing.
         """
         if not self._free:
             raise trio.WouldBlock
-        return _Lease(self, self._take())
+        return _Lease(self, self._take(queue))
 
-    async def _acquire(self) -> Executor:
+    async def _acquire(self, queue: Any = None) -> Executor:
         await trio.lowlevel.checkpoint_if_cancelled()
         while not self._free:
             await self._lot.park()
-        ex = self._take()
+        ex = self._take(queue)
         await trio.lowlevel.cancel_shielded_checkpoint()
         return ex
 
-    def _take(self) -> Executor:
+    def _take(self, queue: Any = None) -> Executor:
         ex = self._free.pop()
         ex.reset()
+        ex.queue = queue if queue is not None else self.device.queue
         self._in_use += 1
         self._acquired += 1
         self._max_in_use = max(self._max_in_use, self._in_use)
