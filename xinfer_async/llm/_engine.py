@@ -219,8 +219,7 @@ class LanguageModel:
         token = trio.lowlevel.current_trio_token()
         if self._jobs is None or self._jobs_token is not token:
             q = JobQueue(self.prepared.slot, workers=self.slots, max_queued=self._max_queued)
-            for i in range(self.slots):
-                trio.lowlevel.spawn_system_task(q._worker, name=f"xinfer_async.llm-worker-{i}")
+            q.spawn_system_workers("xinfer_async.llm-worker")
             self._jobs, self._jobs_token = q, token
         await trio.lowlevel.checkpoint()
         return self._jobs

@@ -211,6 +211,12 @@ class JobQueue:
                 job.state = "done"
                 job.finish()
 
+    def spawn_system_workers(self, name: str = "xinfer_async.job-worker") -> None:
+        """Run the workers as trio system tasks (for an owner without a nursery, e.g. a loaded
+        model); they end when the queue closes or the current ``trio.run`` ends."""
+        for i in range(self.workers):
+            trio.lowlevel.spawn_system_task(self._worker, name=f"{name}-{i}")
+
     def close(self) -> None:
         """Refuse new jobs; workers exit once the queue is drained."""
         self._closed = True
