@@ -5,6 +5,7 @@ NaN first. Also the source's lab test ``buffer_roundtrip``."""
 import gguf
 import numpy as np
 import pytest
+from _kernel_refs import attention_ref
 
 QT = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0,
       "q4_1": gguf.GGMLQuantizationType.Q4_1}
@@ -100,20 +101,6 @@ async def test_softmax(devices, rng):
     x64 = x.astype(np.float64)
     e = np.exp(x64 - x64.max(-1, keepdims=True))
     np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=RTOL, atol=1e-7)
-
-
-def attention_ref(q, k, v, pos, n_head, n_kv, hd, scale):
-    T = q.shape[0]
-    out = np.zeros((T, n_head, hd))
-    for t in range(T):
-        if pos[t] < 0:
-            continue
-        for h in range(n_head):
-            kv = h // (n_head // n_kv)
-            s = k[: pos[t] + 1, kv].astype(np.float64) @ q[t, h].astype(np.float64) * scale
-            p = np.exp(s - s.max())
-            out[t, h] = (p / p.sum()) @ v[: pos[t] + 1, kv]
-    return out
 
 
 async def test_attention_gqa(devices, rng):

@@ -24,6 +24,7 @@ if not AVAILABLE:
 
 import trio  # noqa: E402
 
+from _kernel_refs import attention_ref  # noqa: E402
 from xinfer_async.hal import DeviceOutOfMemoryError, KernelCompileError  # noqa: E402
 
 FIELDS = {
@@ -151,20 +152,6 @@ def test_rope(be, q):
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(y[2], x[2])  # pos < 0: untouched
     np.testing.assert_array_equal(y[:, n_head * hd:], x[:, n_head * hd:])  # past the heads: untouched
-
-
-def attention_ref(qm, k, v, pos, n_head, n_kv, hd, scale):
-    T = len(pos)
-    out = np.zeros((T, n_head, hd))
-    for t in range(T):
-        if pos[t] < 0:
-            continue
-        for h in range(n_head):
-            kv = h // (n_head // n_kv)
-            s = k[: pos[t] + 1, kv].astype(np.float64) @ qm[t, h].astype(np.float64) * scale
-            p = np.exp(s - s.max())
-            out[t, h] = (p / p.sum()) @ v[: pos[t] + 1, kv]
-    return out
 
 
 @pytest.mark.parametrize("n_head,n_kv,hd,ctx,pos", [

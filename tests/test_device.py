@@ -162,15 +162,22 @@ def test_env_var_picks_device(monkeypatch):
         assert dev.name in ("cpu", "cuda")
 
 
-def test_close_with_work_that_never_completes_warns_and_returns():
-    """A queue waiting on a fence value that never comes: close gives up after its timeout,
-    leaks that memory with a ResourceWarning instead of freeing it under the device, and returns."""
+def _device_with_stuck_work():
+    """A cpu device whose default queue waits on a value of ``gate`` that never comes, with a
+    submitted fill behind it; returns (device, gate)."""
     dev = xinfer_async.open_device("cpu")
     gate = dev.create_queue()
     dev.queue.wait_for(gate, 1)  # never signalled
     ex = dev.executor()
     ex.fill(dev.alloc(16, "f32"), 1.0)
     ex.submit()
+    return dev, gate
+
+
+def test_close_with_work_that_never_completes_warns_and_returns():
+    """A queue waiting on a fence value that never comes: close gives up after its timeout,
+    leaks that memory with a ResourceWarning instead of freeing it under the device, and returns."""
+    dev, _ = _device_with_stuck_work()
     with pytest.warns(ResourceWarning, match="work still pending after 0.2 s at close"):
         dev.close(timeout_s=0.2)
 
@@ -180,12 +187,7 @@ def test_close_with_work_that_never_completes_returns_within_its_timeout():
     thread's join takes 10 s) and free the fence that work still signals."""
     import time
 
-    dev = xinfer_async.open_device("cpu")
-    gate = dev.create_queue()
-    dev.queue.wait_for(gate, 1)  # never signalled
-    ex = dev.executor()
-    ex.fill(dev.alloc(16, "f32"), 1.0)
-    ex.submit()
+    dev, gate = _device_with_stuck_work()
     t0 = time.monotonic()
     with pytest.warns(ResourceWarning, match="work still pending"):
         dev.close(timeout_s=0.2)
