@@ -116,7 +116,12 @@ async def test_attention_gqa(devices, rng):
     s_max = np.abs(k[: pos[1] + 1, 0].astype(np.float64) @ q[1, 0].astype(np.float64) * scale).max()
     assert s_max > 1e3
     assert np.isfinite(out).all()
-    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=2e-5)
+    normal = [0, 3]
+    np.testing.assert_allclose(out[normal], ref[normal], rtol=RTOL, atol=2e-5)
+    # the row with scores ~1e4: float32 scores carry an absolute error ~|s| * eps32, which moves
+    # the softmax weights by that much relatively; bound the output by it (first order, x4)
+    eps32 = np.finfo(np.float32).eps
+    np.testing.assert_allclose(out[1], ref[1], rtol=RTOL, atol=4 * s_max * eps32 * np.abs(v).max())
     np.testing.assert_array_equal(out[2], 0.0)
 
 
