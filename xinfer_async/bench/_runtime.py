@@ -120,6 +120,20 @@ async def run(device: str = "auto", *, quick: bool = False) -> tuple[Any, _Table
         table.add("fence round-trip, empty list: await fence.wait", "us", rt_await)
         table.add("fence round-trip, empty list: fence.wait_blocking", "us", rt_block)
         table.add("fence round-trip, empty list: trio.to_thread(wait_blocking)", "us", rt_thread)
+        # the trio floor of an await: a value already reached, and one bare checkpoint
+        done = dev.queue.fence.completed_value
+        floor, ckpt = [], []
+        for i in range(reps + reps // 10):
+            t0 = time.perf_counter()
+            await dev.queue.fence.wait(done)
+            t1 = time.perf_counter()
+            await trio.lowlevel.checkpoint()
+            t2 = time.perf_counter()
+            if i >= reps // 10:
+                floor.append(t1 - t0)
+                ckpt.append(t2 - t1)
+        table.add("await fence.wait of a value already reached", "us", _stats(floor, us))
+        table.add("trio.lowlevel.checkpoint()", "us", _stats(ckpt, us))
 
         # host cost of recording one dispatch (affine, 64 elements; auto barriers on)
         x = dev.upload(rng.standard_normal(64).astype(np.float32))

@@ -146,17 +146,17 @@ class Fence:
             self._raise_if_error()
             return
         if not self._reader_busy:
-            # a brief poll first (DESIGN: allowed for short work): the completion of an empty or
-            # tiny list lands within microseconds, before a wake-up through the eventfd would
+            # The await's checkpoint comes first, while the device runs the work just submitted
+            # (a cancelled waiter raises here; a loop of short waits lets other tasks run): its
+            # cost (several us a trio round) overlaps the device instead of adding to the wait.
+            await trio.lowlevel.checkpoint()
+            # then a brief poll (DESIGN: allowed for short work): the completion of an empty or
+            # tiny list lands within microseconds, before a wake-up through the eventfd would.
+            # It stays on this thread (sched_yield releases the GIL, so the cpu queue thread
+            # runs meanwhile) for at most _YIELD_SPIN_S, then polls between trio checkpoints.
             start = time.perf_counter()
-            # first a short spin that stays on this thread (sched_yield releases the GIL, so the
-            # cpu queue thread runs meanwhile): a trio checkpoint costs several us a round
             while self.completed_value < value and time.perf_counter() - start < _YIELD_SPIN_S:
                 os.sched_yield()
-            if self.completed_value >= value:
-                # done within the spin, which is no checkpoint: an await must still be one (a
-                # cancelled waiter raises; a loop of short waits lets other tasks run)
-                await trio.lowlevel.checkpoint()
             while self.completed_value < value and time.perf_counter() - start < _SPIN_S:
                 await trio.lowlevel.checkpoint()
             if self.completed_value >= value:
