@@ -29,34 +29,43 @@ int xi_k_add(void *const *b, const void *c)
 /* exp for silu: expf, vectorized with AVX2 for |g| in the normal range. */
 static inline float xi_silu(float g) { return g / (1.0f + expf(-g)); }
 
-int xi_k_swiglu(void *const *b, const void *c)
+/* y (rows, n) = silu(gate) * up, gate and up rows in_stride floats apart. Shared by swiglu and
+ * rmsnorm_matmul_swiglu. */
+void xi_swiglu_rows(const float *gate, const float *up, float *y, long rows, long n, long st)
 {
-    XI_C(xi_swiglu_c);
-    if (k->rows < 0 || k->n < 0 || k->in_stride < k->n) return XI_EINVAL;
-    const float *gate = (const float *)b[0], *up = (const float *)b[1];
-    float *y = (float *)b[2];
-    const long rows = k->rows, n = k->n, st = k->in_stride;
 #pragma omp parallel for schedule(static) if (rows * n >= 2 * XI_OMP_MIN_WORK)
     for (long r = 0; r < rows; r++) {
         const float *g = gate + r * st, *u = up + r * st;
         float *o = y + r * n;
         for (long i = 0; i < n; i++) o[i] = xi_silu(g[i]) * u[i];
     }
+}
+
+int xi_k_swiglu(void *const *b, const void *c)
+{
+    XI_C(xi_swiglu_c);
+    if (k->rows < 0 || k->n < 0 || k->in_stride < k->n) return XI_EINVAL;
+    xi_swiglu_rows((const float *)b[0], (const float *)b[1], (float *)b[2], k->rows, k->n, k->in_stride);
     return XI_OK;
+}
+
+/* cache[pos[t], :] = src[t*src_stride : +width], in t order (a repeated row: the last t wins);
+ * rows with pos outside [0, ctx) skipped. Shared by kv_store and rope_kv_store. */
+void xi_kv_store_rows(const float *src, float *cache, const int32_t *pos, long T, long width, long ctx,
+                      long src_stride)
+{
+    for (long t = 0; t < T; t++) {
+        int32_t p = pos[t];
+        if (p < 0 || p >= ctx) continue;
+        memmove(cache + (long)p * width, src + t * src_stride, (size_t)width * sizeof(float));
+    }
 }
 
 int xi_k_kv_store(void *const *b, const void *c)
 {
     XI_C(xi_kv_store_c);
     if (k->T < 0 || k->width < 0 || k->ctx < 0 || k->src_stride < k->width) return XI_EINVAL;
-    const float *src = (const float *)b[0];
-    float *cache = (float *)b[1];
-    const int32_t *pos = (const int32_t *)b[2];
-    const long w = k->width;
-    for (long t = 0; t < k->T; t++) {
-        int32_t p = pos[t];
-        if (p < 0 || p >= k->ctx) continue;
-        memmove(cache + (long)p * w, src + t * (long)k->src_stride, (size_t)w * sizeof(float));
-    }
+    xi_kv_store_rows((const float *)b[0], (float *)b[1], (const int32_t *)b[2], k->T, k->width, k->ctx,
+                     k->src_stride);
     return XI_OK;
 }

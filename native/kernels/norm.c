@@ -1,14 +1,11 @@
 /* rmsnorm */
 #include "xi_common.h"
 
-int xi_k_rmsnorm(void *const *b, const void *c)
+/* rows x dim rows of x -> y: y = x / sqrt(mean(x^2) + eps) * w. Shared by rmsnorm and the fused
+ * rmsnorm_matmul kernels, so those normalize bit for bit as rmsnorm does. */
+void xi_rmsnorm_rows(const float *x, const float *w, float *y, long rows, long dim, float eps_)
 {
-    XI_C(xi_rmsnorm_c);
-    if (k->rows < 0 || k->dim < 0) return XI_EINVAL;
-    const float *x = (const float *)b[0], *w = (const float *)b[1];
-    float *y = (float *)b[2];
-    const long rows = k->rows, dim = k->dim;
-    const double eps = k->eps;
+    const double eps = eps_;
 #pragma omp parallel for schedule(static) if (rows > 1 && rows * dim >= 4 * XI_OMP_MIN_WORK)
     for (long r = 0; r < rows; r++) {
         const float *xr = x + r * dim;
@@ -27,5 +24,12 @@ int xi_k_rmsnorm(void *const *b, const void *c)
         const float scale = (float)(1.0 / sqrt(ms + eps));
         for (i = 0; i < dim; i++) yr[i] = xr[i] * scale * w[i];
     }
+}
+
+int xi_k_rmsnorm(void *const *b, const void *c)
+{
+    XI_C(xi_rmsnorm_c);
+    if (k->rows < 0 || k->dim < 0) return XI_EINVAL;
+    xi_rmsnorm_rows((const float *)b[0], (const float *)b[1], (float *)b[2], k->rows, k->dim, k->eps);
     return XI_OK;
 }

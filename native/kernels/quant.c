@@ -362,17 +362,12 @@ static inline float scalar_f16(const uint8_t *row, long i) { return xi_h2f(xi_rd
  * TAIL(row, i): scalar weight i for the K % 32 tail (float types only). */
 #define XI_MATMUL(NAME, BYTES, ROWBYTES, BLOCKED, TAIL)                              \
 XI_TILE(NAME, BYTES)                                                                 \
-int xi_k_matmul_##NAME(void *const *b, const void *c)                                \
+void xi_matmul_rows_##NAME(const uint8_t *w, const float *x, float *y, long T, long N, long K, \
+                           int accumulate)                                           \
 {                                                                                    \
-    XI_C(xi_matmul_##NAME##_c);                                                      \
-    if (k->T < 0 || k->N < 0 || k->K < 0 || ((BLOCKED) && k->K % 32 != 0))           \
-        return XI_EINVAL;                                                            \
-    const uint8_t *w = (const uint8_t *)b[0];                                        \
-    const float *x = (const float *)b[1];                                            \
-    float *y = (float *)b[2];                                                        \
-    const long T = k->T, N = k->N, K = k->K, nb = K / 32, kt = nb * 32;              \
+    const long nb = K / 32, kt = nb * 32;                                            \
     const long rb = ROWBYTES;                                                        \
-    const int accum = k->accumulate != 0;                                            \
+    const int accum = accumulate != 0;                                               \
     const long nchunks = (N + XI_NCHUNK - 1) / XI_NCHUNK;                            \
     _Pragma("omp parallel for schedule(static) if (nchunks > 1 && N * K * T >= 4 * XI_OMP_MIN_WORK)") \
     for (long ch = 0; ch < nchunks; ch++) {                                          \
@@ -399,6 +394,14 @@ int xi_k_matmul_##NAME(void *const *b, const void *c)                           
             }                                                                        \
         }                                                                            \
     }                                                                                \
+}                                                                                    \
+int xi_k_matmul_##NAME(void *const *b, const void *c)                                \
+{                                                                                    \
+    XI_C(xi_matmul_##NAME##_c);                                                      \
+    if (k->T < 0 || k->N < 0 || k->K < 0 || ((BLOCKED) && k->K % 32 != 0))           \
+        return XI_EINVAL;                                                            \
+    xi_matmul_rows_##NAME((const uint8_t *)b[0], (const float *)b[1], (float *)b[2], \
+                          k->T, k->N, k->K, k->accumulate);                          \
     return XI_OK;                                                                    \
 }
 

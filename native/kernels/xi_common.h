@@ -59,4 +59,20 @@ static inline uint16_t xi_rd16(const uint8_t *p)
 #define XI_C(type) const type *k = (const type *)c
 #define XI_OMP_MIN_WORK 32768L  /* below this much work, stay single-threaded */
 
+/* Row routines shared between kernels (a fused kernel calls the routines of the kernels it fuses,
+ * so it computes what they compute). Constants are checked by the caller. Hidden: not exported
+ * from the module. Never inlined: every caller runs the one compiled copy, so no caller gets its
+ * own vectorization (GCC's SLP vectorizer forms fmaddsub even under -ffp-contract=off, see rope.c). */
+#define XI_SHARED __attribute__((visibility("hidden"), noinline))
+XI_SHARED void xi_rmsnorm_rows(const float *x, const float *w, float *y, long rows, long dim, float eps);
+XI_SHARED void xi_swiglu_rows(const float *gate, const float *up, float *y, long rows, long n, long in_stride);
+XI_SHARED void xi_kv_store_rows(const float *src, float *cache, const int32_t *pos, long T, long width, long ctx,
+                                long src_stride);
+/* y (T, N) = (accumulate ? y : 0) + w (N, K) @ x (T, K)^T, w of type DT: the body of matmul_DT */
+XI_SHARED void xi_matmul_rows_f32(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_f16(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q8_0(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q4_0(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q4_1(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+
 #endif
