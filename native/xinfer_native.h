@@ -8,7 +8,7 @@
 #define XINFER_NATIVE_H
 #include <stdint.h>
 
-enum { XI_OK = 0, XI_EINVAL = 1 };
+enum { XI_OK = 0, XI_EINVAL = 1, XI_ENOMEM = 2 };
 
 /* ---- fence ------------------------------------------------------------ */
 typedef struct {
@@ -43,6 +43,17 @@ typedef struct { int32_t n; } xi_dequantize_q8_0_c;
 typedef struct { int32_t n; } xi_dequantize_q4_0_c;
 typedef struct { int32_t n; } xi_dequantize_q4_1_c;
 typedef struct { int32_t rows; int32_t n; } xi_argmax_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; } xi_rmsnorm_matmul_f32_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; } xi_rmsnorm_matmul_f16_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; } xi_rmsnorm_matmul_q8_0_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; } xi_rmsnorm_matmul_q4_0_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; } xi_rmsnorm_matmul_q4_1_c;
+typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_f32_c;
+typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_f16_c;
+typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_q8_0_c;
+typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_q4_0_c;
+typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_q4_1_c;
+typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; int32_t ctx; float theta; } xi_rope_kv_store_c;
 
 /* ---- kernels: b[i] = address of binding i, c = constants struct ------ */
 int xi_k_affine(void *const *b, const void *c);
@@ -68,5 +79,16 @@ int xi_k_dequantize_q8_0(void *const *b, const void *c);
 int xi_k_dequantize_q4_0(void *const *b, const void *c);
 int xi_k_dequantize_q4_1(void *const *b, const void *c);
 int xi_k_argmax(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_f32(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_f16(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_q8_0(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_q4_0(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_q4_1(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_swiglu_f32(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_swiglu_f16(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_swiglu_q8_0(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_swiglu_q4_0(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_swiglu_q4_1(void *const *b, const void *c);
+int xi_k_rope_kv_store(void *const *b, const void *c);
 
 #endif

@@ -1,4 +1,4 @@
-/* rope, GGUF "normal" layout: adjacent pairs (x[2i], x[2i+1]) of each head. */
+/* rope, GGUF "normal" layout: adjacent pairs (x[2i], x[2i+1]) of each head; rope_kv_store. */
 #include <stdlib.h>
 #include "xi_common.h"
 
@@ -37,5 +37,31 @@ int xi_k_rope(void *const *b, const void *c)
     for (long r = 0; r < rows; r++) {
         if (pos[r] >= 0) xi_rope_row(x + r * st, pos[r], nh, hd, ltheta);
     }
+    return XI_OK;
+}
+
+/* rope of the q heads and of the k heads of each qkv row (two calls of the row routine, as rope on
+ * q and rope on k make), then kv_store of its k and v parts at row[t]: bit for bit rope(q) +
+ * rope(k) + kv_store(k) + kv_store(v). The stores run after every row is rotated, in t order. */
+int xi_k_rope_kv_store(void *const *b, const void *c)
+{
+    XI_C(xi_rope_kv_store_c);
+    if (k->T < 0 || k->n_head < 0 || k->n_kv < 0 || k->head_dim < 0 || (k->head_dim & 1) || k->ctx < 0 ||
+        (long)k->row_stride < ((long)k->n_head + 2L * k->n_kv) * k->head_dim || !(k->theta > 0.0f))
+        return XI_EINVAL;
+    float *qkv = (float *)b[0];
+    const int32_t *pos = (const int32_t *)b[1], *row = (const int32_t *)b[2];
+    float *kc = (float *)b[3], *vc = (float *)b[4];
+    const long T = k->T, nh = k->n_head, nkv = k->n_kv, hd = k->head_dim, st = k->row_stride;
+    const double ltheta = log((double)k->theta);
+#pragma omp parallel for schedule(static) if (T > 1 && T * (nh + nkv) * hd >= 4 * XI_OMP_MIN_WORK)
+    for (long t = 0; t < T; t++) {
+        if (pos[t] >= 0) {
+            xi_rope_row(qkv + t * st, pos[t], nh, hd, ltheta);
+            xi_rope_row(qkv + t * st + nh * hd, pos[t], nkv, hd, ltheta);
+        }
+    }
+    xi_kv_store_rows(qkv + nh * hd, kc, row, T, nkv * hd, k->ctx, st);
+    xi_kv_store_rows(qkv + (nh + nkv) * hd, vc, row, T, nkv * hd, k->ctx, st);
     return XI_OK;
 }

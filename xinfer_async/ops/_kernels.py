@@ -157,6 +157,14 @@ _register(_spec("kv_store", [("src", R, _strided("T", "src_stride", lambda c: c[
                              ("cache", RW, _f32(lambda c: c["ctx"] * c["width"])), ("pos", R, _f32(lambda c: c["T"]))],
                 [("T", "i"), ("width", "i"), ("ctx", "i"), ("src_stride", "i")],
                 _stride_ok("T", "src_stride", lambda c: c["width"])))
+_qkv_width = lambda c: (c["n_head"] + 2 * c["n_kv"]) * c["head_dim"]  # noqa: E731  q, k and v heads of a row
+_kv_cache = _f32(lambda c: c["ctx"] * c["n_kv"] * c["head_dim"])
+_register(_spec("rope_kv_store", [("qkv", RW, _strided("T", "row_stride", _qkv_width)), ("pos", R, _f32(lambda c: c["T"])),
+                                  ("row", R, _f32(lambda c: c["T"])), ("k_cache", RW, _kv_cache), ("v_cache", RW, _kv_cache)],
+                [("T", "i"), ("n_head", "i"), ("n_kv", "i"), ("head_dim", "i"), ("row_stride", "i"), ("ctx", "i"),
+                 ("theta", "f")],
+                _all(_stride_ok("T", "row_stride", _qkv_width),
+                     lambda c: f"head_dim={c['head_dim']} must be even" if c["head_dim"] % 2 else None)))
 _register(_spec("argmax", [("x", R, _f32(lambda c: c["rows"] * c["n"])), ("out", W, _f32(lambda c: c["rows"]))],
                 [("rows", "i"), ("n", "i")], lambda c: "n must be >= 1" if c["n"] < 1 and c["rows"] else None))
 
@@ -177,6 +185,16 @@ for _dt in WEIGHT_DTYPES:
                     [("w", R, (lambda d: lambda c: d.nbytes(c["N"] * c["K"]))(_dt)),
                      ("x", R, _f32(lambda c: c["T"] * c["K"])), ("y", RW, _f32(lambda c: c["T"] * c["N"]))],
                     [("T", "i"), ("N", "i"), ("K", "i"), ("accumulate", "i")], _blocks(_dt, "K")))
+    _register(_spec(f"rmsnorm_matmul_{_dt.label}",
+                    [("w", R, (lambda d: lambda c: d.nbytes(c["N"] * c["K"]))(_dt)),
+                     ("x", R, _f32(lambda c: c["T"] * c["K"])), ("norm", R, _f32(lambda c: c["K"])),
+                     ("y", RW, _f32(lambda c: c["T"] * c["N"]))],
+                    [("T", "i"), ("N", "i"), ("K", "i"), ("accumulate", "i"), ("eps", "f")], _blocks(_dt, "K")))
+    _register(_spec(f"rmsnorm_matmul_swiglu_{_dt.label}",
+                    [("w", R, (lambda d: lambda c: d.nbytes(2 * c["N"] * c["K"]))(_dt)),
+                     ("x", R, _f32(lambda c: c["T"] * c["K"])), ("norm", R, _f32(lambda c: c["K"])),
+                     ("y", W, _f32(lambda c: c["T"] * c["N"]))],
+                    [("T", "i"), ("N", "i"), ("K", "i"), ("eps", "f")], _blocks(_dt, "K")))
     if _dt.is_quantized:
         _register(_spec(f"dequantize_{_dt.label}",
                         [("src", R, (lambda d: lambda c: d.nbytes(c["n"]))(_dt)), ("dst", W, _f32(lambda c: c["n"]))],

@@ -73,6 +73,16 @@ class _Gemm:
             _host_view(c, out.size * 2).view(np.float16)[:] = out.astype(np.float16).reshape(-1)
 
 
+_XI_ENOMEM = 2  # native/xinfer_native.h (a literal: a module built from older sources lacks the name)
+
+
+def _kernel_failed(kernel: _Kernel, rc: int) -> None:
+    """Raise for a native kernel's nonzero return code."""
+    if rc == _XI_ENOMEM:
+        raise DeviceOutOfMemoryError(f"kernel {kernel.name}: no host memory for its scratch (XI_ENOMEM)", "XI_OOM")
+    raise DeviceError(f"kernel {kernel.name} rejected its constants (XI_EINVAL)", "XI_EINVAL")
+
+
 class CPUQueue(BackendQueue):
     """A queue thread that executes lowered command lists in order."""
 
@@ -125,11 +135,12 @@ class CPUQueue(BackendQueue):
                 kernel, args, consts = cmd[1], cmd[3], cmd[4]
                 rc = kernel.fn(ffi.new("void *[]", [ffi.cast("void *", a) for a in args]), ffi.from_buffer(consts))
                 if rc:
-                    raise DeviceError(f"kernel {kernel.name} rejected its constants (XI_EINVAL)", "XI_EINVAL")
+                    _kernel_failed(kernel, rc)
             elif op == "prepared":
                 for kernel, argv, consts in cmd[1]:
-                    if kernel.fn(argv, consts):
-                        raise DeviceError(f"kernel {kernel.name} rejected its constants (XI_EINVAL)", "XI_EINVAL")
+                    rc = kernel.fn(argv, consts)
+                    if rc:
+                        _kernel_failed(kernel, rc)
             elif op == "graph":
                 self._execute(cmd[1])
             elif op == "copy":
