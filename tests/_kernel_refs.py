@@ -1,5 +1,6 @@
 """float64 numpy references shared by the kernel tests that go through the runtime
-(tests/test_backend_kernels.py on every device, tests/test_cuda_backend.py on the GPU)."""
+(tests/test_backend_kernels.py and tests/test_fused_kernels.py on every device,
+tests/test_cuda_backend.py on the GPU)."""
 
 import numpy as np
 
@@ -19,3 +20,41 @@ def attention_ref(q, k, v, pos, n_head, n_kv, hd, scale):
             p = np.exp(s - s.max())
             out[t, h] = (p / p.sum()) @ v[: pos[t] + 1, kv]
     return out
+
+
+def rmsnorm_ref(x, w, eps):
+    """x (rows, dim) / sqrt(mean(x^2) + eps) * w in float64 (eps rounded to float32 first, as the
+    kernels receive it)."""
+    x64 = x.astype(np.float64)
+    return x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + np.float64(np.float32(eps))) * w
+
+
+def rope_ref(x, pos, n_head, hd, theta):
+    """float64 copy of x (rows, row_stride) with the first n_head heads of hd values of row r rotated
+    by pos[r] (GGUF adjacent pairs, angle pos * theta^(-2i/hd)); rows with pos < 0 untouched."""
+    ref = x.astype(np.float64)
+    freqs = float(theta) ** (-np.arange(0, hd, 2) / hd)
+    for r in range(len(pos)):
+        if pos[r] < 0:
+            continue
+        c, s = np.cos(pos[r] * freqs), np.sin(pos[r] * freqs)
+        for h in range(n_head):
+            a, b = ref[r, h * hd:(h + 1) * hd:2].copy(), ref[r, h * hd + 1:(h + 1) * hd:2].copy()
+            ref[r, h * hd:(h + 1) * hd:2] = a * c - b * s
+            ref[r, h * hd + 1:(h + 1) * hd:2] = a * s + b * c
+    return ref
+
+
+def encode_weights(w, dt):
+    """float32 (N, K) -> (the array to upload as a GGUF tensor of type dt, its exact float64 values)."""
+    import gguf
+
+    if dt == "f32":
+        return w, w.astype(np.float64)
+    if dt == "f16":
+        h = w.astype(np.float16)
+        return h, h.astype(np.float64)
+    qt = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0,
+          "q4_1": gguf.GGMLQuantizationType.Q4_1}[dt]
+    q = np.ascontiguousarray(gguf.quants.quantize(w, qt))
+    return q, gguf.quants.dequantize(q, qt).astype(np.float64).reshape(w.shape)
