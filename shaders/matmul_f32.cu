@@ -1,6 +1,6 @@
-#include "xi_quant.cuh"
-// w (N, K) f32, x (T, K) f32 -> y (T, N) f32 (see xi_quant.cuh).
+#include "xi_mvc.cuh"
+// w (N, K) f32, x (T, K) f32 -> y (T, N) f32 (see xi_mvc.cuh, xi_quant.cuh).
 extern "C" __global__ void __launch_bounds__(256, 4) matmul_f32(const uint8_t *__restrict__ w, const float *__restrict__ x,
-                                                            float *__restrict__ y, xi_matmul_c c) {
-    xi_matmul<XI_F32>(w, x, y, c);
+                                                          float *__restrict__ y, xi_matmul_c c) {
+    xi_matmul_any<XI_F32>(w, x, y, c);
 }

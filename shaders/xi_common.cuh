@@ -24,6 +24,9 @@ struct xi_kv_store_c { int32_t T; int32_t width; int32_t ctx; int32_t src_stride
 struct xi_get_rows_c { int32_t T; int32_t dim; int32_t vocab; };
 struct xi_matmul_c { int32_t T; int32_t N; int32_t K; int32_t accumulate; };
 struct xi_dequantize_c { int32_t n; };
+struct xi_rmsnorm_matmul_c { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; };
+struct xi_rmsnorm_matmul_swiglu_c { int32_t T; int32_t N; int32_t K; float eps; };
+struct xi_rope_kv_store_c { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; int32_t ctx; float theta; };
 struct xi_argmax_c { int32_t rows; int32_t n; };
 
 #define XI_INF __int_as_float(0x7f800000)

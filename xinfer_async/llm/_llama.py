@@ -5,14 +5,13 @@ kernels read them as stored) and each slot's KV cache (persistent state). ``forw
 builds one fragment for ``T`` tokens:
 
     x = embed(tokens)                                   # (T, dim)
-    for each block:
-        h = rmsnorm(x) ; qkv = h @ [Wq; Wk; Wv]^T       # (T, dim + 2 * kv_dim), one fused matmul
-        rope(q), rope(k) at pos (GGUF adjacent pairs)   # in place, strided views of qkv
-        kv_cache[pos] = k, v                            # rows with pos < 0 (padding) skipped
-        x += attention(q, k_cache, v_cache, pos) @ Wo^T # grouped-query, causal by position
-        h = rmsnorm(x) ; gu = h @ [Wgate; Wup]^T        # (T, 2 * ffn), one fused matmul
-        x += swiglu(gu) @ Wdown^T
-    logits = rmsnorm(x)[rows] @ Wout^T                  # the last valid row, or every row
+    for each block:                                     # five kernels a block:
+        qkv = rmsnorm(x) @ [Wq; Wk; Wv]^T               # rmsnorm_matmul: (T, dim + 2 * kv_dim)
+        rope(q), rope(k) at pos; kv_cache[pos] = k, v   # rope_kv_store (GGUF adjacent pairs; pos < 0: padding)
+        x += attention(q, k_cache, v_cache, pos) @ Wo^T # attention (grouped-query, causal), matmul accumulate
+        act = swiglu(rmsnorm(x) @ [Wgate; Wup]^T)       # rmsnorm_matmul_swiglu: (T, ffn)
+        x += act @ Wdown^T                              # matmul accumulate
+    logits = rmsnorm(x[rows]) @ Wout^T                  # the last valid row, or every row
 
 Tensor names and layouts: the GGUF llama convention (``blk.N.attn_q.weight`` etc.; Q/K already
 permuted for the adjacent-pair rope, see llama.cpp ``convert_hf_to_gguf.py``).
@@ -108,10 +107,10 @@ class LlamaBuilder:
         self._layouts = {T: self._layout(T) for T in sorted({1, *self.prefill_sizes, *self.batch_sizes})}
         #: plan name -> tokens per run (T)
         self.plan_tokens = {"decode": 1, "score": chunk, **{f"prefill{T}": T for T in self.prefill_sizes}}
-        for name in {f"get_rows_{self.embd_dtype}", "get_rows_f32", "rmsnorm", "rope", "kv_store", "attention", "swiglu", "argmax",
+        for name in {f"get_rows_{self.embd_dtype}", "get_rows_f32", "rope_kv_store", "attention", "argmax",
                      *(["attention_batched"] if batch_seqs else []),
-                     f"matmul_{self.out_dtype}"} | {f"matmul_{b.wqkv[1]}" for b in self.blocks} \
-                | {f"matmul_{b.wo[1]}" for b in self.blocks} | {f"matmul_{b.wgu[1]}" for b in self.blocks} \
+                     f"rmsnorm_matmul_{self.out_dtype}"} | {f"rmsnorm_matmul_{b.wqkv[1]}" for b in self.blocks} \
+                | {f"matmul_{b.wo[1]}" for b in self.blocks} | {f"rmsnorm_matmul_swiglu_{b.wgu[1]}" for b in self.blocks} \
                 | {f"matmul_{b.wdown[1]}" for b in self.blocks}:
             s.kernel(name)
         self.definition = s.freeze(ModelContext(device))
@@ -147,8 +146,8 @@ class LlamaBuilder:
     def _layout(self, T: int) -> dict:
         """Private scratch of a T-token forward pass (declared before freeze)."""
         cfg, kvd = self.cfg, self.kv_dim
-        sizes = dict(tokens=T, pos=T, last=1, row=T, first=T, klast=T, x=T * cfg.dim, h=T * cfg.dim, qkv=T * (cfg.dim + 2 * kvd),
-                     att=T * cfg.dim, gu=T * 2 * cfg.ffn_dim, act=T * cfg.ffn_dim, hl=cfg.dim,
+        sizes = dict(tokens=T, pos=T, last=1, row=T, first=T, klast=T, x=T * cfg.dim, qkv=T * (cfg.dim + 2 * kvd),
+                     att=T * cfg.dim, act=T * cfg.ffn_dim, hl=cfg.dim,
                      logits=T * cfg.vocab_size, logits_last=cfg.vocab_size, argmax=T)
         return {k: self.session.scratch(n * F32, name=f"T{T}.{k}") for k, n in sizes.items()}
 
@@ -176,7 +175,7 @@ class LlamaBuilder:
         qkv_w = dim + 2 * kvd
         d = self.definition
         L = self._layouts[T]
-        tokens, pos, last, x, h, qkv, att, gu, act = (L[k] for k in ("tokens", "pos", "last", "x", "h", "qkv", "att", "gu", "act"))
+        tokens, pos, last, x, qkv, att, act = (L[k] for k in ("tokens", "pos", "last", "x", "qkv", "att", "act"))
         row, first, klast = L["row"], L["first"], L["klast"]
         rows = self.batch_seqs * self.ctx
         if batched and not self.batch_seqs:
@@ -184,51 +183,44 @@ class LlamaBuilder:
         n_out = T if all_logits else 1
         logits = L["logits"] if all_logits else L["logits_last"]
         cmds = [self._dispatch(f"get_rows_{self.embd_dtype}", [self.embd, tokens, (x, W_)], dict(T=T, dim=dim, vocab=V))]
-        norm = lambda src, w, dst, rows=T: self._dispatch(  # noqa: E731
-            "rmsnorm", [src, w, (dst, W_)], dict(rows=rows, dim=dim, eps=cfg.rms_eps))
         mm = lambda wd, src, dst, n, kk, acc, rows=T: self._dispatch(  # noqa: E731
             f"matmul_{wd[1]}", [wd[0], src, (dst, RW)], dict(T=rows, N=n, K=kk, accumulate=acc))
-        q_v, k_v, v_v = qkv, qkv.slice(dim * F32, qkv.nbytes - dim * F32), qkv.slice((dim + kvd) * F32, qkv.nbytes - (dim + kvd) * F32)
+        norm_mm = lambda wd, src, g, dst, n, rows=T: self._dispatch(  # noqa: E731  rmsnorm(src) * g, then @ w^T
+            f"rmsnorm_matmul_{wd[1]}", [wd[0], src, g, (dst, RW)], dict(T=rows, N=n, K=dim, accumulate=0, eps=cfg.rms_eps))
+        rope_kv = lambda b, dst_row, k_cache, v_cache, ctx: self._dispatch(  # noqa: E731
+            "rope_kv_store", [(qkv, RW), pos, dst_row, (k_cache, RW), (v_cache, RW)],
+            dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, row_stride=qkv_w, ctx=ctx,
+                 theta=cfg.rope_theta))
+        q_v = qkv
         for b in self.blocks:
-            cmds += [
-                norm(x, b.attn_norm, h),
-                mm(b.wqkv, h, qkv, qkv_w, dim, 0),
-                self._dispatch("rope", [(q_v, RW), pos], dict(rows=T, n_head=cfg.n_head, head_dim=cfg.head_dim,
-                                                               row_stride=qkv_w, theta=cfg.rope_theta)),
-                self._dispatch("rope", [(k_v, RW), pos], dict(rows=T, n_head=cfg.n_kv_head, head_dim=cfg.head_dim,
-                                                               row_stride=qkv_w, theta=cfg.rope_theta)),
-            ]
+            cmds.append(norm_mm(b.wqkv, x, b.attn_norm, qkv, qkv_w))
             if batched:
                 cmds += [
-                    self._dispatch("kv_store", [k_v, (b.bk_cache, RW), row], dict(T=T, width=kvd, ctx=rows, src_stride=qkv_w)),
-                    self._dispatch("kv_store", [v_v, (b.bv_cache, RW), row], dict(T=T, width=kvd, ctx=rows, src_stride=qkv_w)),
+                    rope_kv(b, row, b.bk_cache, b.bv_cache, rows),
                     self._dispatch("attention_batched", [q_v, b.bk_cache, b.bv_cache, first, klast, (att, W_)],
                                    dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, rows=rows,
                                         q_stride=qkv_w, scale=1.0 / math.sqrt(cfg.head_dim))),
                 ]
             else:
                 cmds += [
-                    self._dispatch("kv_store", [k_v, (b.k_cache, RW), pos], dict(T=T, width=kvd, ctx=self.ctx, src_stride=qkv_w)),
-                    self._dispatch("kv_store", [v_v, (b.v_cache, RW), pos], dict(T=T, width=kvd, ctx=self.ctx, src_stride=qkv_w)),
+                    rope_kv(b, pos, b.k_cache, b.v_cache, self.ctx),
                     self._dispatch("attention", [q_v, b.k_cache, b.v_cache, pos, (att, W_)],
                                    dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, ctx=self.ctx,
                                         q_stride=qkv_w, scale=1.0 / math.sqrt(cfg.head_dim))),
                 ]
             cmds += [
                 mm(b.wo, att, x, dim, dim, 1),
-                norm(x, b.ffn_norm, h),
-                mm(b.wgu, h, gu, 2 * ffn, dim, 0),
-                self._dispatch("swiglu", [gu, gu.slice(ffn * F32, gu.nbytes - ffn * F32), (act, W_)],
-                               dict(rows=T, n=ffn, in_stride=2 * ffn)),
+                self._dispatch(f"rmsnorm_matmul_swiglu_{b.wgu[1]}", [b.wgu[0], x, b.ffn_norm, (act, W_)],
+                               dict(T=T, N=ffn, K=dim, eps=cfg.rms_eps)),
                 mm(b.wdown, act, x, dim, ffn, 1),
             ]
-        cmds.append(norm(x, self.out_norm, h))
+        out = (self.out, self.out_dtype)
         if all_logits:
-            cmds.append(mm((self.out, self.out_dtype), h, logits, V, dim, 0))
+            cmds.append(norm_mm(out, x, self.out_norm, logits, V))
         else:
             hl = L["hl"]
-            cmds.append(self._dispatch("get_rows_f32", [h, last, (hl, W_)], dict(T=1, dim=dim, vocab=T)))
-            cmds.append(mm((self.out, self.out_dtype), hl, logits, V, dim, 0, rows=1))
+            cmds.append(self._dispatch("get_rows_f32", [x, last, (hl, W_)], dict(T=1, dim=dim, vocab=T)))
+            cmds.append(norm_mm(out, hl, self.out_norm, logits, V, rows=1))
         ids = L["argmax"]
         cmds.append(self._dispatch("argmax", [logits, (ids, W_)], dict(rows=n_out, n=V)))
         i32 = lambda r, n: IODesc(r, TensorDesc((n,), "i32"))  # noqa: E731

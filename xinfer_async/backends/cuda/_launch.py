@@ -16,13 +16,46 @@ def _flat(total: int) -> tuple[int, int, int]:
     return (min(_cdiv(total, 256), 132 * 64), 1, 1)
 
 
+_BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}  # 32 elements
+_ELEM_BYTES = {"f32": 4, "f16": 2}
+_MVC_BYTES, _MVC_SPREAD, _MVC_TG = 32768, 264, 8  # XI_MVC_BYTES, XI_MVC_SPREAD, XI_MVC_TG
+
+
+def mvc_rows(dt: str, n: int, k: int, t: int = 1, glu: bool = False) -> int:
+    """Output rows a CTA owns in the staged matrix kernel (``xi_mvc_rows`` in shaders/xi_mvc.cuh):
+    the largest of 16, 8, 4, 2, 1 under the stage (half each for GLU's two regions) and under the
+    want: T == 1: 8 (a row a warp), 16 when N >= 16384; 1 < T <= 8: N spread over ~2 CTAs per SM;
+    T > 8: 8; GLU at most 8. 0: one row does not fit the stage."""
+    row_bytes = k * _ELEM_BYTES[dt] if dt in _ELEM_BYTES else (k // 32) * _BLOCK_BYTES[dt]
+    fit = ((_MVC_BYTES >> int(glu)) - 32) // max(1, row_bytes)
+    want = (16 if n >= 16384 else 8) if t == 1 else -(-n // _MVC_SPREAD) if t <= 8 else 8
+    r = min(want, fit, 8 if glu else 16)
+    return next((b for b in (16, 8, 4, 2, 1) if r >= b), 0)
+
+
+def mv1_rows(dt: str, n: int, glu: bool) -> int:
+    """Rows a warp at T == 1 (``xi_mv1_rows``): 2 for f32/f16 and N >= 16384 (not with GLU), else 1."""
+    return 1 if glu else 2 if dt in ("f32", "f16") or n >= 16384 else 1
+
+
 def _matmul_grid(c: dict, dt: str) -> tuple[int, int, int]:
-    """matmul_DT (shaders/xi_quant.cuh): 8 warps a block; T > 1: a warp per row and 4 tokens per
-    block row; T == 1: R rows a warp, R = 2 for f32/f16 and when N >= XI_MV_WIDE_N (16384), else 1."""
+    """matmul_DT (shaders/xi_mvc.cuh), blocks of 8 warps: T == 1: ``mv1_rows`` rows a warp; T > 1:
+    ``mvc_rows`` output rows and 8 tokens a block, or where one row does not fit the stage,
+    xi_quant.cuh's warp per row and 4 tokens a block row."""
     if c["T"] == 1:
-        r = 2 if dt in ("f32", "f16") or c["N"] >= 16384 else 1
-        return (_cdiv(c["N"], 8 * r), 1, 1)
+        return (_cdiv(c["N"], 8 * mv1_rows(dt, c["N"], False)), 1, 1)
+    rows = mvc_rows(dt, c["N"], c["K"], c["T"])
+    if rows:
+        return (_cdiv(c["N"], rows), _cdiv(c["T"], _MVC_TG), 1)
     return (_cdiv(c["N"], 8), _cdiv(c["T"], 4), 1)
+
+
+def _fused_grid(c: dict, dt: str, glu: bool) -> tuple[int, int, int]:
+    """rmsnorm_matmul_DT / rmsnorm_matmul_swiglu_DT: as matmul_DT at T == 1; T > 1: ``mvc_rows`` rows
+    (or one row where a row does not fit the stage: the element-by-element path) and 8 tokens a block."""
+    if c["T"] == 1:
+        return (_cdiv(c["N"], 8 * mv1_rows(dt, c["N"], glu)), 1, 1)
+    return (_cdiv(c["N"], mvc_rows(dt, c["N"], c["K"], c["T"], glu) or 1), _cdiv(c["T"], _MVC_TG), 1)
 
 
 #: name -> (block, grid(constants) -> (x, y, z))
@@ -33,13 +66,16 @@ LAUNCH = {
     "rope": (256, lambda c: _flat(c["rows"] * c["n_head"] * (c["head_dim"] // 2))),
     "swiglu": (256, lambda c: _flat(c["rows"] * c["n"])),
     "softmax": (256, lambda c: (max(1, c["rows"]), 1, 1)),
-    "argmax": (256, lambda c: (max(1, c["rows"]), 1, 1)),
+    "argmax": (1024, lambda c: (max(1, c["rows"]), 1, 1)),
     "attention": (128, lambda c: (max(1, c["T"]), max(1, c["n_head"]), 1)),
     "attention_batched": (128, lambda c: (max(1, c["T"]), max(1, c["n_head"]), 1)),
     "kv_store": (256, lambda c: _flat(c["T"] * c["width"])),
+    "rope_kv_store": (128, lambda c: (max(1, c["T"]), _cdiv((c["n_head"] + 2 * c["n_kv"]) * (c["head_dim"] // 2), 128), 1)),
 }
 for _dt in ("f32", "f16", "q8_0", "q4_0", "q4_1"):
     LAUNCH[f"get_rows_{_dt}"] = (256, lambda c: (max(1, c["T"]), 1, 1))
     LAUNCH[f"matmul_{_dt}"] = (256, lambda c, _dt=_dt: _matmul_grid(c, _dt))
+    LAUNCH[f"rmsnorm_matmul_{_dt}"] = (256, lambda c, _dt=_dt: _fused_grid(c, _dt, False))
+    LAUNCH[f"rmsnorm_matmul_swiglu_{_dt}"] = (256, lambda c, _dt=_dt: _fused_grid(c, _dt, True))
 for _dt in ("q8_0", "q4_0", "q4_1"):
     LAUNCH[f"dequantize_{_dt}"] = (256, lambda c: _flat(c["n"]))

@@ -1,0 +1,321 @@
+// The staged-rows matrix kernel behind matmul_DT, rmsnorm_matmul_DT and rmsnorm_matmul_swiglu_DT:
+// y (T, N) from w (N, K) DT rows and x (T, K) f32 tokens, with an optional rmsnorm of each token on
+// the way in (NORM: h = (x * inv_t) * norm, inv_t = 1 / sqrt(mean(x_t^2) + eps), as rmsnorm.cu) and
+// an optional SwiGLU on the way out (GLU: w holds 2N rows, gate rows [0, N) and up rows [N, 2N);
+// y = silu(gate . h) * (up . h), as swiglu.cu).
+//
+// A CTA of 256 threads owns RB consecutive output rows and a group of up to XI_MVC_TG tokens
+// (grid.y). It issues all its weight bytes at once as aligned 16-byte loads (one memory round trip,
+// each byte read once) and parks them in shared memory. Each (row, token) dot product is then one
+// warp's: lane l takes 32-element blocks l/4, l/4 + 8, ... (8 of the block's elements: 4 lanes a
+// block) and a warp sum ends it; with NORM the warp first sums its token's squares (float4s l,
+// l + 32, ..., then a warp sum). The warps split the tokens first (TS = 1, 2, 4 or 8 token slots)
+// and the rows next (warp w: token w % TS, rows w / TS, w / TS + 8 / TS, ...), reading a token's x
+// once for all their rows. So the order of every sum depends on K alone: a (row, token) result is
+// bit-identical whatever T, RB or the CTA it runs in, and a batched decode step equals the same
+// rows run one token at a time.
+#pragma once
+#include "xi_quant.cuh"
+
+#define XI_MVC_BYTES 32768   // staged weight bytes a CTA (8 16-byte loads a thread)
+#define XI_MVC_SPREAD 264    // 1 < T <= 8: rows spread so ~2 CTAs per SM (132 SMs) have work
+#define XI_MVC_TG 8          // tokens a CTA (grid.y = ceil(T / XI_MVC_TG)): one a warp
+
+__host__ __device__ constexpr long long xi_row_bytes_of(int type, int k) {
+    return type == XI_F32 ? 4LL * k : type == XI_F16 ? 2LL * k : (long long)(k / 32) * xi_block_bytes(type);
+}
+
+// Rows a CTA owns: the largest of 16, 8, 4, 2, 1 under the stage (half of it each for the two
+// GLU regions) and under the want: T == 1: 8 (a row a warp), 16 when N >= 16384; 1 < T <= 8: N
+// spread over ~2 CTAs per SM; T > 8: 8; GLU at most 8. 0: one row does not fit the stage (matmul_DT then runs its
+// older kernels). backends/cuda/_launch.py repeats this rule for the grid.
+__host__ __device__ inline int xi_mvc_rows(int type, int n, int k, int t, int glu) {
+    const long long rb = xi_row_bytes_of(type, k), fit = ((XI_MVC_BYTES >> glu) - 32) / (rb > 0 ? rb : 1);
+    const long long want = t == 1 ? (n >= 16384 ? 16 : 8) : t <= 8 ? (n + XI_MVC_SPREAD - 1) / XI_MVC_SPREAD : 8;
+    long long r = want < fit ? want : fit;
+    if (glu && r > 8) r = 8;  // registers: two accumulators a row
+    return r >= 16 ? 16 : r >= 8 ? 8 : r >= 4 ? 4 : r >= 2 ? 2 : (int)r;
+}
+
+struct XiMvcArgs {
+    const uint8_t *w;
+    const float *x, *norm;
+    float *y;
+    int T, N, K, accumulate;
+    float eps;
+};
+
+// Any K, any alignment: a warp per (row, token), element by element (the rare unaligned case).
+template <int TYPE, bool NORM, bool GLU>
+__device__ __forceinline__ void xi_mvc_scalar(const XiMvcArgs &a, int n0, int rows, int tg0, int tn) {
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const size_t_ rb = XiQ<TYPE>::row_bytes(a.K);
+    for (int p = wi; p < rows * tn; p += 8) {
+        const int r = p % rows, t = tg0 + p / rows;
+        const float *xt = a.x + (size_t_)t * a.K;
+        float inv = 1.0f;
+        if (NORM) {
+            float ss = 0.0f;
+            for (int e = lane; e < a.K; e += 32) ss += xt[e] * xt[e];
+            inv = 1.0f / sqrtf(xi_warp_sum(ss) / (float)a.K + a.eps);
+        }
+        const uint8_t *rg = a.w + (size_t_)(n0 + r) * rb, *ru = a.w + (size_t_)(a.N + n0 + r) * rb;
+        float sg = 0.0f, su = 0.0f;
+        for (int e = lane; e < a.K; e += 32) {
+            const float h = NORM ? xt[e] * inv * a.norm[e] : xt[e];
+            sg += XiQ<TYPE>::elem(rg, e) * h;
+            if (GLU) su += XiQ<TYPE>::elem(ru, e) * h;
+        }
+        sg = xi_warp_sum(sg);
+        if (GLU) su = xi_warp_sum(su);
+        if (lane == 0) {
+            float *yo = a.y + (size_t_)t * a.N + n0 + r;
+            *yo = GLU ? sg / (1.0f + expf(-sg)) * su : (a.accumulate ? *yo + sg : sg);
+        }
+    }
+}
+
+template <int TYPE, int RB, bool NORM, bool GLU>
+__device__ __forceinline__ void xi_mvc(const XiMvcArgs &a, uint4 *stage) {
+    typedef XiMv<TYPE> M;
+    constexpr int NL = XI_MVC_BYTES / 4096, NR = GLU ? 2 : 1;
+    const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5, s = lane & 3, bl = lane >> 2, nb = a.K >> 5;
+    const int n0 = blockIdx.x * RB, tg0 = blockIdx.y * XI_MVC_TG;
+    const int rows = a.N - n0 < RB ? a.N - n0 : RB, tn = a.T - tg0 < XI_MVC_TG ? a.T - tg0 : XI_MVC_TG;
+    const int ts = tn <= 1 ? 1 : tn <= 2 ? 2 : tn <= 4 ? 4 : 8, rs = 8 / ts, tw = wi % ts, rp = wi / ts;
+    const size_t_ rb = XiQ<TYPE>::row_bytes(a.K);
+    const uint8_t *a0[NR];
+    int off[NR], n16[NR];
+#pragma unroll
+    for (int q = 0; q < NR; q++) {
+        const uint8_t *p = a.w + (size_t_)(n0 + q * a.N) * rb;
+        a0[q] = reinterpret_cast<const uint8_t *>(((size_t_)p) & ~(size_t_)15);
+        off[q] = (int)(p - a0[q]);
+        n16[q] = (int)((off[q] + (size_t_)rows * rb + 15) >> 4);
+    }
+    const int nt = GLU ? n16[0] + n16[NR - 1] : n16[0];
+    {
+        uint4 v[NL];
+#pragma unroll
+        for (int i = 0; i < NL; i++) {
+            const int idx = tid + 256 * i;
+            if (idx < nt) {
+                const uint8_t *src = (!GLU || idx < n16[0]) ? a0[0] + 16 * (size_t_)idx : a0[NR - 1] + 16 * (size_t_)(idx - n16[0]);
+                v[i] = xi_ldw128<2>(src);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < NL; i++)
+            if (tid + 256 * i < nt) stage[tid + 256 * i] = v[i];
+    }
+    const bool active = tw < tn;
+    const float *xt = a.x + (size_t_)(tg0 + tw) * a.K;
+    float inv = 1.0f;
+    if (NORM && active) {  // this warp's token: float4s lane, lane + 32, ..., then a warp sum
+        const float4 *xr = reinterpret_cast<const float4 *>(xt);
+        float ss = 0.0f;
+#pragma unroll 4
+        for (int i = lane; i < (a.K >> 2); i += 32) {
+            const float4 u = __ldg(xr + i);
+            ss += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
+        }
+        inv = 1.0f / sqrtf(xi_warp_sum(ss) / (float)a.K + a.eps);
+    }
+    __syncthreads();
+    if (!active || rp >= rows) return;  // no token, or no row, for this warp
+    const uint8_t *base[NR];
+    base[0] = reinterpret_cast<const uint8_t *>(stage) + off[0];
+    if (GLU) base[NR - 1] = reinterpret_cast<const uint8_t *>(stage) + 16 * n16[0] + off[NR - 1];
+    float acc[NR][RB];
+#pragma unroll
+    for (int q = 0; q < NR; q++)
+#pragma unroll
+        for (int r = 0; r < RB; r++) acc[q][r] = 0.0f;
+#pragma unroll 2
+    for (int b = bl; b < nb; b += 8) {
+        float4 lo = __ldg(reinterpret_cast<const float4 *>(xt + b * 32 + 4 * s));
+        float4 hi = __ldg(reinterpret_cast<const float4 *>(xt + b * 32 + 16 + 4 * s));
+        if (NORM) {
+            const float4 glo = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 4 * s));
+            const float4 ghi = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 16 + 4 * s));
+            lo = make_float4(lo.x * inv * glo.x, lo.y * inv * glo.y, lo.z * inv * glo.z, lo.w * inv * glo.w);
+            hi = make_float4(hi.x * inv * ghi.x, hi.y * inv * ghi.y, hi.z * inv * ghi.z, hi.w * inv * ghi.w);
+        }
+        const float xs = TYPE == XI_Q4_1 ? ((lo.x + lo.y) + (lo.z + lo.w)) + ((hi.x + hi.y) + (hi.z + hi.w)) : 0.0f;
+#pragma unroll
+        for (int q = 0; q < NR; q++)
+#pragma unroll
+            for (int r = 0; r < RB; r++) {
+                if (r < rows && r % rs == rp) {
+                    uint32_t rw[M::NW];
+                    M::template raw<3>(base[q] + (size_t_)r * rb, b, s, rw);
+                    float qv[8], d, m;
+                    M::dec(rw, qv, d, m);
+                    const float dot = qv[0] * lo.x + qv[1] * lo.y + qv[2] * lo.z + qv[3] * lo.w +
+                                      qv[4] * hi.x + qv[5] * hi.y + qv[6] * hi.z + qv[7] * hi.w;
+                    float part = d * dot;
+                    if (TYPE == XI_Q4_1) part += m * xs;
+                    acc[q][r] += part;
+                }
+            }
+    }
+#pragma unroll
+    for (int r = 0; r < RB; r++) {
+        if (r < rows && r % rs == rp) {
+            const float sg = xi_warp_sum(acc[0][r]);
+            const float su = GLU ? xi_warp_sum(acc[NR - 1][r]) : 0.0f;
+            if (lane == 0) {
+                float *yo = a.y + (size_t_)(tg0 + tw) * a.N + n0 + r;
+                if (GLU) *yo = sg / (1.0f + expf(-sg)) * su;
+                else *yo = a.accumulate ? *yo + sg : sg;
+            }
+        }
+    }
+}
+
+// T == 1: a warp per R output rows (8 warps a CTA), no staging: U steps of 8 blocks have their raw
+// weight loads issued before any is decoded (xi_quant.cuh's xi_matvec_u, which this extends with
+// NORM and GLU). Lane l sums blocks l/4, l/4 + 8, ... in that order with the same expressions as
+// xi_mvc, and the rmsnorm scale likewise, so its results are bit-identical to xi_mvc's at T > 1.
+template <int TYPE, int R, bool NORM, bool GLU>
+__device__ __forceinline__ void xi_mv1(const XiMvcArgs &a, int n0) {
+    typedef XiMv<TYPE> M;
+    constexpr int U = (TYPE == XI_F32 || TYPE == XI_F16) ? 2 : 4, NR = GLU ? 2 : 1;  // U: registers
+    const int lane = threadIdx.x & 31, s = lane & 3, bl = lane >> 2, nb = a.K >> 5;
+    const size_t_ rb = XiQ<TYPE>::row_bytes(a.K);
+    const uint8_t *rows[NR][R];
+    float acc[NR][R];
+#pragma unroll
+    for (int q = 0; q < NR; q++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            rows[q][r] = a.w + (size_t_)(q * a.N + (n0 + r < a.N ? n0 + r : a.N - 1)) * rb;
+            acc[q][r] = 0.0f;
+        }
+    float inv = 1.0f;
+    for (int b0 = 0; b0 < nb; b0 += 8 * U) {
+        uint32_t raw[U][NR][R][M::NW];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int b = b0 + 8 * u + bl;
+#pragma unroll
+            for (int q = 0; q < NR; q++)
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    if (b < nb) M::template raw<0>(rows[q][r], b, s, raw[u][q][r]);
+                    else {
+#pragma unroll
+                        for (int i = 0; i < M::NW; i++) raw[u][q][r][i] = 0;
+                    }
+                }
+        }
+        if (NORM && b0 == 0) {  // the token's scale, read while the first weights are in flight
+            const float4 *xr = reinterpret_cast<const float4 *>(a.x);
+            float ss = 0.0f;
+#pragma unroll 4
+            for (int i = lane; i < (a.K >> 2); i += 32) {
+                const float4 w4 = __ldg(xr + i);
+                ss += w4.x * w4.x + w4.y * w4.y + w4.z * w4.z + w4.w * w4.w;
+            }
+            inv = 1.0f / sqrtf(xi_warp_sum(ss) / (float)a.K + a.eps);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int b = b0 + 8 * u + bl;
+            if (b < nb) {
+                float4 lo = __ldg(reinterpret_cast<const float4 *>(a.x + b * 32 + 4 * s));
+                float4 hi = __ldg(reinterpret_cast<const float4 *>(a.x + b * 32 + 16 + 4 * s));
+                if (NORM) {
+                    const float4 glo = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 4 * s));
+                    const float4 ghi = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 16 + 4 * s));
+                    lo = make_float4(lo.x * inv * glo.x, lo.y * inv * glo.y, lo.z * inv * glo.z, lo.w * inv * glo.w);
+                    hi = make_float4(hi.x * inv * ghi.x, hi.y * inv * ghi.y, hi.z * inv * ghi.z, hi.w * inv * ghi.w);
+                }
+                const float xs = TYPE == XI_Q4_1 ? ((lo.x + lo.y) + (lo.z + lo.w)) + ((hi.x + hi.y) + (hi.z + hi.w)) : 0.0f;
+#pragma unroll
+                for (int q = 0; q < NR; q++)
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        float qv[8], d, m;
+                        M::dec(raw[u][q][r], qv, d, m);
+                        const float dot = qv[0] * lo.x + qv[1] * lo.y + qv[2] * lo.z + qv[3] * lo.w +
+                                          qv[4] * hi.x + qv[5] * hi.y + qv[6] * hi.z + qv[7] * hi.w;
+                        float part = d * dot;
+                        if (TYPE == XI_Q4_1) part += m * xs;
+                        acc[q][r] += part;
+                    }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float sg = xi_warp_sum(acc[0][r]);
+        const float su = GLU ? xi_warp_sum(acc[NR - 1][r]) : 0.0f;
+        if (lane == 0 && n0 + r < a.N) {
+            float *yo = a.y + n0 + r;
+            if (GLU) *yo = sg / (1.0f + expf(-sg)) * su;
+            else *yo = a.accumulate ? *yo + sg : sg;
+        }
+    }
+}
+
+// T == 1 rows a warp: 2 for f32/f16 and for N >= 16384 (not with GLU), else 1; grid ceil(N / (8 R)).
+__host__ __device__ constexpr int xi_mv1_rows(int type, int n, int glu) {
+    return glu ? 1 : (type == XI_F32 || type == XI_F16 || n >= 16384) ? 2 : 1;
+}
+
+// The kernel body, blocks of 256 threads. T == 1: xi_mv1, grid (ceil(N / (8 xi_mv1_rows)), 1). T > 1:
+// grid (ceil(N / rows), ceil(T / XI_MVC_TG)) with rows = xi_mvc_rows(TYPE, N, K, T, GLU), or N rows
+// when that is 0 (fused kernels only; matmul_DT runs its older kernels then).
+template <int TYPE, bool NORM, bool GLU>
+__device__ __forceinline__ void xi_mvc_kernel(const XiMvcArgs &a) {
+    __shared__ uint4 stage[XI_MVC_BYTES / 16];
+    if (a.T == 1) {
+        constexpr int R1 = 1;
+        const int R = xi_mv1_rows(TYPE, a.N, GLU), c0 = blockIdx.x * 8 * R;
+        if (c0 >= a.N || blockIdx.y > 0) return;
+        const bool vec = (a.K & 31) == 0 && (((size_t_)a.x) & 15) == 0 && (!NORM || (((size_t_)a.norm) & 15) == 0) &&
+                         (((size_t_)a.w) & (XiQ<TYPE>::ALIGN - 1)) == 0;
+        if (!vec) {
+            xi_mvc_scalar<TYPE, NORM, GLU>(a, c0, a.N - c0 < 8 * R ? a.N - c0 : 8 * R, 0, 1);
+            return;
+        }
+        const int n0 = c0 + (threadIdx.x >> 5) * R;
+        if (n0 >= a.N) return;
+        if (R == 2) {
+            if constexpr (!GLU) xi_mv1<TYPE, 2, NORM, GLU>(a, n0);
+        } else {
+            xi_mv1<TYPE, R1, NORM, GLU>(a, n0);
+        }
+        return;
+    }
+    const int rows = xi_mvc_rows(TYPE, a.N, a.K, a.T, GLU);
+    const int rb = rows > 0 ? rows : 1, n0 = blockIdx.x * rb, tg0 = blockIdx.y * XI_MVC_TG;
+    if (n0 >= a.N || tg0 >= a.T) return;
+    const bool vec = rows > 0 && (a.K & 31) == 0 && (((size_t_)a.x) & 15) == 0 && (!NORM || (((size_t_)a.norm) & 15) == 0) &&
+                     (((size_t_)a.w) & (XiQ<TYPE>::ALIGN - 1)) == 0;
+    if (!vec) {
+        xi_mvc_scalar<TYPE, NORM, GLU>(a, n0, a.N - n0 < rb ? a.N - n0 : rb, tg0, a.T - tg0 < XI_MVC_TG ? a.T - tg0 : XI_MVC_TG);
+        return;
+    }
+    switch (rows) {
+        case 16: if constexpr (!GLU) { xi_mvc<TYPE, 16, NORM, GLU>(a, stage); break; }
+        case 8: xi_mvc<TYPE, 8, NORM, GLU>(a, stage); break;
+        case 4: xi_mvc<TYPE, 4, NORM, GLU>(a, stage); break;
+        case 2: xi_mvc<TYPE, 2, NORM, GLU>(a, stage); break;
+        default: xi_mvc<TYPE, 1, NORM, GLU>(a, stage); break;
+    }
+}
+
+// matmul_DT: xi_mv1 at T == 1, the staged kernel at T > 1 where a row fits its stage, else the
+// warp-per-row kernels of xi_quant.cuh (xi_matmul; its grid rule in _launch.py likewise).
+template <int TYPE>
+__device__ __forceinline__ void xi_matmul_any(const uint8_t *__restrict__ w, const float *__restrict__ x, float *__restrict__ y,
+                                              xi_matmul_c c) {
+    if (c.T == 1 || xi_mvc_rows(TYPE, c.N, c.K, c.T, 0) > 0) {
+        const XiMvcArgs a{w, x, nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};
+        xi_mvc_kernel<TYPE, false, false>(a);
+    } else {
+        xi_matmul<TYPE>(w, x, y, c);
+    }
+}
