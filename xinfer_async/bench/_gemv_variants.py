@@ -105,11 +105,11 @@ def main(argv=None) -> int:
                                                       lambda c, R=R: (max(1, -(-c["N"] // int(8 * R))), 1, 1))))
         kernels[dt] = lst
 
-    def dispatch(k, w, x, y, N, K, acc=0):
+    def dispatch(k, w, x, y, N, K, acc=0, T=1):
         import struct
 
-        c = dict(T=1, N=N, K=K, accumulate=acc)
-        return ("dispatch", k, k.launch_grid(c), [w, x, y], struct.pack("<iiii", 1, N, K, acc))
+        c = dict(T=T, N=N, K=K, accumulate=acc)
+        return ("dispatch", k, k.launch_grid(c), [w, x, y], struct.pack("<iiii", T, N, K, acc))
 
     # ---- correctness ----------------------------------------------------------------------------
     fails = 0
@@ -147,8 +147,8 @@ def main(argv=None) -> int:
 
     # ---- timing -----------------------------------------------------------------------------------
     e0, e1 = be.create_timestamp(), be.create_timestamp()
-    px, py = be.alloc(8192 * 4), be.alloc(65536 * 4)
-    be.write(px, rng.standard_normal(8192).astype(np.float32).view(np.uint8))
+    px, py = be.alloc(64 * 8192 * 4), be.alloc(64 * 65536 * 4)
+    be.write(px, rng.standard_normal(64 * 8192).astype(np.float32).view(np.uint8))
 
     shapes = [("q4_1", 4096, 4096), ("q4_0", 4096, 4096), ("q8_0", 4096, 4096), ("f16", 4096, 4096),
               ("q4_1", 4096, 8192)]
@@ -190,6 +190,34 @@ def main(argv=None) -> int:
         for label, us, gbs in row:
             print(f"  {label:14s} {us:8.2f} us {gbs:9.1f} GB/s {100 * gbs / PEAK:5.1f}%{'  *' if label == best[0] else ''}")
         table.append((dt, N, K, row))
+    # the production kernel (base) at T > 1 (batched decode, prefill): time a token and GB/s of weights
+    print("\nbase kernel, T tokens (L2-cold weights): us a launch, us a token")
+    for dt, N, K in [("q4_1", 960, 576), ("q4_1", 576, 576), ("q4_1", 3072, 576), ("q4_1", 576, 1536), ("q4_1", 4096, 4096)]:
+        wb = wbytes_of(dt, N, K)
+        stride = -(-wb // 256) * 256
+        copies = int(min(256, max(8, math.ceil(256e6 / stride))))
+        big = be.alloc(stride * copies)
+        raw, _ = make_weights(rng, dt, N, K)
+        be.write(big, raw)
+        for i in range(1, copies):
+            be._enqueue(q.stream, ("copy", big + i * stride, big, wb))
+        base = kernels[dt][0][1]
+        line = []
+        for T in (1, 2, 8, 16, 64):
+            g = be.capture([dispatch(base, big + i * stride, px, py, N, K, 0, T) for i in range(copies)])
+            ms = []
+            for rep in range(7):
+                be._enqueue(q.stream, ("timestamp", e0))
+                be._enqueue(q.stream, ("graph", g))
+                be._enqueue(q.stream, ("timestamp", e1))
+                q.synchronize()
+                ms.append(be.elapsed_ms(e0, e1))
+            be.destroy_graph(g)
+            us = float(np.median(ms[2:])) * 1e3 / copies
+            line.append(f"T={T}: {us:7.2f} ({us / T:6.2f})")
+            results.append(dict(dt=dt, N=N, K=K, variant=f"base_T{T}", us=us, gbs=wb / us / 1e3, copies=copies))
+        be.free(big)
+        print(f"  {dt} N={N:5d} K={K:5d}  " + "  ".join(line))
     # an empty graph node, for the per-dispatch floor
     aff = be.load_kernel("affine")
     import struct

@@ -11,7 +11,11 @@ after a short prompt, on a model loaded with N slots. Reported per row:
 - ``ttft ms``: time to first token (submission to first piece, queue wait included), median;
 - ``GB/s``: weight bytes read per decode step / the median step time (every step reads every
   weight once; at N > 1 each slot reads them separately), against the device's peak bandwidth when
-  known (``--peak-gbs``; cuda default: the H200's measured 4300 GB/s; cpu: reported only).
+  known (``--peak-gbs``; cuda default: the H200's measured 4300 GB/s; cpu: reported only);
+- ``gpu ms``: device time of one decode step alone, from a ``GpuTimer`` around 32 back-to-back
+  replays of the step's captured plan (``decode``, or ``batch{B}`` for the bucket N falls in with
+  ``--batching``), and ``host %``: the share of a step's wall time outside that device time
+  (1 - gpu ms * steps a token / step ms; unbatched N slots run N steps a token-time).
 
 Prefill: one request of a ``--prompt-tokens`` prompt and one generated token, alone on the model;
 the prefill's tok/s (median of ``--repeats``). Warm-up requests on every slot run first and are
@@ -76,6 +80,28 @@ async def _decode_row(model, n: int, max_tokens: int) -> dict:
                 weight_gb_per_s=model.builder.weight_bytes() / (med * 1e-3) / 1e9)
 
 
+async def _gpu_step_ms(model, n: int, reps: int = 32) -> tuple[float, str]:
+    """Device ms of one decode step (``reps`` replays of the plan in one command list, timed on the
+    device), and the plan's name."""
+    async def timed(prepared, slot, plan):
+        async with model.device.command_lists.acquire(prepared.queue) as ex:
+            timer = model.device.timer()
+            timer.begin(ex)
+            for _ in range(reps):
+                ex.replay(slot._graphs[plan])
+            timer.end(ex)
+            await ex.queue.fence.wait(ex.submit())
+            return timer.elapsed_ms() / reps, plan
+
+    if model.batching:  # the batch scheduler owns the one slot; it is idle between rows
+        plan = f"batch{min([b for b in model.builder.batch_sizes if b >= n] or model.builder.batch_sizes[-1:])}"
+        await model.batched.wait_idle()
+        return await timed(model.batched, model.batched.slots[0], plan)
+    await model.prepared.wait_idle()
+    async with model.prepared.slot() as slot:
+        return await timed(model.prepared, slot, "decode")
+
+
 async def _prefill(model, n_tokens: int, repeats: int) -> dict:
     text = " ".join(f"word{i % 97}" for i in range(n_tokens))
     ids = model.tokenize(text)[:n_tokens]
@@ -110,6 +136,10 @@ async def _main(args) -> dict:
         await _decode_row(model, n, args.warmup_tokens)  # warm-up: every slot runs once
         row = await _decode_row(model, n, args.max_tokens)
         row["load_s"] = load_s
+        gpu_ms, row["gpu_plan"] = await _gpu_step_ms(model, n)
+        steps_a_token = 1 if model.batching else n  # unbatched: the N slots' steps share the device
+        row["gpu_ms_per_step"] = gpu_ms
+        row["host_fraction"] = max(0.0, 1.0 - gpu_ms * steps_a_token / row["step_ms_p50"])
         if peak:
             row["bandwidth_fraction"] = row["weight_gb_per_s"] / peak
         rows.append(row)
@@ -120,13 +150,14 @@ async def _main(args) -> dict:
     print(f"\ndecode: greedy, {args.max_tokens} tokens a request after a short prompt, N concurrent requests"
           + (", batched decode (one step for all)" if args.batching else ""))
     print(f"{'slots':>5} {'tokens':>6} {'agg tok/s':>9} {'step ms p50':>11} {'p10-p90':>13} {'req tok/s':>9} "
-          f"{'ttft ms':>8} {'GB/s':>6}" + (f" {'of peak':>7}" if peak else ""))
+          f"{'ttft ms':>8} {'GB/s':>6}" + (f" {'of peak':>7}" if peak else "") + f" {'gpu ms':>7} {'host %':>6}")
     for r in rows:
         line = (f"{r['slots']:>5} {r['tokens']:>6} {r['agg_tok_per_s']:>9.1f} {r['step_ms_p50']:>11.2f} "
                 f"{r['step_ms_p10']:>6.2f}-{r['step_ms_p90']:<6.2f} {r['per_request_tok_per_s']:>9.1f} "
                 f"{r['ttft_ms_p50']:>8.1f} {r['weight_gb_per_s']:>6.2f}")
         if peak:
             line += f" {100 * r['bandwidth_fraction']:>6.1f}%"
+        line += f" {r['gpu_ms_per_step']:>7.3f} {100 * r['host_fraction']:>5.1f}%"
         print(line)
     print(f"prefill: {prefill['prompt_tokens']}-token prompt, {prefill['prefill_tok_per_s']:.1f} tok/s "
           f"(median of {args.repeats}; {prefill['prefill_tok_per_s_min']:.1f}-{prefill['prefill_tok_per_s_max']:.1f})")
