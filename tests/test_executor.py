@@ -212,3 +212,26 @@ async def test_capture_and_replay(devices, rng):
     graph.destroy()
     with pytest.raises(ValidationError, match=r"^replay of a destroyed graph$"):
         ex.replay(graph)
+
+
+async def test_use_after_free_is_caught_after_clean_replays(devices, rng):
+    """The replay and submit checks skip their per-buffer scans while no buffer was freed
+    (Device.free_epoch): a free between two replays must still be caught by both."""
+    x = devices.upload(rng.standard_normal(16).astype(np.float32))
+    y = devices.alloc(16, "f32")
+    ex = devices.executor()
+    ex.dispatch("affine", [x, y], AFFINE)
+    graph = ex.capture()
+    for _ in range(2):
+        ex.reset()
+        ex.replay(graph)
+        await ex.submit_and_wait()
+    ex.reset()
+    ex.replay(graph)  # recorded while y is live ...
+    y.free()  # ... freed before submit
+    with pytest.raises(ValidationError, match=r"^submit: buffer #\d+ was freed after it was recorded \(use after free\)$"):
+        ex.submit()
+    ex.reset()
+    with pytest.raises(ValidationError, match=r"^replay: buffer #\d+ used by the graph was freed after capture$"):
+        ex.replay(graph)
+    graph.destroy()

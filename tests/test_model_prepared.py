@@ -192,3 +192,33 @@ async def test_submit_returns_device_tensors(devices):
         got = np.frombuffer(devices.download(t.view), np.float32).reshape(m.rows, m.n)
         assert_close(got, m.reference(x))
     pm.close()
+
+
+async def test_device_inputs_chain_runs_without_the_host(devices):
+    """record_run(device_inputs=...): run 2 takes run 1's output as its input by a device copy, so
+    both can be submitted before either is read back (the pipelined greedy decode does this)."""
+    rng = np.random.default_rng()
+    T, N = 4, 32
+    W = (rng.standard_normal((N, N)) / np.sqrt(N)).astype(np.float32)
+    s = ModelSession(devices)
+    w = s.weight(W, f32((N, N)))
+    x, y = s.scratch(T * N * 4, name="x"), s.scratch(T * N * 4, name="y")
+    km = s.kernel("matmul_f32")
+    d = s.freeze(ModelContext(devices))
+    frag = d.fragment([Dispatch(km, [Binding(w), Binding(x), Binding(y, Access.READ_WRITE)], Indices(T, N, N, 0))],
+                      [IODesc(x, f32((T, N)))], [IODesc(y, f32((T, N)))])
+    pm = frag.prepare(1)
+    x0 = rng.standard_normal((T, N)).astype(np.float32)
+    async with pm.slot() as slot:
+        out = slot.output_view(0)
+        async with devices.command_lists.acquire(pm.queue) as ex:
+            slot.record_run(ex, [x0], download=False)
+            (rb,) = slot.record_run(ex, [np.full((T, N), np.nan, np.float32)], device_inputs={0: out})
+            await ex.queue.fence.wait(slot.submit_recorded(ex))
+        got = rb.numpy((T, N))
+        want = (x0.astype(np.float64) @ W.T.astype(np.float64)) @ W.T.astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        async with devices.command_lists.acquire(pm.queue) as ex:
+            with pytest.raises(ValueError, match=r"^input 0: a device input of 4 bytes for 512$"):
+                slot.record_run(ex, [x0], device_inputs={0: out.buffer.view(0, 4)})
+    pm.close()

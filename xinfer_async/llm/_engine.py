@@ -192,6 +192,61 @@ class LanguageModel:
         out = await self._run(slot, plan, tokens, start, last=len(tokens) - 1, output=1 if greedy else 0)
         return int(out[0]) if greedy else out[0]
 
+    async def _decode_greedy(self, slot: Any, token: int, pos: int, max_tokens: int, emit: Any) -> tuple[str, int]:
+        """Greedy decode after the prefill: ``token`` (sampled from the prompt) sits at ``pos``.
+        Emits each token as ``emit(("token", id))`` and returns (finish reason, tokens emitted).
+
+        Pipelined: the step after token k is submitted before token k is read back; its input
+        token is step k's argmax, copied on the device. The host's work for one token (reading it,
+        streaming it, recording the next step) overlaps the device's next step, so a step costs
+        the larger of the two instead of their sum. The step submitted past the end (a stop token,
+        the length) is wasted work: it only writes the KV-cache row after the last token, and the
+        slot is given back after its fence.
+        """
+        pool, queue = self.device.command_lists, slot.prepared.queue
+        i32 = np.int32
+        last = np.zeros(1, i32)
+        argmax = slot.output_view(1, "decode")
+        inflight: list[tuple[Any, Any, Any]] = []  # (lease, executor, readback), oldest first
+
+        async def submit(tok: int | None, p: int) -> None:
+            lease = pool.acquire(queue)
+            ex = await lease.__aenter__()
+            try:
+                (rb,) = slot.record_run(ex, [np.array([tok or 0], i32), np.array([p], i32), last], "decode", outputs=[1],
+                                        device_inputs=None if tok is not None else {0: argmax})
+                slot.submit_recorded(ex)
+            except BaseException:
+                await lease.__aexit__(None, None, None)
+                raise
+            inflight.append((lease, ex, rb))
+
+        finish, n = "length", 0
+        try:
+            while True:
+                n += 1
+                emit(("token", token))
+                if token in self.stop_ids:
+                    finish = "stop"
+                    break
+                if n >= max_tokens or pos >= self.ctx:
+                    break
+                if not inflight:
+                    await submit(token, pos)  # the first step: its token comes from the host
+                if n + 1 < max_tokens and pos + 1 < self.ctx:
+                    await submit(None, pos + 1)  # speculative: the token after the one in flight
+                lease, ex, rb = inflight.pop(0)
+                try:
+                    await ex.wait()
+                finally:
+                    await lease.__aexit__(None, None, None)
+                token = int(rb.numpy(dtype=np.int32)[0])
+                pos += 1
+        finally:
+            for lease, _, _ in inflight:  # wasted steps: the pool takes the lists back after their fences
+                await lease.__aexit__(None, None, None)
+        return finish, n
+
     def _prefill_plan(self, n: int) -> str:
         """The smallest plan that takes ``n`` (<= chunk) prompt tokens in one run."""
         if n == 1:

@@ -178,19 +178,22 @@ class GenerationStream:
             greedy = self._params.greedy  # greedy: argmax on the device, 4 bytes come back a step
             nxt, pos = await m._prefill(slot, self._ids, greedy)
             first = time.perf_counter()
-            sampler = Sampler(self._params)
-            finish, n = "length", 0
-            while n < self._max_tokens:
-                token = nxt if greedy else sampler.sample(nxt)
-                n += 1
-                self._send.send_nowait(("token", token))
-                if token in m.stop_ids:
-                    finish = "stop"
-                    break
-                if n >= self._max_tokens or pos >= m.ctx:
-                    break
-                nxt = await m._step(slot, "decode", [token], pos, greedy)
-                pos += 1
+            if greedy:
+                finish, n = await m._decode_greedy(slot, nxt, pos, self._max_tokens, self._send.send_nowait)
+            else:
+                sampler = Sampler(self._params)
+                finish, n = "length", 0
+                while n < self._max_tokens:
+                    token = sampler.sample(nxt)
+                    n += 1
+                    self._send.send_nowait(("token", token))
+                    if token in m.stop_ids:
+                        finish = "stop"
+                        break
+                    if n >= self._max_tokens or pos >= m.ctx:
+                        break
+                    nxt = await m._step(slot, "decode", [token], pos)
+                    pos += 1
             end = time.perf_counter()
             timings = Timings(started - self._submitted_at, first - self._submitted_at, first - started, end - first,
                               len(self._ids), n)

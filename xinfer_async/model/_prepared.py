@@ -126,11 +126,21 @@ class Slot:
         except KeyError:
             raise ValueError(f"plan={plan!r} is not one of {sorted(plans)}") from None
 
+    def output_view(self, index: int, plan: str | None = None) -> Any:
+        """The device view of output ``index`` of ``plan`` in this slot (valid until the next run
+        of a plan that writes it), e.g. a ``device_inputs`` source of the next run."""
+        p = self._plan(plan)
+        return self.tensor_view(p.outputs[self._output_indices(p, [index])[0]])
+
     def record_run(self, ex: Any, inputs: Sequence[Any], plan: str | None = None, download: bool = True,
-                   outputs: Sequence[int] | None = None):
+                   outputs: Sequence[int] | None = None, device_inputs: dict[int, Any] | None = None):
         """Record uploads of ``inputs``, the plan's replay and (optionally) downloads of the
         outputs numbered in ``outputs`` (default: all) into the command list ``ex``; returns the
         readbacks.
+
+        ``device_inputs``: input number -> a device view of the input's byte size, copied on the
+        device instead of uploading ``inputs[i]`` (which is then ignored): e.g. the token a previous
+        run sampled, so the next run can be submitted before the host has read it.
 
         Raises:
             ValueError: a wrong input count, shape, dtype or byte count (naming the input).
@@ -138,12 +148,27 @@ class Slot:
         p = self._plan(plan)
         if len(inputs) != len(p.inputs):
             raise ValueError(f"plan {p.name!r} takes {len(p.inputs)} inputs, got {len(inputs)}")
+        device_inputs = device_inputs or {}
         for i, (data, t) in enumerate(zip(inputs, p.inputs)):
-            ex.upload(self.tensor_view(t), _check_input(i, data, t.desc))
+            if i in device_inputs:
+                src = device_inputs[i]
+                if src.nbytes != t.desc.nbytes:
+                    raise ValueError(f"input {i}: a device input of {src.nbytes} bytes for {t.desc.nbytes}")
+                ex.copy(self.tensor_view(t), src)
+            else:
+                ex.upload(self.tensor_view(t), _check_input(i, data, t.desc))
         ex.replay(self._graphs[p.name])
         if not download:
             return []
         return [ex.download(self.tensor_view(p.outputs[i])) for i in self._output_indices(p, outputs)]
+
+    def submit_recorded(self, ex: Any) -> int:
+        """Submit a command list holding ``record_run``s of this slot; the slot is given back
+        only after its fence (like ``run``'s). Returns the fence value."""
+        value = ex.submit()
+        self._last = Completion(ex.queue, value)
+        self.prepared._runs += 1
+        return value
 
     @staticmethod
     def _output_indices(p: _Plan, outputs: Sequence[int] | None) -> list[int]:

@@ -84,6 +84,7 @@ class DeviceBuffer:
         """
         if not self.freed:
             self.freed = True
+            self.device.free_epoch += 1
             self._finalizer.detach()
             self.device._free_buffer(self)
 

@@ -43,6 +43,9 @@ class Device:
         self._deferred: list[tuple[int, int, dict]] = []  # (address, nbytes, last_use) of freed buffers
         self._dropped: collections.deque = collections.deque()  # from finalizers, any thread
         self._mem_lock = threading.RLock()
+        #: bumped by every DeviceBuffer.free(): a command list or graph whose buffers were all
+        #: live at an epoch still current skips its per-buffer use-after-free checks
+        self.free_epoch = 0
         self._kernels: dict[str, Any] = {}
         self._pool = None
         self._pool_size = command_lists

@@ -75,6 +75,7 @@ class Executor:
 
     def _reset_state(self) -> None:
         self._phase = _Phase.RECORDING
+        self._epoch = self.device.free_epoch  # every buffer recorded from here on was live then
         self._lowered: list[tuple] = []
         self._keepalive: list[Any] = []
         self._used: dict[DeviceBuffer, None] = {}
@@ -309,9 +310,11 @@ class Executor:
         self._check_recording()
         if graph.destroyed:
             raise ValidationError("replay of a destroyed graph")
-        for buf in graph.entry:
-            if buf.freed:
-                raise ValidationError(f"replay: buffer #{buf.id} used by the graph was freed after capture")
+        if graph.live_epoch != self.device.free_epoch:  # some buffer was freed since the last check
+            for buf in graph.entry:
+                if buf.freed:
+                    raise ValidationError(f"replay: buffer #{buf.id} used by the graph was freed after capture")
+            graph.live_epoch = self.device.free_epoch
         # hot path (every decode step): ensure_state inlined for buffers already known live and
         # of this device (a graph holds a few hundred buffers, one per weight)
         used, entry, pending = self._used, self._entry, self._pending
@@ -340,13 +343,17 @@ class Executor:
             DeviceError: the device is lost.
         """
         self._check_recording()
+        if self._epoch != self.device.free_epoch:  # a buffer was freed while this list recorded
+            for buf in self._used:
+                if buf.freed:
+                    raise ValidationError(f"submit: buffer #{buf.id} was freed after it was recorded (use after free)")
+        queue = self.queue
         for buf in self._used:
-            if buf.freed:
-                raise ValidationError(f"submit: buffer #{buf.id} was freed after it was recorded (use after free)")
-        for buf in self._used:
-            for q, v in buf.last_use.items():
-                if q is not self.queue:
-                    self.queue.wait_for(q, v)
+            lu = buf.last_use
+            if lu and (len(lu) > 1 or queue not in lu):  # another queue used it: wait for that use
+                for q, v in lu.items():
+                    if q is not queue:
+                        queue.wait_for(q, v)
         value = self.queue.submit_lowered(self._lowered, keepalive=self._keepalive)
         for buf in self._used:
             buf.last_use[self.queue] = value
@@ -403,6 +410,7 @@ class CapturedGraph:
         self.exit = exit
         self.exit_spans = tuple((buf, state, buf.size_in_bytes) for buf, state in exit.items())
         self.destroyed = False
+        self.live_epoch = -1  # device.free_epoch when every buffer of the graph was last seen live
 
     def destroy(self) -> None:
         if not self.destroyed:
