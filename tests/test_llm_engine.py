@@ -230,3 +230,28 @@ async def test_streaming_pieces_join_to_the_text(model):
         assert all(isinstance(p, str) and p for p in pieces)
         assert "".join(pieces) == stream.result.text
         assert "\ufffd" not in stream.result.text
+
+
+async def test_pipelined_decode_with_as_many_slots_as_command_lists(alone):
+    """Every slot busy and no spare command list: the pipelined greedy decode must not wait for a
+    second list while holding one (a pool deadlock on the H200 before this test); the tokens are
+    still each request's alone."""
+    import os
+
+    from _llm_fixtures import require_model
+    from xinfer_async import llm, open_device
+
+    dev = open_device(os.environ.get("XINFER_TEST_DEVICE", "cpu"), command_lists=2)
+    m = await llm.load(require_model(), device=dev, slots=2, ctx=CTX)
+    results = [None, None]
+
+    async def one(i):
+        results[i] = await m.complete(PROMPTS[i], max_tokens=12)
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            for i in range(2):
+                nursery.start_soon(one, i)
+    assert [r.token_ids for r in results] == [a.token_ids for a in alone[:2]]
+    await m.aclose()
+    dev.close()

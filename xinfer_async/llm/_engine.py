@@ -201,7 +201,9 @@ class LanguageModel:
         streaming it, recording the next step) overlaps the device's next step, so a step costs
         the larger of the two instead of their sum. The step submitted past the end (a stop token,
         the length) is wasted work: it only writes the KV-cache row after the last token, and the
-        slot is given back after its fence.
+        slot is given back after its fence. The speculative step takes a command list only when
+        one is free (never waits for a second one while holding one), else that step runs after
+        the token is read.
         """
         pool, queue = self.device.command_lists, slot.prepared.queue
         i32 = np.int32
@@ -209,9 +211,16 @@ class LanguageModel:
         argmax = slot.output_view(1, "decode")
         inflight: list[tuple[Any, Any, Any]] = []  # (lease, executor, readback), oldest first
 
-        async def submit(tok: int | None, p: int) -> None:
-            lease = pool.acquire(queue)
-            ex = await lease.__aenter__()
+        async def submit(tok: int | None, p: int) -> bool:
+            if tok is None:  # speculative: only with a free list (a task waiting for a second list
+                try:  # while holding one could deadlock the pool's other holders)
+                    lease = pool.acquire_nowait(queue)
+                except trio.WouldBlock:
+                    return False
+                ex = lease.__enter__()
+            else:
+                lease = pool.acquire(queue)
+                ex = await lease.__aenter__()
             try:
                 (rb,) = slot.record_run(ex, [np.array([tok or 0], i32), np.array([p], i32), last], "decode", outputs=[1],
                                         device_inputs=None if tok is not None else {0: argmax})
@@ -220,6 +229,7 @@ class LanguageModel:
                 await lease.__aexit__(None, None, None)
                 raise
             inflight.append((lease, ex, rb))
+            return True
 
         finish, n = "length", 0
         try:
