@@ -7,7 +7,9 @@ first, accumulate 0 and 1, odd N, short and long K, unaligned x), then times eac
 on the model's shapes, L2-cold: as many weight copies as fill 256 MB, one dispatch per copy, all
 captured into one CUDA graph (a dispatch through Python costs ~10 us of host time, more than the
 kernel, so stream-enqueued timings measure the host). The figure is the graph's time per dispatch,
-the ~0.9 us graph node overhead included. ``--quick`` times fewer variants.
+the ~0.9 us graph node overhead included. ``base`` is the production ``matmul_DT`` (shaders/xi_mvc.cuh:
+xi_mv1 at T == 1), also timed at T = 1..64 (the staged kernel of batched decode and prefill).
+``--quick`` times fewer variants.
 """
 
 from __future__ import annotations
@@ -157,30 +159,40 @@ def main(argv=None) -> int:
     shapes += [("q8_0", 49152, 576)]
     if quick:
         shapes = shapes[:4] + [("q4_1", 960, 576), ("q8_0", 49152, 576)]
-    table = []
-    for dt, N, K in shapes:
+    def graph_ms(cmds, reps=9) -> float:
+        """Median ms of one replay of a graph of ``cmds`` (the first two replays left out)."""
+        g = be.capture(cmds)
+        ms = []
+        for _ in range(reps):
+            be._enqueue(q.stream, ("timestamp", e0))
+            be._enqueue(q.stream, ("graph", g))
+            be._enqueue(q.stream, ("timestamp", e1))
+            q.synchronize()
+            ms.append(be.elapsed_ms(e0, e1))
+        be.destroy_graph(g)
+        return float(np.median(ms[2:]))
+
+    def weight_copies(dt, N, K, most):
+        """(address, stride, copies): copies of one random (N, K) weight filling ~256 MB, so a graph
+        that reads each once reads them L2-cold."""
         wb = wbytes_of(dt, N, K)
         stride = -(-wb // 256) * 256
-        copies = int(min(512, max(8, math.ceil(256e6 / stride))))
+        copies = int(min(most, max(8, math.ceil(256e6 / stride))))
         big = be.alloc(stride * copies)
         raw, _ = make_weights(rng, dt, N, K)
         be.write(big, raw)
         for i in range(1, copies):
             be._enqueue(q.stream, ("copy", big + i * stride, big, wb))
         q.synchronize()
+        return big, stride, copies
+
+    table = []
+    for dt, N, K in shapes:
+        wb = wbytes_of(dt, N, K)
+        big, stride, copies = weight_copies(dt, N, K, 512)
         row = []
         for label, k in kernels[dt]:
-            cmds = [dispatch(k, big + i * stride, px, py, N, K) for i in range(copies)]
-            g = be.capture(cmds)
-            ms = []
-            for rep in range(9):
-                be._enqueue(q.stream, ("timestamp", e0))
-                be._enqueue(q.stream, ("graph", g))
-                be._enqueue(q.stream, ("timestamp", e1))
-                q.synchronize()
-                ms.append(be.elapsed_ms(e0, e1))
-            be.destroy_graph(g)
-            us = float(np.median(ms[2:])) * 1e3 / copies
+            us = graph_ms([dispatch(k, big + i * stride, px, py, N, K) for i in range(copies)]) * 1e3 / copies
             gbs = wb / us / 1e3
             row.append((label, us, gbs))
             results.append(dict(dt=dt, N=N, K=K, variant=label, us=us, gbs=gbs, copies=copies))
@@ -190,48 +202,24 @@ def main(argv=None) -> int:
         for label, us, gbs in row:
             print(f"  {label:14s} {us:8.2f} us {gbs:9.1f} GB/s {100 * gbs / PEAK:5.1f}%{'  *' if label == best[0] else ''}")
         table.append((dt, N, K, row))
-    # the production kernel (base) at T > 1 (batched decode, prefill): time a token and GB/s of weights
+    # the production kernel (base) at T > 1 (batched decode, prefill): time a launch and a token
     print("\nbase kernel, T tokens (L2-cold weights): us a launch, us a token")
     for dt, N, K in [("q4_1", 960, 576), ("q4_1", 576, 576), ("q4_1", 3072, 576), ("q4_1", 576, 1536), ("q4_1", 4096, 4096)]:
-        wb = wbytes_of(dt, N, K)
-        stride = -(-wb // 256) * 256
-        copies = int(min(256, max(8, math.ceil(256e6 / stride))))
-        big = be.alloc(stride * copies)
-        raw, _ = make_weights(rng, dt, N, K)
-        be.write(big, raw)
-        for i in range(1, copies):
-            be._enqueue(q.stream, ("copy", big + i * stride, big, wb))
+        big, stride, copies = weight_copies(dt, N, K, 256)
         base = kernels[dt][0][1]
         line = []
         for T in (1, 2, 8, 16, 64):
-            g = be.capture([dispatch(base, big + i * stride, px, py, N, K, 0, T) for i in range(copies)])
-            ms = []
-            for rep in range(7):
-                be._enqueue(q.stream, ("timestamp", e0))
-                be._enqueue(q.stream, ("graph", g))
-                be._enqueue(q.stream, ("timestamp", e1))
-                q.synchronize()
-                ms.append(be.elapsed_ms(e0, e1))
-            be.destroy_graph(g)
-            us = float(np.median(ms[2:])) * 1e3 / copies
+            us = graph_ms([dispatch(base, big + i * stride, px, py, N, K, 0, T) for i in range(copies)], 7) * 1e3 / copies
             line.append(f"T={T}: {us:7.2f} ({us / T:6.2f})")
-            results.append(dict(dt=dt, N=N, K=K, variant=f"base_T{T}", us=us, gbs=wb / us / 1e3, copies=copies))
+            results.append(dict(dt=dt, N=N, K=K, variant=f"base_T{T}", us=us, gbs=wbytes_of(dt, N, K) / us / 1e3, copies=copies))
         be.free(big)
         print(f"  {dt} N={N:5d} K={K:5d}  " + "  ".join(line))
     # an empty graph node, for the per-dispatch floor
     aff = be.load_kernel("affine")
     import struct
 
-    g = be.capture([("dispatch", aff, (1, 1, 1), [px, px], struct.pack("<iff", 1, 1.0, 0.0))] * 256)
-    ms = []
-    for rep in range(9):
-        be._enqueue(q.stream, ("timestamp", e0))
-        be._enqueue(q.stream, ("graph", g))
-        be._enqueue(q.stream, ("timestamp", e1))
-        q.synchronize()
-        ms.append(be.elapsed_ms(e0, e1))
-    be.destroy_graph(g)
-    print(f"\nempty graph node: {np.median(ms[2:]) * 1e3 / 256:.2f} us")
+    node_ms = graph_ms([("dispatch", aff, (1, 1, 1), [px, px], struct.pack("<iff", 1, 1.0, 0.0))] * 256)
+    print(f"\nempty graph node: {node_ms * 1e3 / 256:.2f} us")
     if out_dir:
         with open(os.path.join(out_dir, "gemv_variants.json"), "w") as f:
             json.dump(dict(fails=fails, results=results), f, indent=1)
