@@ -35,8 +35,7 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
             (with ``batching``, requests that may wait for a sequence).
         batching: decode all active requests in one batched step (``slots`` sequences in one
             batched KV cache, plans for batch buckets 1, 2, 4, ... up to ``slots``); each
-            request's output is what it gives alone (bit for bit on cpu; on cuda up to float rounding
-            of near ties, see ``_batch``).
+            request's output is what it gives alone, bit for bit (see ``_batch``).
             ``logits`` runs unbatched on one slot of its own.
 
     Raises:
