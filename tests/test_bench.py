@@ -90,6 +90,9 @@ def test_bench_model_runs_and_writes_json_with_the_comparison(tmp_path):
     assert [r["slots"] for r in d["decode"]] == [1, 2]
     for r in d["decode"]:
         assert {"agg_tok_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90", "ttft_ms_p50"} <= r.keys()
+        assert r["gpu_plan"] == "decode" and 0 < r["gpu_ms_per_step"] < r["step_ms_p50"] * 10
+    one, two = d["decode"]
+    assert 0.0 <= one["host_fraction"] < 1.0 and two["host_fraction"] is None  # unbatched N > 1: no share
     assert d["prefill"]["prefill_tok_per_s"] > 0 and d["config"]["n_layer"] == 2
     cmp = d["compare"]
     if cmp["available"]:  # PyTorch with CUDA

@@ -15,7 +15,8 @@ after a short prompt, on a model loaded with N slots. Reported per row:
 - ``gpu ms``: device time of one decode step alone, from a ``GpuTimer`` around 32 back-to-back
   replays of the step's captured plan (``decode``, or ``batch{B}`` for the bucket N falls in with
   ``--batching``), and ``host %``: the share of a step's wall time outside that device time
-  (1 - gpu ms * steps a token / step ms; unbatched N slots run N steps a token-time).
+  (1 - gpu ms / step ms), where a request's token time is one step: batched, or one slot alone
+  (unbatched N > 1 interleaves the slots' steps on the device: shown as ``-``).
 
 Prefill: one request of a ``--prompt-tokens`` prompt and one generated token, alone on the model;
 the prefill's tok/s (median of ``--repeats``). Warm-up requests on every slot run first and are
@@ -137,9 +138,12 @@ async def _main(args) -> dict:
         row = await _decode_row(model, n, args.max_tokens)
         row["load_s"] = load_s
         gpu_ms, row["gpu_plan"] = await _gpu_step_ms(model, n)
-        steps_a_token = 1 if model.batching else n  # unbatched: the N slots' steps share the device
         row["gpu_ms_per_step"] = gpu_ms
-        row["host_fraction"] = max(0.0, 1.0 - gpu_ms * steps_a_token / row["step_ms_p50"])
+        # a request's token time is one step when batched or alone; unbatched N > 1 interleaves
+        # the slots' steps on the device (how many run at once is the pool's and the queue's), so
+        # no share is read off there
+        one_step = model.batching or n == 1
+        row["host_fraction"] = max(0.0, 1.0 - gpu_ms / row["step_ms_p50"]) if one_step else None
         if peak:
             row["bandwidth_fraction"] = row["weight_gb_per_s"] / peak
         rows.append(row)
@@ -157,7 +161,8 @@ async def _main(args) -> dict:
                 f"{r['ttft_ms_p50']:>8.1f} {r['weight_gb_per_s']:>6.2f}")
         if peak:
             line += f" {100 * r['bandwidth_fraction']:>6.1f}%"
-        line += f" {r['gpu_ms_per_step']:>7.3f} {100 * r['host_fraction']:>5.1f}%"
+        host = f"{100 * r['host_fraction']:>5.1f}%" if r["host_fraction"] is not None else f"{'-':>6}"
+        line += f" {r['gpu_ms_per_step']:>7.3f} {host}"
         print(line)
     print(f"prefill: {prefill['prompt_tokens']}-token prompt, {prefill['prefill_tok_per_s']:.1f} tok/s "
           f"(median of {args.repeats}; {prefill['prefill_tok_per_s_min']:.1f}-{prefill['prefill_tok_per_s_max']:.1f})")
