@@ -13,7 +13,9 @@
 // and the rows next (warp w: token w % TS, rows w / TS, w / TS + 8 / TS, ...), reading a token's x
 // once for all their rows. So the order of every sum depends on K alone: a (row, token) result is
 // bit-identical whatever T, RB or the CTA it runs in, and a batched decode step equals the same
-// rows run one token at a time.
+// rows run one token at a time -- where a weight row fits the stage (xi_mvc_rows > 0 at T > 1:
+// row bytes <= 32736, half that with GLU; e.g. q4_1 K <= 52377, f16 K <= 16368). Longer rows run
+// other kernels at T > 1 (xi_quant.cuh's xi_matmul, or xi_mvc_scalar), which sum in other orders.
 #pragma once
 #include "xi_quant.cuh"
 

@@ -104,3 +104,33 @@ async def test_list_still_executing_is_not_handed_out(dev):
     await trio.testing.wait_all_tasks_blocked(cushion=0.01)
     st = pool.statistics()
     assert (st.free, st.in_use) == (4, 0)
+
+
+async def test_a_returned_list_goes_to_the_waiting_task_not_to_acquire_nowait(dev):
+    """A task that hands a list back and takes one with acquire_nowait at once (the pipelined
+    greedy decode does) must not jump ahead of a task already waiting in acquire()."""
+    pool = dev.command_lists
+    leases = [pool.acquire_nowait() for _ in range(4)]
+    for lease in leases:
+        lease.__enter__()
+    got = trio.Event()
+
+    async def waiter():
+        async with pool.acquire():
+            got.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        assert pool.statistics().waiting_tasks == 1
+        leases.pop().__exit__(None, None, None)  # the list is promised to the waiter ...
+        with pytest.raises(trio.WouldBlock):
+            pool.acquire_nowait()  # ... so the returning task cannot take it back
+        with trio.fail_after(5):
+            await got.wait()
+    for lease in leases:
+        lease.__exit__(None, None, None)
+    st = pool.statistics()
+    assert (st.free, st.in_use, st.waiting_tasks) == (4, 0, 0)
+    with pool.acquire_nowait():  # nobody waits: a free list is taken at once
+        pass

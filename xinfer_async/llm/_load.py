@@ -35,7 +35,8 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
             (with ``batching``, requests that may wait for a sequence).
         batching: decode all active requests in one batched step (``slots`` sequences in one
             batched KV cache, plans for batch buckets 1, 2, 4, ... up to ``slots``); each
-            request's output is what it gives alone, bit for bit (see ``_batch``).
+            request's output is what it gives alone, bit for bit (on cuda where a weight row fits
+            the matrix kernel's stage: shaders/xi_mvc.cuh).
             ``logits`` runs unbatched on one slot of its own.
 
     Raises:

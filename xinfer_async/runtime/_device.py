@@ -44,7 +44,8 @@ class Device:
         self._dropped: collections.deque = collections.deque()  # from finalizers, any thread
         self._mem_lock = threading.RLock()
         #: bumped by every DeviceBuffer.free(): a command list or graph whose buffers were all
-        #: live at an epoch still current skips its per-buffer use-after-free checks
+        #: live at an epoch still current skips its per-buffer use-after-free checks (frees come
+        #: from the trio thread; one on another thread racing a replay could slip past them)
         self.free_epoch = 0
         self._kernels: dict[str, Any] = {}
         self._pool = None

@@ -310,11 +310,11 @@ class Executor:
         self._check_recording()
         if graph.destroyed:
             raise ValidationError("replay of a destroyed graph")
-        if graph.live_epoch != self.device.free_epoch:  # some buffer was freed since the last check
+        if graph.live_epoch != graph.device.free_epoch:  # some buffer was freed since the last check
             for buf in graph.entry:
                 if buf.freed:
                     raise ValidationError(f"replay: buffer #{buf.id} used by the graph was freed after capture")
-            graph.live_epoch = self.device.free_epoch
+            graph.live_epoch = graph.device.free_epoch
         # hot path (every decode step): ensure_state inlined for buffers already known live and
         # of this device (a graph holds a few hundred buffers, one per weight)
         used, entry, pending = self._used, self._entry, self._pending

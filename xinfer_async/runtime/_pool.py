@@ -62,6 +62,7 @@ class CommandListPool:
         self.size = size
         self._free = [Executor(device, **executor_kwargs) for _ in range(size)]
         self._lot = trio.lowlevel.ParkingLot()
+        self._reserved = 0  # free lists promised to waiting tasks that _return woke (first come, first served)
         self._in_use = 0
         self._max_in_use = 0
         self._acquired = 0
@@ -75,19 +76,23 @@ class CommandListPool:
         """A context manager holding a free list (submitting to ``queue``) now.
 
         Raises:
-            trio.WouldBlock: every list is in use or still executing.
+            trio.WouldBlock: every list is in use, still executing, or promised to a task that was
+                waiting for one (no queue jumping: a task that returns a list and takes one again
+                at once cannot starve the waiting ones).
         """
-        if not self._free:
+        if len(self._free) <= self._reserved:
             raise trio.WouldBlock
         return _Lease(self, self._take(queue))
 
     async def _acquire(self, queue: Any = None) -> Executor:
         await trio.lowlevel.checkpoint_if_cancelled()
-        while not self._free:
-            await self._lot.park()
-        ex = self._take(queue)
-        await trio.lowlevel.cancel_shielded_checkpoint()
-        return ex
+        if len(self._free) > self._reserved:
+            ex = self._take(queue)
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return ex
+        await self._lot.park()  # _return wakes the longest-waiting task with a list reserved for it
+        self._reserved -= 1
+        return self._take(queue)
 
     def _take(self, queue: Any = None) -> Executor:
         ex = self._free.pop()
@@ -116,7 +121,9 @@ class CommandListPool:
         ex.reset()
         self._free.append(ex)
         self._in_use -= 1
-        self._lot.unpark()
+        if self._lot.statistics().tasks_waiting:
+            self._reserved += 1
+            self._lot.unpark()
 
     def statistics(self) -> PoolStatistics:
         return PoolStatistics(self.size, len(self._free), self._in_use, self._max_in_use,
