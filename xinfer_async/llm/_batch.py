@@ -9,8 +9,17 @@ scheduler, a trio system task per ``trio.run`` like the job queue's workers, loo
 2. one decode step for every active request at once: the smallest ``batch{B}`` plan with
    B >= active (padding rows: pos = row = last = -1), greedy argmax on the device (logits come
    back only when some request samples), emit one token to each request;
-3. a finished or cancelled request frees its sequence; the step's fence was awaited, so no
-   device work still touches its rows.
+3. a finished or cancelled request frees its sequence. Device work that still touches its rows
+   (a speculative step, below) runs before anything a later owner of the sequence submits: one
+   queue, in order.
+
+Pipelining: when every active request is greedy and has room for two more tokens, the step after
+the one in flight is submitted before the host reads the tokens back, its input tokens copied on
+the device from the in-flight step's argmax (same bucket, same rows), so the host's work for one
+step (reading ids, streaming 64 tokens to 64 tasks) overlaps the device's next step. A step's
+results go to the requests it was submitted for: one that ended meanwhile (a stop token, a
+cancel) has its row ignored (it only wrote the KV-cache row after its last token); one admitted
+meanwhile joins the step after.
 """
 
 from __future__ import annotations
@@ -29,13 +38,15 @@ from ._sampling import Sampler
 @dataclasses.dataclass(frozen=True)
 class BatchStatistics:
     """steps: batched decode steps run; rows: request rows over those steps (rows / steps: the
-    mean batch); max_active: the most requests decoding at once; waiting, active: now."""
+    mean batch); max_active: the most requests decoding at once; waiting, active: now;
+    pipelined: steps submitted before the previous step's tokens were read (see the module doc)."""
 
     steps: int
     rows: int
     max_active: int
     waiting: int
     active: int
+    pipelined: int = 0
 
 
 class BatchedRequest:
@@ -92,7 +103,8 @@ class Batcher:
         self._active: list[BatchedRequest] = []
         self._wake = trio.Event()
         self._closed = False
-        self._steps = self._rows = self._max_active = 0
+        self._steps = self._rows = self._max_active = self._pipelined = 0
+        self._inflight: _Step | None = None  # a submitted step whose tokens were not read yet
 
     async def submit(self, stream: Any) -> BatchedRequest:
         """Queue the request of ``stream`` (a ``GenerationStream``), waiting while ``max_queued``
@@ -116,7 +128,8 @@ class Batcher:
         self._room.unpark_all()
 
     def statistics(self) -> BatchStatistics:
-        return BatchStatistics(self._steps, self._rows, self._max_active, len(self._waiting), len(self._active))
+        return BatchStatistics(self._steps, self._rows, self._max_active, len(self._waiting), len(self._active),
+                               self._pipelined)
 
     # -- the scheduler ---------------------------------------------------------------------
     async def run(self) -> None:
@@ -124,6 +137,10 @@ class Batcher:
         try:
             while not self._closed:
                 if not self._waiting and not self._active and self._prefilling is None:
+                    if self._inflight is not None:  # a speculative step of requests that all ended
+                        await self._inflight.settle()
+                        self._inflight = None
+                        continue
                     self._wake = trio.Event()
                     await self._wake.wait()
                     continue
@@ -138,6 +155,10 @@ class Batcher:
                 self._end(r, error=err)
             raise
         finally:
+            if self._inflight is not None:  # stopped between a speculative step and its read
+                step, self._inflight = self._inflight, None
+                with trio.CancelScope(shield=True):
+                    await step.settle()
             for r in self._requests():
                 self._end(r, error=trio.ClosedResourceError("language model is closed"))
             self._room.unpark_all()
@@ -204,27 +225,58 @@ class Batcher:
         r.pos = start + n
         return int(out[0]) if r.greedy else out[0]
 
-    async def _decode_step(self) -> None:
-        active = list(self._active)
+    def _submit_step(self, active: list[BatchedRequest], from_device: "_Step | None" = None) -> "_Step":
+        """Record and submit one batched step for ``active`` (at their next positions, or one past
+        ``from_device``'s, whose argmax gives the input tokens on the device)."""
         B = min(b for b in self.buckets if b >= len(active))
-        ctx = self.model.ctx
+        ctx, ahead = self.model.ctx, 0 if from_device is None else 1
         tok = np.zeros(B, np.int32)
         pos = np.full(B, -1, np.int32)
         row = np.full(B, -1, np.int32)
         first = np.zeros(B, np.int32)
         for i, r in enumerate(active):
-            tok[i], pos[i], row[i], first[i] = r.token, r.pos, r.seq * ctx + r.pos, r.seq * ctx
+            p = r.pos + ahead
+            tok[i], pos[i], row[i], first[i] = r.token, p, r.seq * ctx + p, r.seq * ctx
         greedy = all(r.greedy for r in active)
+        plan = f"batch{B}"
+        lease = self.model.device.command_lists.acquire_nowait(self.slot.prepared.queue) if from_device else None
+        return _Step(self, active, plan, greedy, lease, [tok, pos, row, first, row],
+                     None if from_device is None else {0: self.slot.output_view(1, plan)})
+
+    async def _decode_step(self) -> None:
+        active = list(self._active)
+        step, self._inflight = self._inflight, None
+        nxt = None
         try:
-            outs = await self.slot.run([tok, pos, row, first, row], plan=f"batch{B}", outputs=[1] if greedy else [0, 1])
-        except Exception as exc:
-            for r in active:
+            if step is None:
+                step = self._submit_step(active)
+                await step.start()
+            if (step.greedy and step.rows == active and not self._waiting and self._prefilling is None
+                    and all(r.n + 2 <= r.stream._max_tokens and r.pos + 2 < self.model.ctx for r in active)):
+                try:  # speculative: the step after, fed this one's argmax on the device
+                    nxt = self._submit_step(active, from_device=step)
+                    await nxt.start()
+                    self._pipelined += 1
+                except trio.WouldBlock:  # no free command list: the next step waits for the tokens
+                    nxt = None
+            outs = await step.finish()
+        except BaseException as exc:
+            with trio.CancelScope(shield=True):  # nothing the device still runs is left unsettled
+                for s in (step, nxt):
+                    if s is not None:
+                        await s.settle()
+            if not isinstance(exc, Exception):
+                raise
+            for r in step.rows if step is not None else active:
                 self._end(r, error=exc)
             return
+        self._inflight = nxt
         self._steps += 1
-        self._rows += len(active)
-        ids, logits = outs[-1], (None if greedy else outs[0])
-        for i, r in enumerate(active):
+        self._rows += len(step.rows)
+        ids, logits = outs[-1], (None if step.greedy else outs[0])
+        for i, r in enumerate(step.rows):
+            if r.done.is_set():
+                continue  # ended after this step was submitted: its row is ignored
             r.pos += 1
             if not r.cancelled:
                 self._emit(r, int(ids[i]) if r.greedy else logits[i])
@@ -281,3 +333,55 @@ class Batcher:
         r.error = error
         s._send.close()
         r.done.set()
+
+
+class _Step:
+    """One submitted batched decode step: the requests of its rows (in order), its command list
+    and readbacks."""
+
+    def __init__(self, batcher: Batcher, rows: list[BatchedRequest], plan: str, greedy: bool, lease: Any,
+                 inputs: list, device_inputs: dict | None):
+        self.batcher, self.rows, self.plan, self.greedy = batcher, rows, plan, greedy
+        self._lease, self._inputs, self._device_inputs = lease, inputs, device_inputs
+        self._ex = None
+        self._fence: tuple[Any, int] | None = None  # (queue, value) once submitted
+        self._readbacks: list = []
+
+    async def start(self) -> None:
+        """Take a command list (already taken for a speculative step), record and submit."""
+        b = self.batcher
+        if self._lease is None:
+            self._lease = b.model.device.command_lists.acquire(b.slot.prepared.queue)
+            self._ex = await self._lease.__aenter__()
+        else:
+            self._ex = self._lease.__enter__()
+        try:
+            outputs = [1] if self.greedy else [0, 1]
+            self._readbacks = b.slot.record_run(self._ex, self._inputs, plan=self.plan, outputs=outputs,
+                                                device_inputs=self._device_inputs)
+            self._fence = (self._ex.queue, b.slot.submit_recorded(self._ex))
+        except BaseException:
+            await self._lease.__aexit__(None, None, None)
+            self._lease = None
+            raise
+
+    async def finish(self) -> list[np.ndarray]:
+        """Await the fence; the downloaded outputs (ids, and logits first when not greedy)."""
+        try:
+            queue, value = self._fence
+            await queue.fence.wait(value)
+            return self.batcher.slot.read_outputs(self._readbacks, self.plan, [1] if self.greedy else [0, 1])
+        finally:
+            await self.settle()
+
+    async def settle(self) -> None:
+        """Wait for the step's fence (if submitted) and give its command list back (also when the
+        wait is cancelled: the pool then takes it back after the fence). Idempotent."""
+        try:
+            if self._fence is not None:
+                queue, value = self._fence
+                await queue.fence.wait(value)
+        finally:
+            if self._lease is not None:
+                lease, self._lease = self._lease, None
+                await lease.__aexit__(None, None, None)

@@ -162,6 +162,12 @@ class Slot:
             return []
         return [ex.download(self.tensor_view(p.outputs[i])) for i in self._output_indices(p, outputs)]
 
+    def read_outputs(self, readbacks: Sequence[Any], plan: str | None = None,
+                     outputs: Sequence[int] | None = None) -> list[np.ndarray]:
+        """The arrays of ``record_run``'s readbacks (after the fence), as ``run`` returns them."""
+        p = self._plan(plan)
+        return [_as_array(rb, p.outputs[i].desc) for rb, i in zip(readbacks, self._output_indices(p, outputs))]
+
     def submit_recorded(self, ex: Any) -> int:
         """Submit a command list holding ``record_run``s of this slot; the slot is given back
         only after its fence (like ``run``'s). Returns the fence value."""
@@ -199,7 +205,7 @@ class Slot:
             self._last = Completion(ex.queue, value)
             self.prepared._runs += 1
             await ex.queue.fence.wait(value)
-        return [_as_array(rb, p.outputs[i].desc) for rb, i in zip(readbacks, chosen)]
+        return self.read_outputs(readbacks, plan, chosen)
 
     def submit(self, inputs: Sequence[Any], plan: str | None = None) -> list[DeviceTensor]:
         """Record and submit a run without downloading; returns the outputs as ``DeviceTensor``s."""
