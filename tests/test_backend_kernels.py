@@ -2,13 +2,10 @@
 device present, against a numpy float64 reference on fresh random inputs; outputs poisoned with
 NaN first. Also the source's lab test ``buffer_roundtrip``."""
 
-import gguf
 import numpy as np
 import pytest
-from _kernel_refs import attention_ref
+from _kernel_refs import attention_ref, encode_weights as encode
 
-QT = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0,
-      "q4_1": gguf.GGMLQuantizationType.Q4_1}
 RTOL = 1e-5
 
 
@@ -168,17 +165,6 @@ async def test_argmax(devices, rng):
     x[2, 10] = x[2, 20] = x[2].max() + 1  # ties: the lowest index
     (out,) = await run(devices, "argmax", [x, np.full(rows, -7, np.int32)], [1], {"rows": rows, "n": n})
     np.testing.assert_array_equal(out, [x[0].argmax(), x[1].argmax(), 10])
-
-
-def encode(w, dt):
-    """float32 (N, K) -> (array to upload, exact float64 values)."""
-    if dt == "f32":
-        return w, w.astype(np.float64)
-    if dt == "f16":
-        h = w.astype(np.float16)
-        return h, h.astype(np.float64)
-    q = np.ascontiguousarray(gguf.quants.quantize(w, QT[dt]))
-    return q, gguf.quants.dequantize(q, QT[dt]).astype(np.float64).reshape(w.shape)
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16", "q8_0", "q4_0", "q4_1"])
