@@ -239,9 +239,9 @@ class Batcher:
             tok[i], pos[i], row[i], first[i] = r.token, p, r.seq * ctx + p, r.seq * ctx
         greedy = all(r.greedy for r in active)
         plan = f"batch{B}"
+        device_inputs = None if from_device is None else {0: self.slot.output_view(1, plan)}
         lease = self.model.device.command_lists.acquire_nowait(self.slot.prepared.queue) if from_device else None
-        return _Step(self, active, plan, greedy, lease, [tok, pos, row, first, row],
-                     None if from_device is None else {0: self.slot.output_view(1, plan)})
+        return _Step(self, active, plan, greedy, lease, [tok, pos, row, first, row], device_inputs)
 
     async def _decode_step(self) -> None:
         active = list(self._active)
