@@ -6,12 +6,13 @@ operands are swapped and no data moves: ``cublasGemmEx(opB, N, n, m, k, B, A, C)
 
 from __future__ import annotations
 
+import os
 import threading
 
 import cffi
 
 from ...hal._errors import DeviceError
-from ._libs import find_library
+from ._libs import open_first
 
 ffi = cffi.FFI()
 ffi.cdef(
@@ -52,22 +53,15 @@ def load():
     global _lib
     with _lock:
         if _lib is None:
-            tried = []
-            for path in find_library("XINFER_CUBLAS", "libcublas", ("cu13", "cublas", "cu12")):
-                try:
-                    lt = path.replace("libcublas.so", "libcublasLt.so")
-                    if lt != path and "/" in lt:
-                        try:
-                            _keep.append(ffi.dlopen(lt, ffi.RTLD_GLOBAL | ffi.RTLD_NOW))
-                        except OSError:
-                            pass
-                    _lib = ffi.dlopen(path)
-                    break
-                except OSError as e:
-                    tried.append(f"{path}: {e}")
-            else:
-                raise OSError("cuBLAS not found (pip install nvidia-cublas, or set XINFER_CUBLAS): " + "; ".join(tried))
+            _lib = open_first(ffi, "XINFER_CUBLAS", "libcublas", ("cu13", "cublas", "cu12"),
+                              "cuBLAS not found (pip install nvidia-cublas, or set XINFER_CUBLAS)", _lt, _keep)
     return _lib
+
+
+def _lt(path: str) -> list[str]:
+    """cuBLASLt from the same wheel, when ``path`` is a file there and it exists beside it."""
+    lt = path.replace("libcublas.so", "libcublasLt.so")
+    return [lt] if lt != path and "/" in lt and os.path.exists(lt) else []
 
 
 def dtype_name(dtype) -> str:

@@ -124,7 +124,6 @@ STICKY = {
 }
 
 _lib = None
-_load_error: str | None = None
 _lock = threading.Lock()
 #: the DeviceError that lost the device (sticky), or None
 lost: DeviceError | None = None
@@ -136,7 +135,7 @@ def load():
     Raises:
         OSError: the driver library is not installed.
     """
-    global _lib, _load_error
+    global _lib
     if _lib is None:
         with _lock:
             if _lib is None:

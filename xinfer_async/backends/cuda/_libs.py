@@ -1,4 +1,4 @@
-"""Finding NVIDIA's libraries shipped as Python wheels (``nvidia-cuda-nvrtc``, ``nvidia-cublas``)."""
+"""Finding and opening NVIDIA's libraries shipped as Python wheels (``nvidia-cuda-nvrtc``, ``nvidia-cublas``)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import glob
 import os
 import site
 import sys
+from typing import Any, Callable
 
 
 def _roots() -> list[str]:
@@ -29,3 +30,26 @@ def find_library(env: str, stem: str, subdirs: tuple[str, ...]) -> list[str]:
             found += sorted(glob.glob(os.path.join(root, "nvidia", sub, "lib", f"{stem}.so.[0-9]*")), reverse=True)
     found += [f"{stem}.so.13", f"{stem}.so.12", f"{stem}.so"]
     return [p for p in found if not os.path.basename(p).count("builtins")]
+
+
+def open_first(ffi: Any, env: str, stem: str, subdirs: tuple[str, ...], hint: str,
+               preload: Callable[[str], list[str]] = lambda path: [], keep: list | None = None) -> Any:
+    """``ffi.dlopen`` the first of ``find_library(env, stem, subdirs)`` that opens.
+
+    ``preload(path)``: libraries to open with RTLD_GLOBAL before ``path`` (kept open in ``keep``);
+    one that fails to open makes that candidate fail.
+
+    Raises:
+        OSError: none opened; the message gives ``hint`` and every path tried with its error.
+    """
+    tried = []
+    for path in find_library(env, stem, subdirs):
+        try:
+            for dep in preload(path):
+                handle = ffi.dlopen(dep, ffi.RTLD_GLOBAL | ffi.RTLD_NOW)
+                if keep is not None:
+                    keep.append(handle)
+            return ffi.dlopen(path)
+        except OSError as e:
+            tried.append(f"{path}: {e}")
+    raise OSError(f"{hint}: " + "; ".join(tried))

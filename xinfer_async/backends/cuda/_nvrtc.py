@@ -18,7 +18,7 @@ import threading
 import cffi
 
 from ...hal._errors import KernelCompileError
-from ._libs import find_library
+from ._libs import open_first
 
 ffi = cffi.FFI()
 ffi.cdef(
@@ -52,20 +52,17 @@ def load():
     global _lib
     with _lock:
         if _lib is None:
-            tried = []
-            for path in find_library("XINFER_NVRTC", "libnvrtc", ("cu13", "cuda_nvrtc", "cu12")):
-                try:
-                    # NVRTC dlopens libnvrtc-builtins by soname: load the wheel's copy first
-                    for b in glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so.*")):
-                        if ".alt." not in b and os.path.dirname(path):
-                            _keep.append(ffi.dlopen(b, ffi.RTLD_GLOBAL | ffi.RTLD_NOW))
-                    _lib = ffi.dlopen(path)
-                    break
-                except OSError as e:
-                    tried.append(f"{path}: {e}")
-            else:
-                raise OSError("NVRTC not found (pip install nvidia-cuda-nvrtc, or set XINFER_NVRTC): " + "; ".join(tried))
+            _lib = open_first(ffi, "XINFER_NVRTC", "libnvrtc", ("cu13", "cuda_nvrtc", "cu12"),
+                              "NVRTC not found (pip install nvidia-cuda-nvrtc, or set XINFER_NVRTC)",
+                              _builtins, _keep)
     return _lib
+
+
+def _builtins(path: str) -> list[str]:
+    """NVRTC dlopens libnvrtc-builtins by soname: the wheel's copy beside ``path`` goes first."""
+    if not os.path.dirname(path):
+        return []
+    return [b for b in glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so.*")) if ".alt." not in b]
 
 
 def version() -> tuple[int, int]:
