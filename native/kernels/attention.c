@@ -54,50 +54,64 @@ static void xi_att_row(const float *qh, const float *kh, const float *vh, long k
     for (long d = 0; d < hd; d++) o[d] *= inv;
 }
 
-int xi_k_attention(void *const *b, const void *c)
+/* Every (query row t, head h) of T rows: row t attends keys start[t]..start[t]+last[t] of the cache
+ * (last[t] < 0: a zero row), query head h reading kv head h / (n_head / n_kv). OpenMP over the
+ * T * n_head rows once the work is large enough; each thread keeps one score buffer. */
+static void xi_att_rows(const float *q, const float *kc, const float *vc, const long *start, const long *last,
+                        long T, long nh, long nkv, long hd, long qs, float scale, float *out)
 {
-    XI_C(xi_attention_c);
-    if (k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->ctx < 0 ||
-        k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim)
-        return XI_EINVAL;
-    const float *q = (const float *)b[0], *kc = (const float *)b[1], *vc = (const float *)b[2];
-    const int32_t *pos = (const int32_t *)b[3];
-    float *out = (float *)b[4];
-    const long T = k->T, nh = k->n_head, nkv = k->n_kv, hd = k->head_dim, ctx = k->ctx;
-    const long qs = k->q_stride, group = nh / (nkv ? nkv : 1), kvs = nkv * hd;
-    const float scale = k->scale;
-    long work = 0;
+    const long group = nh / (nkv ? nkv : 1), kvs = nkv * hd;
+    long work = 0, span = 0;
     for (long t = 0; t < T; t++) {
-        long p = pos[t];
-        if (p >= ctx) p = ctx - 1;
-        if (p >= 0) work += (p + 1);
+        work += last[t] + 1;
+        span = last[t] + 1 > span ? last[t] + 1 : span;
     }
     work *= nh * hd;
 
 #pragma omp parallel if (T * nh > 1 && work >= 2 * XI_OMP_MIN_WORK)
     {
         /* per-thread score buffer; without memory the scores are recomputed */
-        float *sc = ctx > 0 ? (float *)malloc((size_t)ctx * sizeof(float)) : NULL;
+        float *sc = span > 0 ? (float *)malloc((size_t)span * sizeof(float)) : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (long th = 0; th < T * nh; th++) {
             const long t = th / nh, h = th % nh, g = h / group;
-            long p = pos[t];
-            if (p >= ctx) p = ctx - 1; /* keys past the cache do not exist */
-            xi_att_row(q + t * qs + h * hd, kc + g * hd, vc + g * hd, kvs, p < 0 ? -1 : p, hd, scale, sc,
+            const long base = last[t] < 0 ? 0 : start[t] * kvs;
+            xi_att_row(q + t * qs + h * hd, kc + base + g * hd, vc + base + g * hd, kvs, last[t], hd, scale, sc,
                        out + (t * nh + h) * hd);
         }
         free(sc);
     }
-    return XI_OK;
 }
 
-/* Key rows first[t]..last[t] of query t, clamped to the cache; -1 (a zero row) when empty. */
-static inline long xi_att_span(int32_t first, int32_t last, long rows, long *start)
+/* Per-row key spans of T rows: start[t], and last[t] (the count minus one; -1 for none) in one
+ * allocation; NULL when out of memory. */
+static long *xi_att_spans(long T)
 {
-    long f = first, l = last;
-    if (l >= rows) l = rows - 1; /* keys past the cache do not exist */
-    *start = f;
-    return (f < 0 || l < f) ? -1 : l - f;
+    return (long *)malloc((size_t)(2 * (T > 0 ? T : 1)) * sizeof(long));
+}
+
+int xi_k_attention(void *const *b, const void *c)
+{
+    XI_C(xi_attention_c);
+    if (k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->ctx < 0 ||
+        k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim)
+        return XI_EINVAL;
+    const int32_t *pos = (const int32_t *)b[3];
+    const long T = k->T, ctx = k->ctx;
+    long *start = xi_att_spans(T);
+    if (!start)
+        return XI_ENOMEM;
+    long *last = start + (T > 0 ? T : 1);
+    for (long t = 0; t < T; t++) {
+        long p = pos[t];
+        if (p >= ctx) p = ctx - 1; /* keys past the cache do not exist */
+        start[t] = 0;
+        last[t] = p < 0 ? -1 : p;
+    }
+    xi_att_rows((const float *)b[0], (const float *)b[1], (const float *)b[2], start, last, T, k->n_head, k->n_kv,
+                k->head_dim, k->q_stride, k->scale, (float *)b[4]);
+    free(start);
+    return XI_OK;
 }
 
 int xi_k_attention_batched(void *const *b, const void *c)
@@ -106,32 +120,20 @@ int xi_k_attention_batched(void *const *b, const void *c)
     if (k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->rows < 0 ||
         k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim)
         return XI_EINVAL;
-    const float *q = (const float *)b[0], *kc = (const float *)b[1], *vc = (const float *)b[2];
-    const int32_t *first = (const int32_t *)b[3], *last = (const int32_t *)b[4];
-    float *out = (float *)b[5];
-    const long T = k->T, nh = k->n_head, nkv = k->n_kv, hd = k->head_dim, rows = k->rows;
-    const long qs = k->q_stride, group = nh / (nkv ? nkv : 1), kvs = nkv * hd;
-    const float scale = k->scale;
-    long work = 0, span = 0;
+    const int32_t *first = (const int32_t *)b[3], *lastk = (const int32_t *)b[4];
+    const long T = k->T, rows = k->rows;
+    long *start = xi_att_spans(T);
+    if (!start)
+        return XI_ENOMEM;
+    long *last = start + (T > 0 ? T : 1);
     for (long t = 0; t < T; t++) {
-        long f, p = xi_att_span(first[t], last[t], rows, &f);
-        work += p + 1;
-        span = p + 1 > span ? p + 1 : span;
+        long f = first[t], l = lastk[t];
+        if (l >= rows) l = rows - 1; /* keys past the cache do not exist */
+        start[t] = f;
+        last[t] = (f < 0 || l < f) ? -1 : l - f;
     }
-    work *= nh * hd;
-
-#pragma omp parallel if (T * nh > 1 && work >= 2 * XI_OMP_MIN_WORK)
-    {
-        float *sc = span > 0 ? (float *)malloc((size_t)span * sizeof(float)) : NULL;
-#pragma omp for schedule(dynamic, 1)
-        for (long th = 0; th < T * nh; th++) {
-            const long t = th / nh, h = th % nh, g = h / group;
-            long f, p = xi_att_span(first[t], last[t], rows, &f);
-            const long base = p < 0 ? 0 : f * kvs;
-            xi_att_row(q + t * qs + h * hd, kc + base + g * hd, vc + base + g * hd, kvs, p, hd, scale, sc,
-                       out + (t * nh + h) * hd);
-        }
-        free(sc);
-    }
+    xi_att_rows((const float *)b[0], (const float *)b[1], (const float *)b[2], start, last, T, k->n_head, k->n_kv,
+                k->head_dim, k->q_stride, k->scale, (float *)b[5]);
+    free(start);
     return XI_OK;
 }
