@@ -135,3 +135,17 @@ def write_tiny_gguf(path: Path, *, rng: np.random.Generator, qtype: str = "Q4_1"
     w.write_tensors_to_file()
     w.close()
     return written
+
+
+async def cancel_generation_after(model, prompt: str, n: int = 3) -> None:
+    """Stream a long greedy generation of ``prompt`` and cancel the enclosing scope after ``n``
+    tokens (the middle of the generation); asserts the cancel was caught there."""
+    import trio
+
+    with trio.CancelScope() as scope:
+        count = 0
+        async for _ in model.generate(prompt, max_tokens=200):
+            count += 1
+            if count == n:
+                scope.cancel()
+    assert scope.cancelled_caught

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import trio
 
-from _llm_fixtures import load_model_sync
+from _llm_fixtures import cancel_generation_after, load_model_sync
 
 pytestmark = pytest.mark.model
 
@@ -115,13 +115,7 @@ async def test_more_requests_than_sequences_wait(model, unbatched, alone):
 async def test_cancelled_request_frees_its_sequence(model, alone):
     await model.complete(PROMPTS[0], max_tokens=1)  # this trio run's scheduler
     # a cancel scope around the loop, cancelled in the middle of the generation
-    with trio.CancelScope() as scope:
-        n = 0
-        async for _ in model.generate(PROMPTS[1], max_tokens=200):
-            n += 1
-            if n == 3:
-                scope.cancel()
-    assert scope.cancelled_caught
+    await cancel_generation_after(model, PROMPTS[1])
     # leaving the async for early, then aclose
     stream = model.generate(PROMPTS[3], max_tokens=200)
     async for _ in stream:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import trio
 
-from _llm_fixtures import golden, load_model_sync
+from _llm_fixtures import cancel_generation_after, golden, load_model_sync
 from xinfer_async.llm._perplexity import perplexity
 
 pytestmark = pytest.mark.model
@@ -141,13 +141,7 @@ async def test_cancelled_request_frees_its_slot(model, alone):
     await model.complete(PROMPTS[0], max_tokens=1)  # this trio run's job queue
     jobs = model.statistics()["jobs"]
     # a cancel scope around the loop, cancelled in the middle of the generation
-    with trio.CancelScope() as scope:
-        n = 0
-        async for _ in model.generate(PROMPTS[1], max_tokens=200):
-            n += 1
-            if n == 3:
-                scope.cancel()
-    assert scope.cancelled_caught
+    await cancel_generation_after(model, PROMPTS[1])
     jobs = await cancelled_not_completed(jobs)
     # a cancel scope around complete (cancelled while it waits for a step)
     async with trio.open_nursery() as nursery:
