@@ -222,3 +222,24 @@ async def test_device_inputs_chain_runs_without_the_host(devices):
             with pytest.raises(ValueError, match=r"^input 0: a device input of 4 bytes for 512$"):
                 slot.record_run(ex, [x0], device_inputs={0: out.buffer.view(0, 4)})
     pm.close()
+
+
+async def test_start_run_returns_before_the_result_and_never_waits_for_a_second_list(devices):
+    m = build(devices)
+    pm = m.prepare(1)
+    x = m.sample()
+    async with pm.slot() as s:
+        pending = await s.start_run([x])
+        held = [devices.command_lists.acquire_nowait() for _ in range(devices.command_lists.statistics().free)]
+        for lease in held:
+            lease.__enter__()
+        with pytest.raises(trio.WouldBlock):
+            await s.start_run([x], wait_for_list=False)
+        (z,) = await pending.result()
+        assert_close(z, m.reference(x))
+        for lease in held:
+            lease.__exit__(None, None, None)
+        await pending.settle()  # idempotent after result()
+    st = devices.command_lists.statistics()
+    assert st.in_use == 0
+    pm.close()

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import trio
 
+from ..model import PendingRun
 from ._sampling import Sampler
 
 
@@ -138,7 +139,7 @@ class Batcher:
             while not self._closed:
                 if not self._waiting and not self._active and self._prefilling is None:
                     if self._inflight is not None:  # a speculative step of requests that all ended
-                        await self._inflight.settle()
+                        await self._inflight.run.settle()
                         self._inflight = None
                         continue
                     self._wake = trio.Event()
@@ -158,7 +159,7 @@ class Batcher:
             if self._inflight is not None:  # stopped between a speculative step and its read
                 step, self._inflight = self._inflight, None
                 with trio.CancelScope(shield=True):
-                    await step.settle()
+                    await step.run.settle()
             for r in self._requests():
                 self._end(r, error=trio.ClosedResourceError("language model is closed"))
             self._room.unpark_all()
@@ -225,11 +226,13 @@ class Batcher:
         r.pos = start + n
         return int(out[0]) if r.greedy else out[0]
 
-    def _submit_step(self, active: list[BatchedRequest], from_device: "_Step | None" = None) -> "_Step":
-        """Record and submit one batched step for ``active`` (at their next positions, or one past
-        ``from_device``'s, whose argmax gives the input tokens on the device)."""
+    async def _submit_step(self, active: list[BatchedRequest], speculative: bool = False) -> "_Step":
+        """Submit one batched step for ``active``: at their next positions with their tokens, or,
+        ``speculative``, one position further with the input tokens copied on the device from the
+        in-flight step's argmax (same bucket, same rows; only with a free command list: raises
+        ``trio.WouldBlock`` otherwise, as this task already holds one)."""
         B = min(b for b in self.buckets if b >= len(active))
-        ctx, ahead = self.model.ctx, 0 if from_device is None else 1
+        ctx, ahead = self.model.ctx, 1 if speculative else 0
         tok = np.zeros(B, np.int32)
         pos = np.full(B, -1, np.int32)
         row = np.full(B, -1, np.int32)
@@ -239,9 +242,10 @@ class Batcher:
             tok[i], pos[i], row[i], first[i] = r.token, p, r.seq * ctx + p, r.seq * ctx
         greedy = all(r.greedy for r in active)
         plan = f"batch{B}"
-        device_inputs = None if from_device is None else {0: self.slot.output_view(1, plan)}
-        lease = self.model.device.command_lists.acquire_nowait(self.slot.prepared.queue) if from_device else None
-        return _Step(self, active, plan, greedy, lease, [tok, pos, row, first, row], device_inputs)
+        run = await self.slot.start_run([tok, pos, row, first, row], plan, outputs=[1] if greedy else [0, 1],
+                                        device_inputs={0: self.slot.output_view(1, plan)} if speculative else None,
+                                        wait_for_list=not speculative)
+        return _Step(active, greedy, run)
 
     async def _decode_step(self) -> None:
         active = list(self._active)
@@ -249,22 +253,20 @@ class Batcher:
         nxt = None
         try:
             if step is None:
-                step = self._submit_step(active)
-                await step.start()
+                step = await self._submit_step(active)
             if (step.greedy and step.rows == active and not self._waiting and self._prefilling is None
                     and all(r.n + 2 <= r.stream._max_tokens and r.pos + 2 < self.model.ctx for r in active)):
                 try:  # speculative: the step after, fed this one's argmax on the device
-                    nxt = self._submit_step(active, from_device=step)
-                    await nxt.start()
+                    nxt = await self._submit_step(active, speculative=True)
                     self._pipelined += 1
                 except trio.WouldBlock:  # no free command list: the next step waits for the tokens
                     nxt = None
-            outs = await step.finish()
+            outs = await step.run.result()
         except BaseException as exc:
             with trio.CancelScope(shield=True):  # nothing the device still runs is left unsettled
                 for s in (step, nxt):
                     if s is not None:
-                        await s.settle()
+                        await s.run.settle()
             if not isinstance(exc, Exception):
                 raise
             for r in step.rows if step is not None else active:
@@ -335,53 +337,10 @@ class Batcher:
         r.done.set()
 
 
+@dataclasses.dataclass
 class _Step:
-    """One submitted batched decode step: the requests of its rows (in order), its command list
-    and readbacks."""
+    """One submitted batched decode step: the requests of its rows (in order) and its run."""
 
-    def __init__(self, batcher: Batcher, rows: list[BatchedRequest], plan: str, greedy: bool, lease: Any,
-                 inputs: list, device_inputs: dict | None):
-        self.batcher, self.rows, self.plan, self.greedy = batcher, rows, plan, greedy
-        self._lease, self._inputs, self._device_inputs = lease, inputs, device_inputs
-        self._ex = None
-        self._fence: tuple[Any, int] | None = None  # (queue, value) once submitted
-        self._readbacks: list = []
-
-    async def start(self) -> None:
-        """Take a command list (already taken for a speculative step), record and submit."""
-        b = self.batcher
-        if self._lease is None:
-            self._lease = b.model.device.command_lists.acquire(b.slot.prepared.queue)
-            self._ex = await self._lease.__aenter__()
-        else:
-            self._ex = self._lease.__enter__()
-        try:
-            outputs = [1] if self.greedy else [0, 1]
-            self._readbacks = b.slot.record_run(self._ex, self._inputs, plan=self.plan, outputs=outputs,
-                                                device_inputs=self._device_inputs)
-            self._fence = (self._ex.queue, b.slot.submit_recorded(self._ex))
-        except BaseException:
-            await self._lease.__aexit__(None, None, None)
-            self._lease = None
-            raise
-
-    async def finish(self) -> list[np.ndarray]:
-        """Await the fence; the downloaded outputs (ids, and logits first when not greedy)."""
-        try:
-            queue, value = self._fence
-            await queue.fence.wait(value)
-            return self.batcher.slot.read_outputs(self._readbacks, self.plan, [1] if self.greedy else [0, 1])
-        finally:
-            await self.settle()
-
-    async def settle(self) -> None:
-        """Wait for the step's fence (if submitted) and give its command list back (also when the
-        wait is cancelled: the pool then takes it back after the fence). Idempotent."""
-        try:
-            if self._fence is not None:
-                queue, value = self._fence
-                await queue.fence.wait(value)
-        finally:
-            if self._lease is not None:
-                lease, self._lease = self._lease, None
-                await lease.__aexit__(None, None, None)
+    rows: list[BatchedRequest]
+    greedy: bool
+    run: PendingRun

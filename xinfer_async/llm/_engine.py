@@ -205,30 +205,20 @@ class LanguageModel:
         one is free (never waits for a second one while holding one), else that step runs after
         the token is read.
         """
-        pool, queue = self.device.command_lists, slot.prepared.queue
         i32 = np.int32
         last = np.zeros(1, i32)
         argmax = slot.output_view(1, "decode")
-        inflight: list[tuple[Any, Any, Any]] = []  # (lease, executor, readback), oldest first
+        inflight: list[Any] = []  # PendingRuns, oldest first
 
         async def submit(tok: int | None, p: int) -> bool:
-            if tok is None:  # speculative: only with a free list (a task waiting for a second list
-                try:  # while holding one could deadlock the pool's other holders)
-                    lease = pool.acquire_nowait(queue)
-                except trio.WouldBlock:
-                    return False
-                ex = lease.__enter__()
-            else:
-                lease = pool.acquire(queue)
-                ex = await lease.__aenter__()
+            # speculative (tok None): only with a free command list; a task that holds one must
+            # not wait for a second (the pool's other holders could be waiting for this one)
             try:
-                (rb,) = slot.record_run(ex, [np.array([tok or 0], i32), np.array([p], i32), last], "decode", outputs=[1],
-                                        device_inputs=None if tok is not None else {0: argmax})
-                slot.submit_recorded(ex)
-            except BaseException:
-                await lease.__aexit__(None, None, None)
-                raise
-            inflight.append((lease, ex, rb))
+                inflight.append(await slot.start_run(
+                    [np.array([tok or 0], i32), np.array([p], i32), last], "decode", outputs=[1],
+                    device_inputs=None if tok is not None else {0: argmax}, wait_for_list=tok is not None))
+            except trio.WouldBlock:
+                return False
             return True
 
         finish, n = "length", 0
@@ -245,16 +235,12 @@ class LanguageModel:
                     await submit(token, pos)  # the first step: its token comes from the host
                 if n + 1 < max_tokens and pos + 1 < self.ctx:
                     await submit(None, pos + 1)  # speculative: the token after the one in flight
-                lease, ex, rb = inflight.pop(0)
-                try:
-                    await ex.wait()
-                finally:
-                    await lease.__aexit__(None, None, None)
-                token = int(rb.numpy(dtype=np.int32)[0])
+                (ids,) = await inflight.pop(0).result()
+                token = int(ids[0])
                 pos += 1
         finally:
-            for lease, _, _ in inflight:  # wasted steps: the pool takes the lists back after their fences
-                await lease.__aexit__(None, None, None)
+            for run in inflight:  # wasted steps: their lists go back after their fences
+                await run.discard()
         return finish, n
 
     def _prefill_plan(self, n: int) -> str:

@@ -5,7 +5,7 @@ from ._commands import Binding as Binding, Copy as Copy, Dispatch as Dispatch, F
 from ._commands import Indices as Indices, Packed as Packed
 from ._definition import ModelDefinition as ModelDefinition
 from ._graph import Graph as Graph, GraphTensor as GraphTensor, ModelFragment as ModelFragment
-from ._prepared import Completion as Completion, DeviceTensor as DeviceTensor
+from ._prepared import Completion as Completion, DeviceTensor as DeviceTensor, PendingRun as PendingRun
 from ._prepared import PreparedModel as PreparedModel, PreparedStatistics as PreparedStatistics, Slot as Slot
 from ._region import Allocation as Allocation, IODesc as IODesc, KernelId as KernelId
 from ._region import Placement as Placement, Region as Region

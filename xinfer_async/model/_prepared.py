@@ -38,6 +38,42 @@ class DeviceTensor:
     completion: Completion | None
 
 
+class PendingRun:
+    """A submitted run of a slot whose outputs are not read yet (``Slot.start_run``): its command
+    list stays taken until ``result()`` or ``settle()``, so its readbacks stay valid."""
+
+    def __init__(self, slot: "Slot", plan: str | None, outputs: list[int], lease: Any, readbacks: list,
+                 completion: Completion):
+        self.slot, self.plan, self.outputs = slot, plan, outputs
+        self.completion = completion
+        self._lease, self._readbacks = lease, readbacks
+
+    async def result(self) -> list[np.ndarray]:
+        """Await the fence; the downloaded outputs (as ``Slot.run`` returns them). Gives the
+        command list back, also when cancelled (the pool then takes it after the fence)."""
+        try:
+            await self.completion.wait()
+            return self.slot.read_outputs(self._readbacks, self.plan, self.outputs)
+        finally:
+            await self.settle()
+
+    async def discard(self) -> None:
+        """Give the command list back without waiting or reading (the pool takes it back after the
+        fence; the slot too, after ``completion``). Idempotent."""
+        if self._lease is not None:
+            lease, self._lease = self._lease, None
+            await lease.__aexit__(None, None, None)
+
+    async def settle(self) -> None:
+        """Await the fence and give the command list back (also when the wait is cancelled: the
+        pool then takes it back after the fence). Idempotent."""
+        try:
+            if not self.completion.is_complete():
+                await self.completion.wait()
+        finally:
+            await self.discard()
+
+
 @dataclasses.dataclass(frozen=True)
 class PreparedStatistics:
     capacity: int
@@ -197,15 +233,38 @@ class Slot:
             one numpy array per downloaded output, of its descriptor's shape and dtype (raw
             ``uint8`` for block types).
         """
+        return await (await self.start_run(inputs, plan, outputs)).result()
+
+    async def start_run(self, inputs: Sequence[Any], plan: str | None = None, outputs: Sequence[int] | None = None,
+                        device_inputs: dict[int, Any] | None = None, wait_for_list: bool = True) -> PendingRun:
+        """Take a command list, record the run (``record_run``) and submit it; returns before the
+        device finishes, so the caller can submit the next run first (pipelining).
+
+        Args:
+            device_inputs: see ``record_run``.
+            wait_for_list: False: raise ``trio.WouldBlock`` instead of waiting when no command list
+                is free (a task that already holds one must not wait for a second).
+
+        Raises:
+            trio.WouldBlock: ``wait_for_list`` is False and no list is free.
+            ValueError: as ``record_run``.
+        """
         p = self._plan(plan)
         chosen = self._output_indices(p, outputs)
-        async with self.device.command_lists.acquire(self.prepared.queue) as ex:
-            readbacks = self.record_run(ex, inputs, plan, outputs=chosen)
-            value = ex.submit()
-            self._last = Completion(ex.queue, value)
-            self.prepared._runs += 1
-            await ex.queue.fence.wait(value)
-        return self.read_outputs(readbacks, plan, chosen)
+        pool = self.device.command_lists
+        if wait_for_list:
+            lease = pool.acquire(self.prepared.queue)
+            ex = await lease.__aenter__()
+        else:
+            lease = pool.acquire_nowait(self.prepared.queue)
+            ex = lease.__enter__()
+        try:
+            readbacks = self.record_run(ex, inputs, plan, outputs=chosen, device_inputs=device_inputs)
+            value = self.submit_recorded(ex)
+        except BaseException:
+            await lease.__aexit__(None, None, None)
+            raise
+        return PendingRun(self, plan, chosen, lease, readbacks, Completion(ex.queue, value))
 
     def submit(self, inputs: Sequence[Any], plan: str | None = None) -> list[DeviceTensor]:
         """Record and submit a run without downloading; returns the outputs as ``DeviceTensor``s."""
