@@ -1,8 +1,14 @@
-#include "xi_mvc.cuh"
+#include "xi_mvt.cuh"
 // w (N, K) q8_0, x (T, K) f32, norm (K) f32 -> y (T, N) f32 RW: matmul of rmsnorm(x) * norm (xi_mvc.cuh).
 extern "C" __global__ void __launch_bounds__(256, 4) rmsnorm_matmul_q8_0(const uint8_t *__restrict__ w, const float *__restrict__ x,
                                                                   const float *__restrict__ norm, float *__restrict__ y,
                                                                   xi_rmsnorm_matmul_c c) {
     const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, c.accumulate, c.eps};
     xi_mvc_kernel<XI_Q8_0, true, false>(a);
+}
+// the same at T > XI_MVT_MIN_T: the register-tiled kernel (xi_mvt.cuh), bit-identical a row.
+extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_matmul_q8_0_t(const uint8_t *__restrict__ w, const float *__restrict__ x,
+                                                            const float *__restrict__ norm, float *__restrict__ y, xi_rmsnorm_matmul_c c) {
+    const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, c.accumulate, c.eps};
+    xi_mvt<XI_Q8_0, true, false>(a);
 }

@@ -39,6 +39,35 @@ __host__ __device__ inline int xi_mvc_rows(int type, int n, int k, int t, int gl
     return r >= 16 ? 16 : r >= 8 ? 8 : r >= 4 ? 4 : r >= 2 ? 2 : (int)r;
 }
 
+// The block math every path of this file shares, so their sums agree bit for bit: a lane's 8
+// elements of block b (lo: 4s..4s+3, hi: 16+4s..16+4s+3) of x, scaled by the token's rmsnorm
+// (h = (x * inv) * norm), their sum (q4_1's m term), and the block's part of the dot product.
+__device__ __forceinline__ float4 xi_blk_norm(float4 v, float inv, float4 g) {
+    return make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);
+}
+__device__ __forceinline__ float xi_blk_sum(float4 lo, float4 hi) {
+    return ((lo.x + lo.y) + (lo.z + lo.w)) + ((hi.x + hi.y) + (hi.z + hi.w));
+}
+template <int TYPE>
+__device__ __forceinline__ float xi_blk_part(const float q[8], float d, float m, float4 lo, float4 hi, float xs) {
+    const float dot = q[0] * lo.x + q[1] * lo.y + q[2] * lo.z + q[3] * lo.w + q[4] * hi.x + q[5] * hi.y + q[6] * hi.z + q[7] * hi.w;
+    float part = d * dot;
+    if (TYPE == XI_Q4_1) part += m * xs;
+    return part;
+}
+// A token's rmsnorm scale 1 / sqrt(mean(x^2) + eps): float4s lane, lane + 32, ..., then a warp sum.
+__device__ __forceinline__ float xi_tok_inv(const float *xt, int K, float eps) {
+    const int lane = threadIdx.x & 31;
+    const float4 *xr = reinterpret_cast<const float4 *>(xt);
+    float ss = 0.0f;
+#pragma unroll 4
+    for (int i = lane; i < (K >> 2); i += 32) {
+        const float4 u = __ldg(xr + i);
+        ss += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
+    }
+    return 1.0f / sqrtf(xi_warp_sum(ss) / (float)K + eps);
+}
+
 struct XiMvcArgs {
     const uint8_t *w;
     const float *x, *norm;
@@ -113,16 +142,7 @@ __device__ __forceinline__ void xi_mvc(const XiMvcArgs &a, uint4 *stage) {
     const bool active = tw < tn;
     const float *xt = a.x + (size_t_)(tg0 + tw) * a.K;
     float inv = 1.0f;
-    if (NORM && active) {  // this warp's token: float4s lane, lane + 32, ..., then a warp sum
-        const float4 *xr = reinterpret_cast<const float4 *>(xt);
-        float ss = 0.0f;
-#pragma unroll 4
-        for (int i = lane; i < (a.K >> 2); i += 32) {
-            const float4 u = __ldg(xr + i);
-            ss += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
-        }
-        inv = 1.0f / sqrtf(xi_warp_sum(ss) / (float)a.K + a.eps);
-    }
+    if (NORM && active) inv = xi_tok_inv(xt, a.K, a.eps);  // this warp's token
     __syncthreads();
     if (!active || rp >= rows) return;  // no token, or no row, for this warp
     const uint8_t *base[NR];
@@ -140,10 +160,10 @@ __device__ __forceinline__ void xi_mvc(const XiMvcArgs &a, uint4 *stage) {
         if (NORM) {
             const float4 glo = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 4 * s));
             const float4 ghi = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 16 + 4 * s));
-            lo = make_float4(lo.x * inv * glo.x, lo.y * inv * glo.y, lo.z * inv * glo.z, lo.w * inv * glo.w);
-            hi = make_float4(hi.x * inv * ghi.x, hi.y * inv * ghi.y, hi.z * inv * ghi.z, hi.w * inv * ghi.w);
+            lo = xi_blk_norm(lo, inv, glo);
+            hi = xi_blk_norm(hi, inv, ghi);
         }
-        const float xs = TYPE == XI_Q4_1 ? ((lo.x + lo.y) + (lo.z + lo.w)) + ((hi.x + hi.y) + (hi.z + hi.w)) : 0.0f;
+        const float xs = TYPE == XI_Q4_1 ? xi_blk_sum(lo, hi) : 0.0f;
 #pragma unroll
         for (int q = 0; q < NR; q++)
 #pragma unroll
@@ -153,11 +173,7 @@ __device__ __forceinline__ void xi_mvc(const XiMvcArgs &a, uint4 *stage) {
                     M::template raw<3>(base[q] + (size_t_)r * rb, b, s, rw);
                     float qv[8], d, m;
                     M::dec(rw, qv, d, m);
-                    const float dot = qv[0] * lo.x + qv[1] * lo.y + qv[2] * lo.z + qv[3] * lo.w +
-                                      qv[4] * hi.x + qv[5] * hi.y + qv[6] * hi.z + qv[7] * hi.w;
-                    float part = d * dot;
-                    if (TYPE == XI_Q4_1) part += m * xs;
-                    acc[q][r] += part;
+                    acc[q][r] += xi_blk_part<TYPE>(qv, d, m, lo, hi, xs);
                 }
             }
     }
@@ -211,16 +227,7 @@ __device__ __forceinline__ void xi_mv1(const XiMvcArgs &a, int n0) {
                     }
                 }
         }
-        if (NORM && b0 == 0) {  // the token's scale, read while the first weights are in flight
-            const float4 *xr = reinterpret_cast<const float4 *>(a.x);
-            float ss = 0.0f;
-#pragma unroll 4
-            for (int i = lane; i < (a.K >> 2); i += 32) {
-                const float4 w4 = __ldg(xr + i);
-                ss += w4.x * w4.x + w4.y * w4.y + w4.z * w4.z + w4.w * w4.w;
-            }
-            inv = 1.0f / sqrtf(xi_warp_sum(ss) / (float)a.K + a.eps);
-        }
+        if (NORM && b0 == 0) inv = xi_tok_inv(a.x, a.K, a.eps);  // read while the first weights are in flight
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int b = b0 + 8 * u + bl;
@@ -230,21 +237,17 @@ __device__ __forceinline__ void xi_mv1(const XiMvcArgs &a, int n0) {
                 if (NORM) {
                     const float4 glo = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 4 * s));
                     const float4 ghi = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 16 + 4 * s));
-                    lo = make_float4(lo.x * inv * glo.x, lo.y * inv * glo.y, lo.z * inv * glo.z, lo.w * inv * glo.w);
-                    hi = make_float4(hi.x * inv * ghi.x, hi.y * inv * ghi.y, hi.z * inv * ghi.z, hi.w * inv * ghi.w);
+                    lo = xi_blk_norm(lo, inv, glo);
+                    hi = xi_blk_norm(hi, inv, ghi);
                 }
-                const float xs = TYPE == XI_Q4_1 ? ((lo.x + lo.y) + (lo.z + lo.w)) + ((hi.x + hi.y) + (hi.z + hi.w)) : 0.0f;
+                const float xs = TYPE == XI_Q4_1 ? xi_blk_sum(lo, hi) : 0.0f;
 #pragma unroll
                 for (int q = 0; q < NR; q++)
 #pragma unroll
                     for (int r = 0; r < R; r++) {
                         float qv[8], d, m;
                         M::dec(raw[u][q][r], qv, d, m);
-                        const float dot = qv[0] * lo.x + qv[1] * lo.y + qv[2] * lo.z + qv[3] * lo.w +
-                                          qv[4] * hi.x + qv[5] * hi.y + qv[6] * hi.z + qv[7] * hi.w;
-                        float part = d * dot;
-                        if (TYPE == XI_Q4_1) part += m * xs;
-                        acc[q][r] += part;
+                        acc[q][r] += xi_blk_part<TYPE>(qv, d, m, lo, hi, xs);
                     }
             }
         }

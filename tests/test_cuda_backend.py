@@ -350,11 +350,14 @@ def test_errors(be):
     assert "nope" in info.value.log
     assert "affine" in be.load_kernel("affine").name
     mm = be.load_kernel("matmul_q4_1")
-    # the staged kernel (shaders/xi_mvc.cuh): 8 rows (12 KB of a 32 KB stage) and 8 tokens a block
-    grid, block, shared = mm.launch_config(dict(T=12, N=4096, K=4096, accumulate=0))
-    assert grid == (512, 2, 1) and block == (256, 1, 1) and shared == 0
+    # T <= 8: the staged kernel (shaders/xi_mvc.cuh): 8 rows (12 KB of a 32 KB stage) and 8 tokens a block
+    grid, block, shared = mm.launch_config(dict(T=6, N=4096, K=4096, accumulate=0))
+    assert grid == (512, 1, 1) and block == (256, 1, 1) and shared == 0
+    g = mm.launch_grid(dict(T=6, N=4096, K=4096, accumulate=0))
+    assert g == (512, 1, 1) and g.block == (256, 1, 1) and g.function == mm.function
+    # T > 8: the register-tiled entry matmul_q4_1_t (shaders/xi_mvt.cuh): 32 rows and 8 tokens a block
     g = mm.launch_grid(dict(T=12, N=4096, K=4096, accumulate=0))
-    assert g == (512, 2, 1) and g.block == (256, 1, 1)
+    assert g == (128, 2, 1) and g.block == (256, 1, 1) and g.function != mm.function
 
 
 # ---- fences ------------------------------------------------------------------------------------

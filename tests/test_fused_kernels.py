@@ -149,6 +149,48 @@ async def test_rmsnorm_matmul_swiglu(devices, rng, dt, T, K, N):
                                 f"rmsnorm_matmul_swiglu_{dt} vs rmsnorm + matmul_{dt} + swiglu")
 
 
+# ------------------------------------------------------------------ a row does not depend on T
+
+#: token counts each run of a kernel sees: T == 1 (cuda: xi_mv1), 2 <= T <= 8 (the staged xi_mvc),
+#: T > 8 (the register-tiled `_t` entries of xi_mvt.cuh), with a partial last group of 8 tokens
+T_RUNS = [1, 5, 8, 21, 64]
+
+
+@pytest.mark.parametrize("K,N", [(576, 37), (1536, 70)])
+@pytest.mark.parametrize("kind", ["matmul", "rmsnorm_matmul", "rmsnorm_matmul_swiglu"])
+@pytest.mark.parametrize("dt", DTS)
+async def test_row_result_does_not_depend_on_T(devices, rng, dt, kind, K, N):
+    """Token t's output row is bit-identical whether it runs alone (T == 1) or with 4, 7, 20 or 63
+    others: a batched decode step equals each request's step alone (issue: batched decode)."""
+    T = max(T_RUNS)
+    x, norm = activations(rng, T, K), f32(rng, K)
+    w = f32(rng, (2 if kind.endswith("swiglu") else 1) * N, K, scale=0.5)
+    wb, _ = upload_weights(devices, w, dt)
+    xb, nb = devices.upload(x), devices.upload(norm)
+    steps, outs = [], []
+    for t_run in T_RUNS:  # tokens [0, t_run) in one dispatch
+        for start in ([0] if t_run > 1 else [0, 4, 9, 63]):  # T == 1: a few single tokens
+            yb = devices.upload(nan(t_run, N))
+            consts = {"T": t_run, "N": N, "K": K}
+            if kind != "rmsnorm_matmul_swiglu":
+                consts["accumulate"] = 0
+            if kind != "matmul":
+                consts["eps"] = EPS
+            xv = xb.view(start * K * 4, t_run * K * 4)
+            bind = [wb, xv, yb] if kind == "matmul" else [wb, xv, nb, yb]
+            steps.append((f"{kind}_{dt}", bind, consts))
+            outs.append((yb, (t_run, N), np.float32))
+    got = await run(devices, steps, outs)
+    full = got[T_RUNS.index(T) + 3]  # the T == 64 run (three more T == 1 runs come first)
+    assert np.isfinite(full).all()
+    i = 0
+    for t_run in T_RUNS:
+        for start in ([0] if t_run > 1 else [0, 4, 9, 63]):
+            np.testing.assert_array_equal(got[i].view(np.uint32), full[start:start + t_run].view(np.uint32),
+                                          err_msg=f"{kind}_{dt}: tokens {start}..{start + t_run - 1} run with T={t_run}")
+            i += 1
+
+
 # ------------------------------------------------------------------ rope_kv_store
 
 #: (n_head, n_kv, head_dim, extra floats at the end of a qkv row); 9 + 3 heads: the cpu rope rounds

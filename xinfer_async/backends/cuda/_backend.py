@@ -18,7 +18,7 @@ from ...hal._errors import DeviceError
 from ...runtime._backend import Backend, BackendQueue, Command
 from . import _driver
 from ._driver import check, ffi
-from ._launch import LAUNCH
+from ._launch import LAUNCH, VARIANTS
 from ._pinned import MappedCounter, PinnedPool
 
 _CUBLAS_WORKSPACE = 32 << 20
@@ -60,9 +60,9 @@ class LaunchGrid(tuple):
     """A grid ``(x, y, z)`` (a plain tuple of ints) that also names the block size and the dynamic
     shared memory it is launched with."""
 
-    def __new__(cls, grid, block=(1, 1, 1), shared_bytes=0):
+    def __new__(cls, grid, block=(1, 1, 1), shared_bytes=0, function=None):
         self = super().__new__(cls, (int(grid[0]), int(grid[1]), int(grid[2])))
-        self.block, self.shared_bytes = block, shared_bytes
+        self.block, self.shared_bytes, self.function = block, shared_bytes, function
         return self
 
 
@@ -70,20 +70,26 @@ class CUDAKernel:
     """A loaded kernel: ``extern "C" <name>`` of ``shaders/<source>.cu``, launched with ``block``
     threads and ``shared_bytes`` of dynamic shared memory (the kernels use static shared only)."""
 
-    def __init__(self, name: str, module, function, block: int, grid_fn):
+    def __init__(self, name: str, module, function, block: int, grid_fn, variant=None):
         self.name, self.module, self.function = name, module, function
         self.block = (block, 1, 1)
         self.shared_bytes = 0
         self._grid_fn = grid_fn
+        self._variant = variant  # (function, block, use(constants), grid(constants)) or None
 
     def launch_grid(self, constants: dict) -> "LaunchGrid":
         """The grid ``(x, y, z)`` of blocks for the constants (a dict of the KERNELS.md fields), as
-        the runtime puts it in ``("dispatch", ...)``; it also carries ``.block`` and ``.shared_bytes``."""
-        return LaunchGrid(self._grid_fn(constants), self.block, self.shared_bytes)
+        the runtime puts it in ``("dispatch", ...)``; it also carries ``.block``, ``.shared_bytes``
+        and ``.function``: the entry point these constants launch (``_launch.VARIANTS``)."""
+        v = self._variant
+        if v is not None and v[2](constants):
+            return LaunchGrid(v[3](constants), (v[1], 1, 1), 0, v[0])
+        return LaunchGrid(self._grid_fn(constants), self.block, self.shared_bytes, self.function)
 
     def launch_config(self, constants: dict) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
         """``(grid, block, shared_bytes)`` for the constants."""
-        return tuple(self._grid_fn(constants)), self.block, self.shared_bytes
+        g = self.launch_grid(constants)
+        return tuple(g), g.block, g.shared_bytes
 
     def __repr__(self) -> str:
         return f"CUDAKernel({self.name!r}, block={self.block[0]})"
@@ -252,9 +258,13 @@ class CUDABackend(Backend):
             for i in range(n):
                 params[i] = ptrs + i
             params[n] = ffi.from_buffer(constants)
-            b = kernel.block
-            status = lib.cuLaunchKernel(kernel.function, grid[0], grid[1], grid[2], b[0], b[1], b[2],
-                                        kernel.shared_bytes, stream, params, ffi.NULL)
+            fn = getattr(grid, "function", None)
+            if fn is None:  # a plain (x, y, z): the kernel's first entry point
+                fn, b, shared = kernel.function, kernel.block, kernel.shared_bytes
+            else:
+                b, shared = grid.block, grid.shared_bytes
+            status = lib.cuLaunchKernel(fn, grid[0], grid[1], grid[2], b[0], b[1], b[2],
+                                        shared, stream, params, ffi.NULL)
             if status:
                 check(status, f"cuLaunchKernel({kernel.name}, grid={tuple(grid)})")
         elif kind == "copy":
@@ -314,7 +324,13 @@ class CUDABackend(Backend):
         check(self._lib.cuModuleLoadData(mod, cubin), f"cuModuleLoadData({source_name}.cu)")
         check(self._lib.cuModuleGetFunction(fn, mod[0], name.encode()), f"cuModuleGetFunction({name})")
         block, grid_fn = LAUNCH[name]
-        k = self._kernels[name] = CUDAKernel(name, mod[0], fn[0], block, grid_fn)
+        variant = None
+        if name in VARIANTS:
+            entry, vblock, use, vgrid = VARIANTS[name]
+            vfn = ffi.new("CUfunction *")
+            check(self._lib.cuModuleGetFunction(vfn, mod[0], entry.encode()), f"cuModuleGetFunction({entry})")
+            variant = (vfn[0], vblock, use, vgrid)
+        k = self._kernels[name] = CUDAKernel(name, mod[0], fn[0], block, grid_fn, variant)
         return k
 
     # -- gemm -------------------------------------------------------------------------------------

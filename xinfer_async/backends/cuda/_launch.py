@@ -58,6 +58,18 @@ def _fused_grid(c: dict, dt: str, glu: bool) -> tuple[int, int, int]:
     return (_cdiv(c["N"], mvc_rows(dt, c["N"], c["K"], c["T"], glu) or 1), _cdiv(c["T"], _MVC_TG), 1)
 
 
+_MVT_TT, _MVT_WARPS, _MVT_MIN_T = 8, 8, 8  # XI_MVT_TT, XI_MVT_WARPS, XI_MVT_MIN_T (shaders/xi_mvt.cuh)
+
+
+def _tiled_grid(c: dict, glu: bool) -> tuple[int, int, int]:
+    """The ``_t`` entries (shaders/xi_mvt.cuh): 8 warps of 4 rows (2 with GLU) by 8 tokens a block."""
+    return (_cdiv(c["N"], _MVT_WARPS * (2 if glu else 4)), _cdiv(c["T"], _MVT_TT), 1)
+
+
+def _tiled(c: dict) -> bool:
+    return c["T"] > _MVT_MIN_T
+
+
 #: name -> (block, grid(constants) -> (x, y, z))
 LAUNCH = {
     "affine": (256, lambda c: _flat(c["n"])),
@@ -79,3 +91,13 @@ for _dt in ("f32", "f16", "q8_0", "q4_0", "q4_1"):
     LAUNCH[f"rmsnorm_matmul_swiglu_{_dt}"] = (256, lambda c, _dt=_dt: _fused_grid(c, _dt, True))
 for _dt in ("q8_0", "q4_0", "q4_1"):
     LAUNCH[f"dequantize_{_dt}"] = (256, lambda c: _flat(c["n"]))
+
+#: name -> (entry, block, use(constants) -> bool, grid(constants)): a second entry point of the
+#: same shader that serves the constants ``use`` accepts (the register-tiled matrix kernels at
+#: T > 8; every (row, token) result equals the first entry's bit for bit, only the speed differs)
+VARIANTS = {}
+for _dt in ("f32", "f16", "q8_0", "q4_0", "q4_1"):
+    VARIANTS[f"matmul_{_dt}"] = (f"matmul_{_dt}_t", 256, _tiled, lambda c: _tiled_grid(c, False))
+    VARIANTS[f"rmsnorm_matmul_{_dt}"] = (f"rmsnorm_matmul_{_dt}_t", 256, _tiled, lambda c: _tiled_grid(c, False))
+    VARIANTS[f"rmsnorm_matmul_swiglu_{_dt}"] = (f"rmsnorm_matmul_swiglu_{_dt}_t", 256, _tiled,
+                                                lambda c: _tiled_grid(c, True))

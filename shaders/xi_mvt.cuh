@@ -1,0 +1,146 @@
+// The register-tiled matrix kernel of batched decode and prefill (T > XI_MVT_MIN_T tokens): the
+// `_t` entries of matmul_DT, rmsnorm_matmul_DT and rmsnorm_matmul_swiglu_DT (y (T, N) from w (N, K)
+// DT rows and x (T, K) f32 tokens; NORM and GLU as in xi_mvc.cuh).
+//
+// A warp owns R output rows (R gate and R up rows with GLU) and XI_MVT_TT tokens; a CTA is 8 warps
+// over consecutive rows and one token group (grid.y). Each weight is decoded once into registers
+// and serves the warp's 8 tokens (xi_mvc decodes it once a token), and each x float4 pair serves
+// the R rows. Lane l sums the blocks l/4, l/4 + 8, ... of every (row, token) with the block math
+// of xi_mvc.cuh (xi_blk_*), in the same order as xi_mv1 at T == 1; the 32 partial sums a lane
+// holds (NR * R * TT == 32) are then reduced across the warp by a reduce-scatter over the lane
+// offsets 16, 8, 4, 2, 1 -- the pairing of xi_warp_sum's butterfly -- so lane j ends with output j
+// and every (row, token) result is bit-identical to the same row at T == 1 (xi_mv1), whatever T.
+// No staging: any K (K % 32 == 0 and aligned pointers; otherwise xi_mvc_scalar, as xi_mvc_kernel).
+#pragma once
+#include "xi_mvc.cuh"
+
+#define XI_MVT_TT 8     // tokens a warp (and a CTA): grid.y = ceil(T / XI_MVT_TT)
+#define XI_MVT_WARPS 8  // warps a CTA, over consecutive row groups
+#define XI_MVT_MIN_T 8  // the `_t` entry serves T > XI_MVT_MIN_T (backends/cuda/_launch.py)
+
+// Rows a warp: 4, or 2 gate + 2 up rows with GLU (one output a lane after the reduction).
+__host__ __device__ constexpr int xi_mvt_rows(int glu) { return glu ? 2 : 4; }
+
+// One step of the warp reduce-scatter: lanes l and l ^ O add their values; lane l keeps the half
+// of v[0, 2 O) whose index bit O equals its own lane bit (into v[0, O)).
+template <int O>
+__device__ __forceinline__ void xi_mvt_halve(float v[32], int lane) {
+    const bool up = (lane & O) != 0;
+#pragma unroll
+    for (int i = 0; i < O; i++) {
+        const float send = up ? v[i] : v[i + O], keep = up ? v[i + O] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+}
+
+template <int TYPE, bool NORM, bool GLU>
+__device__ __forceinline__ void xi_mvt(const XiMvcArgs &a) {
+    typedef XiMv<TYPE> M;
+    constexpr int NR = GLU ? 2 : 1, R = xi_mvt_rows(GLU), TT = XI_MVT_TT;
+    static_assert(NR * R * TT == 32, "one output a lane");
+    __shared__ float inv_s[TT];
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, s = lane & 3, bl = lane >> 2, nb = a.K >> 5;
+    const int n0 = (blockIdx.x * XI_MVT_WARPS + wi) * R, tg0 = blockIdx.y * TT;
+    if (tg0 >= a.T || blockIdx.x * XI_MVT_WARPS * R >= a.N) return;  // the whole CTA: before any barrier
+    const int tn = a.T - tg0 < TT ? a.T - tg0 : TT;
+    const bool vec = (a.K & 31) == 0 && (((size_t_)a.x) & 15) == 0 && (!NORM || (((size_t_)a.norm) & 15) == 0) &&
+                     (((size_t_)a.w) & (XiQ<TYPE>::ALIGN - 1)) == 0;
+    if (!vec) {
+        const int c0 = blockIdx.x * XI_MVT_WARPS * R;
+        xi_mvc_scalar<TYPE, NORM, GLU>(a, c0, a.N - c0 < XI_MVT_WARPS * R ? a.N - c0 : XI_MVT_WARPS * R, tg0, tn);
+        return;
+    }
+    if (NORM) {  // the tokens' scales, a warp a token, as xi_mv1 computes them
+        for (int t = wi; t < tn; t += XI_MVT_WARPS) {
+            const float v = xi_tok_inv(a.x + (size_t_)(tg0 + t) * a.K, a.K, a.eps);
+            if (lane == 0) inv_s[t] = v;
+        }
+        __syncthreads();
+    }
+    if (n0 >= a.N) return;
+    const size_t_ rb = XiQ<TYPE>::row_bytes(a.K);
+    const uint8_t *rows[NR][R];
+#pragma unroll
+    for (int q = 0; q < NR; q++)
+#pragma unroll
+        for (int r = 0; r < R; r++) rows[q][r] = a.w + (size_t_)(q * a.N + (n0 + r < a.N ? n0 + r : a.N - 1)) * rb;
+    const float *x0 = a.x + (size_t_)tg0 * a.K;
+    float inv[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) inv[t] = NORM ? inv_s[t < tn ? t : tn - 1] : 1.0f;
+    float acc[NR][TT][R];
+#pragma unroll
+    for (int q = 0; q < NR; q++)
+#pragma unroll
+        for (int t = 0; t < TT; t++)
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[q][t][r] = 0.0f;
+    uint32_t raw[NR][R][M::NW];
+    if (bl < nb) {
+#pragma unroll
+        for (int q = 0; q < NR; q++)
+#pragma unroll
+            for (int r = 0; r < R; r++) M::template raw<0>(rows[q][r], bl, s, raw[q][r]);
+    }
+    for (int b = bl; b < nb; b += 8) {
+        float qv[NR][R][8], d[NR][R], m[NR][R];
+#pragma unroll
+        for (int q = 0; q < NR; q++)
+#pragma unroll
+            for (int r = 0; r < R; r++) M::dec(raw[q][r], qv[q][r], d[q][r], m[q][r]);
+        if (b + 8 < nb) {  // the next block's weights, in flight while this one is summed
+#pragma unroll
+            for (int q = 0; q < NR; q++)
+#pragma unroll
+                for (int r = 0; r < R; r++) M::template raw<0>(rows[q][r], b + 8, s, raw[q][r]);
+        }
+        float4 glo, ghi;
+        if (NORM) {
+            glo = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 4 * s));
+            ghi = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 16 + 4 * s));
+        }
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            const float *xt = x0 + (size_t_)(t < tn ? t : tn - 1) * a.K;
+            float4 lo = __ldg(reinterpret_cast<const float4 *>(xt + b * 32 + 4 * s));
+            float4 hi = __ldg(reinterpret_cast<const float4 *>(xt + b * 32 + 16 + 4 * s));
+            if (NORM) {
+                lo = xi_blk_norm(lo, inv[t], glo);
+                hi = xi_blk_norm(hi, inv[t], ghi);
+            }
+            const float xs = TYPE == XI_Q4_1 ? xi_blk_sum(lo, hi) : 0.0f;
+#pragma unroll
+            for (int q = 0; q < NR; q++)
+#pragma unroll
+                for (int r = 0; r < R; r++) acc[q][t][r] += xi_blk_part<TYPE>(qv[q][r], d[q][r], m[q][r], lo, hi, xs);
+        }
+    }
+    // reduce-scatter: output j = (q * TT + t) * R + r ends in lane j
+    float v[32];
+#pragma unroll
+    for (int q = 0; q < NR; q++)
+#pragma unroll
+        for (int t = 0; t < TT; t++)
+#pragma unroll
+            for (int r = 0; r < R; r++) v[(q * TT + t) * R + r] = acc[q][t][r];
+    xi_mvt_halve<16>(v, lane);
+    xi_mvt_halve<8>(v, lane);
+    xi_mvt_halve<4>(v, lane);
+    xi_mvt_halve<2>(v, lane);
+    xi_mvt_halve<1>(v, lane);
+    const float sg = v[0];
+    const float su = GLU ? __shfl_down_sync(0xffffffffu, sg, 16) : 0.0f;  // lane j + 16: the up row
+    const int t = (lane >> (R == 4 ? 2 : 1)) % TT, r = lane & (R - 1), n = n0 + r;
+    if ((GLU && lane >= 16) || t >= tn || n >= a.N) return;
+    float *yo = a.y + (size_t_)(tg0 + t) * a.N + n;
+    if (GLU) *yo = sg / (1.0f + expf(-sg)) * su;
+    else *yo = a.accumulate ? *yo + sg : sg;
+}
+
+// matmul_DT_t: T > XI_MVT_MIN_T, grid (ceil(N / (8 * 4)), ceil(T / 8)).
+template <int TYPE>
+__device__ __forceinline__ void xi_matmul_t(const uint8_t *__restrict__ w, const float *__restrict__ x, float *__restrict__ y,
+                                            xi_matmul_c c) {
+    const XiMvcArgs a{w, x, nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};
+    xi_mvt<TYPE, false, false>(a);
+}
