@@ -41,3 +41,23 @@ def test_timer_misuse(devices):
         timer.end(devices.executor())
     with pytest.raises(ValidationError, match=r"^GpuTimer: record begin\(\) and end\(\) first$"):
         timer.elapsed_ms()
+
+
+async def test_profile_graph_times_each_command(devices, rng):
+    """runtime/_profile.py: a row per command of a captured graph, in order, labelled by kernel."""
+    from xinfer_async.runtime._profile import by_label, profile_graph
+
+    n = 1 << 16
+    x = devices.upload(rng.standard_normal(n).astype(np.float32))
+    y = devices.alloc((n,), "f32")
+    ex = devices.executor()
+    ex.dispatch("affine", [x, y], {"n": n, "a": 2.0, "b": 1.0})
+    ex.dispatch("add", [y, x, y], {"n": n})
+    ex.dispatch("affine", [x, y], {"n": n, "a": 3.0, "b": 0.0})
+    graph = ex.capture()
+    rows = await profile_graph(devices.queue, graph, reps=3)
+    assert [r["label"] for r in rows] == ["affine", "add", "affine"] and [r["index"] for r in rows] == [0, 1, 2]
+    assert all(r["us"] >= 0 and math.isfinite(r["us"]) for r in rows)
+    summed = by_label(rows)
+    assert {s["label"]: s["calls"] for s in summed} == {"affine": 2, "add": 1}
+    graph.destroy()

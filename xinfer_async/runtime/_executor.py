@@ -294,7 +294,7 @@ class Executor:
         if self._host_io:
             raise ValidationError("capture: uploads, downloads and timestamps cannot be captured; record them around replay()")
         graph = CapturedGraph(self.device, self.device.backend.capture(self._lowered), dict(self._entry),
-                              {b: b.state for b in self._used})
+                              {b: b.state for b in self._used}, tuple(self._lowered))
         for b, s in self._entry.items():  # capture does not execute: states stay as they were
             b.state = s
         self._reset_state()
@@ -403,9 +403,10 @@ class Executor:
 class CapturedGraph:
     """A captured command list for replay with fixed addresses (see ``Executor.capture``)."""
 
-    def __init__(self, device: Any, handle: Any, entry: dict, exit: dict):
+    def __init__(self, device: Any, handle: Any, entry: dict, exit: dict, commands: tuple = ()):
         self.device = device
         self.handle = handle
+        self.commands = commands  # the lowered commands it was captured from (runtime/_profile.py)
         self.entry = entry
         self.exit = exit
         self.exit_spans = tuple((buf, state, buf.size_in_bytes) for buf, state in exit.items())
