@@ -202,16 +202,32 @@ def main(argv=None) -> int:
         for label, us, gbs in row:
             print(f"  {label:14s} {us:8.2f} us {gbs:9.1f} GB/s {100 * gbs / PEAK:5.1f}%{'  *' if label == best[0] else ''}")
         table.append((dt, N, K, row))
-    # the production kernel (base) at T > 1 (batched decode, prefill): time a launch and a token
-    print("\nbase kernel, T tokens (L2-cold weights): us a launch, us a token")
-    for dt, N, K in [("q4_1", 960, 576), ("q4_1", 576, 576), ("q4_1", 3072, 576), ("q4_1", 576, 1536), ("q4_1", 4096, 4096)]:
-        big, stride, copies = weight_copies(dt, N, K, 256)
+    # the production kernel at T > 1 (batched decode, prefill): its two entries, the staged xi_mvc
+    # (``staged``) and the register-tiled xi_mvt (``tiled``, launched at T > 8), each at every T
+    from xinfer_async.backends.cuda._backend import LaunchGrid
+
+    def entry_cmd(k, tiled, w, N, K, T):
+        import struct
+
+        c = dict(T=T, N=N, K=K, accumulate=0)
+        fn, block, _, grid = k._variant
+        g = LaunchGrid(grid(c), (block, 1, 1), 0, fn) if tiled else LaunchGrid(k._grid_fn(c), k.block, 0, k.function)
+        return ("dispatch", k, g, [w, px, py], struct.pack("<iiii", T, N, K, 0))
+
+    print("\nmatmul_DT at T tokens (L2-cold weights), us a launch (us a token): staged xi_mvc / tiled xi_mvt")
+    for dt, N, K in [("q4_1", 960, 576), ("q4_1", 576, 576), ("q4_1", 3072, 576), ("q4_1", 576, 1536),
+                     ("q4_1", 4096, 4096), ("q8_0", 49152, 576)]:
+        big, stride, copies = weight_copies(dt, N, K, 256 if N * K < 2**24 else 24)
         base = kernels[dt][0][1]
         line = []
-        for T in (1, 2, 8, 16, 64):
-            us = graph_ms([dispatch(base, big + i * stride, px, py, N, K, 0, T) for i in range(copies)], 7) * 1e3 / copies
-            line.append(f"T={T}: {us:7.2f} ({us / T:6.2f})")
-            results.append(dict(dt=dt, N=N, K=K, variant=f"base_T{T}", us=us, gbs=wbytes_of(dt, N, K) / us / 1e3, copies=copies))
+        for T in (2, 4, 8, 16, 64):
+            pair = []
+            for tiled in (False, True):
+                us = graph_ms([entry_cmd(base, tiled, big + i * stride, N, K, T) for i in range(copies)], 7) * 1e3 / copies
+                pair.append(us)
+                results.append(dict(dt=dt, N=N, K=K, variant=f"{'tiled' if tiled else 'staged'}_T{T}", us=us,
+                                    gbs=wbytes_of(dt, N, K) / us / 1e3, copies=copies))
+            line.append(f"T={T}: {pair[0]:7.2f} / {pair[1]:7.2f} ({pair[1] / T:5.2f})")
         be.free(big)
         print(f"  {dt} N={N:5d} K={K:5d}  " + "  ".join(line))
     # an empty graph node, for the per-dispatch floor
