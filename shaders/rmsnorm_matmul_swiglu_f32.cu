@@ -11,5 +11,5 @@ extern "C" __global__ void __launch_bounds__(256, 4) rmsnorm_matmul_swiglu_f32(c
 extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_matmul_swiglu_f32_t(const uint8_t *__restrict__ w, const float *__restrict__ x,
                                                             const float *__restrict__ norm, float *__restrict__ y, xi_rmsnorm_matmul_swiglu_c c) {
     const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, 0, c.eps};
-    xi_mvt<XI_F32, true, true>(a);
+    xi_mvt_kernel<XI_F32, true, true>(a);
 }

@@ -2,14 +2,15 @@
 // `_t` entries of matmul_DT, rmsnorm_matmul_DT and rmsnorm_matmul_swiglu_DT (y (T, N) from w (N, K)
 // DT rows and x (T, K) f32 tokens; NORM and GLU as in xi_mvc.cuh).
 //
-// A warp owns R output rows (R gate and R up rows with GLU) and XI_MVT_TT tokens; a CTA is 8 warps
+// A warp owns R output rows (R gate and R up rows with GLU; R by xi_mvt_rows) and XI_MVT_TT tokens; a CTA is 8 warps
 // over consecutive rows and one token group (grid.y). Each weight is decoded once into registers
 // and serves the warp's 8 tokens (xi_mvc decodes it once a token), and each x float4 pair serves
 // the R rows. Lane l sums the blocks l/4, l/4 + 8, ... of every (row, token) with the block math
-// of xi_mvc.cuh (xi_blk_*), in the same order as xi_mv1 at T == 1; the 32 partial sums a lane
-// holds (NR * R * TT == 32) are then reduced across the warp by a reduce-scatter over the lane
+// of xi_mvc.cuh (xi_blk_*), in the same order as xi_mv1 at T == 1; the 32 or 16 partial sums a
+// lane holds (NR * R * TT) are then reduced across the warp by a reduce-scatter over the lane
 // offsets 16, 8, 4, 2, 1 -- the pairing of xi_warp_sum's butterfly -- so lane j ends with output j
-// and every (row, token) result is bit-identical to the same row at T == 1 (xi_mv1), whatever T.
+// (or j / 2) and every (row, token) result is bit-identical to the same row at T == 1 (xi_mv1),
+// whatever T.
 // No staging: any K (K % 32 == 0 and aligned pointers; otherwise xi_mvc_scalar, as xi_mvc_kernel).
 #pragma once
 #include "xi_mvc.cuh"
@@ -18,26 +19,52 @@
 #define XI_MVT_WARPS 8  // warps a CTA, over consecutive row groups
 #define XI_MVT_MIN_T 8  // the `_t` entry serves T > XI_MVT_MIN_T (backends/cuda/_launch.py)
 
-// Rows a warp: 4, or 2 gate + 2 up rows with GLU (one output a lane after the reduction).
-__host__ __device__ constexpr int xi_mvt_rows(int glu) { return glu ? 2 : 4; }
+#define XI_MVT_WIDE 2048  // weight rows (2N with GLU) from which a warp takes 4 rows at any T
+#define XI_MVT_MANY_T 16  // tokens above which a warp takes 4 rows at any N
 
-// One step of the warp reduce-scatter: lanes l and l ^ O add their values; lane l keeps the half
-// of v[0, 2 O) whose index bit O equals its own lane bit (into v[0, O)).
-template <int O>
+// Rows a warp (of each region with GLU): 4 (2 + 2 with GLU), or 2 (1 + 1) for narrow weights at
+// T <= 16, where 4 would leave SMs idle (measured on the H200: bench/_gemv_variants.py).
+// backends/cuda/_launch.py repeats this rule.
+__host__ __device__ constexpr int xi_mvt_rows(int n, int t, int glu) {
+    return ((n << glu) >= XI_MVT_WIDE || t > XI_MVT_MANY_T ? 4 : 2) >> glu;
+}
+
+// One step of the warp reduce-scatter over C values: lanes l and l ^ O add them; lane l keeps the
+// half of v[0, C) whose top index bit equals its lane bit O (into v[0, C / 2)).
+template <int O, int C>
 __device__ __forceinline__ void xi_mvt_halve(float v[32], int lane) {
     const bool up = (lane & O) != 0;
 #pragma unroll
-    for (int i = 0; i < O; i++) {
-        const float send = up ? v[i] : v[i + O], keep = up ? v[i + O] : v[i];
+    for (int i = 0; i < C / 2; i++) {
+        const float send = up ? v[i] : v[i + C / 2], keep = up ? v[i + C / 2] : v[i];
         v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
     }
 }
 
-template <int TYPE, bool NORM, bool GLU>
+// The warp sum of each of NV (32 or 16) values a lane holds, over the lane offsets 16, 8, 4, 2, 1
+// in xi_warp_sum's order: value j ends in v[0] of lane j (NV == 32) or lanes 2j, 2j + 1 (NV == 16).
+template <int NV>
+__device__ __forceinline__ void xi_mvt_reduce(float v[32], int lane) {
+    if constexpr (NV == 32) {
+        xi_mvt_halve<16, 32>(v, lane);
+        xi_mvt_halve<8, 16>(v, lane);
+        xi_mvt_halve<4, 8>(v, lane);
+        xi_mvt_halve<2, 4>(v, lane);
+        xi_mvt_halve<1, 2>(v, lane);
+    } else {
+        static_assert(NV == 16, "32 or 16 values a lane");
+        xi_mvt_halve<16, 16>(v, lane);
+        xi_mvt_halve<8, 8>(v, lane);
+        xi_mvt_halve<4, 4>(v, lane);
+        xi_mvt_halve<2, 2>(v, lane);
+        v[0] += __shfl_xor_sync(0xffffffffu, v[0], 1);
+    }
+}
+
+template <int TYPE, int R, bool NORM, bool GLU>
 __device__ __forceinline__ void xi_mvt(const XiMvcArgs &a) {
     typedef XiMv<TYPE> M;
-    constexpr int NR = GLU ? 2 : 1, R = xi_mvt_rows(GLU), TT = XI_MVT_TT;
-    static_assert(NR * R * TT == 32, "one output a lane");
+    constexpr int NR = GLU ? 2 : 1, TT = XI_MVT_TT, NV = NR * R * TT, LSH = NV == 32 ? 0 : 1;
     __shared__ float inv_s[TT];
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, s = lane & 3, bl = lane >> 2, nb = a.K >> 5;
     const int n0 = (blockIdx.x * XI_MVT_WARPS + wi) * R, tg0 = blockIdx.y * TT;
@@ -115,7 +142,7 @@ __device__ __forceinline__ void xi_mvt(const XiMvcArgs &a) {
                 for (int r = 0; r < R; r++) acc[q][t][r] += xi_blk_part<TYPE>(qv[q][r], d[q][r], m[q][r], lo, hi, xs);
         }
     }
-    // reduce-scatter: output j = (q * TT + t) * R + r ends in lane j
+    // reduce-scatter: output j = (q * TT + t) * R + r ends in lane j << LSH
     float v[32];
 #pragma unroll
     for (int q = 0; q < NR; q++)
@@ -123,24 +150,28 @@ __device__ __forceinline__ void xi_mvt(const XiMvcArgs &a) {
         for (int t = 0; t < TT; t++)
 #pragma unroll
             for (int r = 0; r < R; r++) v[(q * TT + t) * R + r] = acc[q][t][r];
-    xi_mvt_halve<16>(v, lane);
-    xi_mvt_halve<8>(v, lane);
-    xi_mvt_halve<4>(v, lane);
-    xi_mvt_halve<2>(v, lane);
-    xi_mvt_halve<1>(v, lane);
+    xi_mvt_reduce<NV>(v, lane);
     const float sg = v[0];
-    const float su = GLU ? __shfl_down_sync(0xffffffffu, sg, 16) : 0.0f;  // lane j + 16: the up row
-    const int t = (lane >> (R == 4 ? 2 : 1)) % TT, r = lane & (R - 1), n = n0 + r;
-    if ((GLU && lane >= 16) || t >= tn || n >= a.N) return;
+    const float su = GLU ? __shfl_down_sync(0xffffffffu, sg, 16) : 0.0f;  // output j + NV / 2: the up row
+    const int j = lane >> LSH, t = (j / R) % TT, r = j % R, n = n0 + r;
+    if ((lane & LSH) || (GLU && lane >= 16) || t >= tn || n >= a.N) return;
     float *yo = a.y + (size_t_)(tg0 + t) * a.N + n;
     if (GLU) *yo = sg / (1.0f + expf(-sg)) * su;
     else *yo = a.accumulate ? *yo + sg : sg;
 }
 
-// matmul_DT_t: T > XI_MVT_MIN_T, grid (ceil(N / (8 * 4)), ceil(T / 8)).
+// The `_t` entries' body: xi_mvt with xi_mvt_rows(N, T, GLU) rows a warp; grid
+// (ceil(N / (8 * rows)), ceil(T / 8)) of 256 threads.
+template <int TYPE, bool NORM, bool GLU>
+__device__ __forceinline__ void xi_mvt_kernel(const XiMvcArgs &a) {
+    if (xi_mvt_rows(a.N, a.T, GLU) == (GLU ? 2 : 4)) xi_mvt<TYPE, GLU ? 2 : 4, NORM, GLU>(a);
+    else xi_mvt<TYPE, GLU ? 1 : 2, NORM, GLU>(a);
+}
+
+// matmul_DT_t: T > XI_MVT_MIN_T.
 template <int TYPE>
 __device__ __forceinline__ void xi_matmul_t(const uint8_t *__restrict__ w, const float *__restrict__ x, float *__restrict__ y,
                                             xi_matmul_c c) {
     const XiMvcArgs a{w, x, nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};
-    xi_mvt<TYPE, false, false>(a);
+    xi_mvt_kernel<TYPE, false, false>(a);
 }

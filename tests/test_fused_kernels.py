@@ -153,10 +153,15 @@ async def test_rmsnorm_matmul_swiglu(devices, rng, dt, T, K, N):
 
 #: token counts each run of a kernel sees: T == 1 (cuda: xi_mv1), 2 <= T <= 8 (the staged xi_mvc),
 #: T > 8 (the register-tiled `_t` entries of xi_mvt.cuh), with a partial last group of 8 tokens
-T_RUNS = [1, 5, 8, 21, 64]
+T_RUNS = [1, 5, 8, 13, 21, 64]
 
 
-@pytest.mark.parametrize("K,N", [(576, 37), (1536, 70)])
+#: (K, N): the tiled kernel's narrow (2 rows a warp, 1 + 1 with GLU, at 8 < T <= 16: the T=8..16
+#: runs below) and wide (4, 2 + 2: from 2048 weight rows, or T > 16) paths, odd N
+ROW_KN = [(576, 37), (1536, 70), (576, 1030), (96, 2049)]
+
+
+@pytest.mark.parametrize("K,N", ROW_KN)
 @pytest.mark.parametrize("kind", ["matmul", "rmsnorm_matmul", "rmsnorm_matmul_swiglu"])
 @pytest.mark.parametrize("dt", DTS)
 async def test_row_result_does_not_depend_on_T(devices, rng, dt, kind, K, N):

@@ -58,12 +58,18 @@ def _fused_grid(c: dict, dt: str, glu: bool) -> tuple[int, int, int]:
     return (_cdiv(c["N"], mvc_rows(dt, c["N"], c["K"], c["T"], glu) or 1), _cdiv(c["T"], _MVC_TG), 1)
 
 
-_MVT_TT, _MVT_WARPS, _MVT_MIN_T = 8, 8, 8  # XI_MVT_TT, XI_MVT_WARPS, XI_MVT_MIN_T (shaders/xi_mvt.cuh)
+_MVT_TT, _MVT_WARPS, _MVT_MIN_T, _MVT_WIDE, _MVT_MANY_T = 8, 8, 8, 2048, 16  # XI_MVT_* (shaders/xi_mvt.cuh)
+
+
+def mvt_rows(n: int, t: int, glu: bool) -> int:
+    """Rows a warp of the tiled kernel (``xi_mvt_rows``): 4 (2 + 2 with GLU) from 2048 weight rows
+    (2N with GLU) or above 16 tokens, else 2 (1 + 1)."""
+    return (4 if n * (2 if glu else 1) >= _MVT_WIDE or t > _MVT_MANY_T else 2) >> int(glu)
 
 
 def _tiled_grid(c: dict, glu: bool) -> tuple[int, int, int]:
-    """The ``_t`` entries (shaders/xi_mvt.cuh): 8 warps of 4 rows (2 with GLU) by 8 tokens a block."""
-    return (_cdiv(c["N"], _MVT_WARPS * (2 if glu else 4)), _cdiv(c["T"], _MVT_TT), 1)
+    """The ``_t`` entries (shaders/xi_mvt.cuh): 8 warps of ``mvt_rows`` rows by 8 tokens a block."""
+    return (_cdiv(c["N"], _MVT_WARPS * mvt_rows(c["N"], c["T"], glu)), _cdiv(c["T"], _MVT_TT), 1)
 
 
 def _tiled(c: dict) -> bool:
