@@ -4,14 +4,22 @@ One ``PreparedModel`` of capacity 1 (``LlamaBuilder.prepare_batched``) holds ``s
 KV caches as one allocation per layer (sequence s owns cache rows ``[s*ctx, (s+1)*ctx)``). A
 scheduler, a trio system task per ``trio.run`` like the job queue's workers, loops:
 
-1. admit waiting requests while a sequence is free: prefill each alone (chunked, the
-   ``prefill{T}`` plans over its sequence's rows), emit its first token;
-2. one decode step for every active request at once: the smallest ``batch{B}`` plan with
-   B >= active (padding rows: pos = row = last = -1), greedy argmax on the device (logits come
-   back only when some request samples), emit one token to each request;
+1. admit waiting requests while a sequence is free (each gets one);
+2. one step for every active request at once: the smallest ``batch{B}`` plan with B >= rows
+   (padding rows: pos = row = last = -1), greedy argmax on the device (logits come back only when
+   some request samples), one token to each active request. Up to ``chunk`` more rows (the
+   buckets reach seqs + chunk) carry prompt tokens of admitted requests (in arrival order, a piece
+   of a long prompt per step): a row is a (sequence, position) like any other, so a prompt that
+   ends in a step gets its first token from that step's row of its last prompt token (chunked
+   prefill mixed into decode, as serving systems schedule it). With nothing to decode, the first
+   admitted prompt runs through the ``prefill{T}`` plans instead (one chunk a loop);
 3. a finished or cancelled request frees its sequence. Device work that still touches its rows
    (a speculative step, below) runs before anything a later owner of the sequence submits: one
    queue, in order.
+
+Every row's result is the same whatever the other rows of its step (the kernels' per-row sums do
+not depend on the token count; see shaders/xi_mvt.cuh), so a request's tokens are exactly those
+it gets alone, however its prompt and its steps were batched.
 
 Pipelining: when every active request is greedy and has room for two more tokens, the step after
 the one in flight is submitted before the host reads the tokens back, its input tokens copied on
@@ -40,7 +48,8 @@ from ._sampling import Sampler
 class BatchStatistics:
     """steps: batched decode steps run; rows: request rows over those steps (rows / steps: the
     mean batch); max_active: the most requests decoding at once; waiting, active: now;
-    pipelined: steps submitted before the previous step's tokens were read (see the module doc)."""
+    pipelined: steps submitted before the previous step's tokens were read (see the module doc);
+    prompt_rows: prompt tokens run inside decode steps (the rest ran through prefill plans)."""
 
     steps: int
     rows: int
@@ -48,6 +57,7 @@ class BatchStatistics:
     waiting: int
     active: int
     pipelined: int = 0
+    prompt_rows: int = 0
 
 
 class BatchedRequest:
@@ -95,7 +105,8 @@ class Batcher:
         self.seqs = seqs
         self.max_queued = max_queued
         self._room = trio.lowlevel.ParkingLot()
-        self._prefilling: BatchedRequest | None = None  # the request whose prompt is being run
+        #: requests with a sequence whose prompt has not all run yet, in arrival order
+        self._admitted: list[BatchedRequest] = []
         #: set when the scheduler loop has ended (after its last step's fence)
         self.stopped = trio.Event()
         self.buckets = model.builder.batch_sizes
@@ -104,7 +115,7 @@ class Batcher:
         self._active: list[BatchedRequest] = []
         self._wake = trio.Event()
         self._closed = False
-        self._steps = self._rows = self._max_active = self._pipelined = 0
+        self._steps = self._rows = self._max_active = self._pipelined = self._prompt_rows = 0
         self._inflight: _Step | None = None  # a submitted step whose tokens were not read yet
 
     async def submit(self, stream: Any) -> BatchedRequest:
@@ -130,14 +141,14 @@ class Batcher:
 
     def statistics(self) -> BatchStatistics:
         return BatchStatistics(self._steps, self._rows, self._max_active, len(self._waiting), len(self._active),
-                               self._pipelined)
+                               self._pipelined, self._prompt_rows)
 
     # -- the scheduler ---------------------------------------------------------------------
     async def run(self) -> None:
         """The scheduler loop (a system task); ends when closed or when its trio.run ends."""
         try:
             while not self._closed:
-                if not self._waiting and not self._active and self._prefilling is None:
+                if not self._waiting and not self._active and not self._admitted:
                     if self._inflight is not None:  # a speculative step of requests that all ended
                         await self._inflight.run.settle()
                         self._inflight = None
@@ -166,27 +177,25 @@ class Batcher:
             self.stopped.set()
 
     def _requests(self) -> list[BatchedRequest]:
-        return list(self._active) + list(self._waiting) + ([self._prefilling] if self._prefilling else [])
+        return list(self._active) + list(self._waiting) + list(self._admitted)
 
     async def _admit(self) -> None:
-        """Start the next waiting request when a sequence is free, then run ONE prompt chunk of the
-        request being prefilled: between two decode steps of the active requests there is at most
-        one chunk of prefill, so a long prompt does not stall them for its whole length."""
-        if self._prefilling is None:
-            while self._waiting and self._free and not self._closed:
-                r = self._waiting.popleft()
-                self._room.unpark()
-                if r.cancelled:
-                    self._end(r)
-                    continue
-                r.seq = self._free.pop()
-                r.started = time.perf_counter()
-                r.pos = 0
-                self._prefilling = r
-                break
-        r = self._prefilling
-        if r is None:
+        """Give each waiting request a free sequence; with nothing to decode, run ONE prompt chunk
+        of the first admitted request through the prefill plans (otherwise prompts ride in the
+        decode steps' free rows: ``_decode_step``)."""
+        while self._waiting and self._free and not self._closed:
+            r = self._waiting.popleft()
+            self._room.unpark()
+            if r.cancelled:
+                self._end(r)
+                continue
+            r.seq = self._free.pop()
+            r.started = time.perf_counter()
+            r.pos = 0
+            self._admitted.append(r)
+        if self._active or not self._admitted:
             return
+        r = self._admitted[0]
         if r.cancelled:
             self._end(r)
             return
@@ -195,9 +204,12 @@ class Batcher:
         except Exception as exc:
             self._end(r, error=exc)
             return
-        if r.pos < len(r.stream._ids):
-            return  # more chunks: the next one after the next decode step
-        self._prefilling = None
+        if r.pos == len(r.stream._ids):
+            self._activate(r, nxt)
+
+    def _activate(self, r: BatchedRequest, nxt: Any) -> None:
+        """``r``'s prompt has all run; ``nxt`` (its greedy id or logits) gives its first token."""
+        self._admitted.remove(r)
         r.first = time.perf_counter()
         self._active.append(r)
         self._emit(r, nxt)
@@ -226,12 +238,28 @@ class Batcher:
         r.pos = start + n
         return int(out[0]) if r.greedy else out[0]
 
-    async def _submit_step(self, active: list[BatchedRequest], speculative: bool = False) -> "_Step":
-        """Submit one batched step for ``active``: at their next positions with their tokens, or,
-        ``speculative``, one position further with the input tokens copied on the device from the
-        in-flight step's argmax (same bucket, same rows; only with a free command list: raises
+    def _prompt_pieces(self, room: int) -> list[tuple[BatchedRequest, int, int]]:
+        """(request, first prompt position, tokens) for up to ``room`` prompt tokens of the
+        admitted requests, in arrival order."""
+        pieces = []
+        for r in self._admitted:
+            if room <= 0:
+                break
+            if r.cancelled:
+                continue
+            n = min(room, len(r.stream._ids) - r.pos)
+            pieces.append((r, r.pos, n))
+            room -= n
+        return pieces
+
+    async def _submit_step(self, active: list[BatchedRequest], pieces=(), speculative: bool = False) -> "_Step":
+        """Submit one batched step: each of ``active`` at its next position with its token, then
+        the prompt ``pieces`` ((request, start, n): prompt tokens start..start+n-1). ``speculative``
+        (no pieces): one position further, the input tokens copied on the device from the in-flight
+        step's argmax (same bucket, same rows; only with a free command list: raises
         ``trio.WouldBlock`` otherwise, as this task already holds one)."""
-        B = min(b for b in self.buckets if b >= len(active))
+        n_rows = len(active) + sum(n for _, _, n in pieces)
+        B = min(b for b in self.buckets if b >= n_rows)
         ctx, ahead = self.model.ctx, 1 if speculative else 0
         tok = np.zeros(B, np.int32)
         pos = np.full(B, -1, np.int32)
@@ -240,12 +268,22 @@ class Batcher:
         for i, r in enumerate(active):
             p = r.pos + ahead
             tok[i], pos[i], row[i], first[i] = r.token, p, r.seq * ctx + p, r.seq * ctx
-        greedy = all(r.greedy for r in active)
+        i = len(active)
+        ends = []  # (request, its row of the piece's last token, the piece ends the prompt)
+        for r, start, n in pieces:
+            base = r.seq * ctx
+            tok[i:i + n] = r.stream._ids[start:start + n]
+            pos[i:i + n] = np.arange(start, start + n)
+            row[i:i + n] = base + pos[i:i + n]
+            first[i:i + n] = base
+            i += n
+            ends.append((r, i - 1, start + n == len(r.stream._ids)))
+        greedy = all(r.greedy for r in active) and all(r.greedy for r, _, _ in pieces)
         plan = f"batch{B}"
         run = await self.slot.start_run([tok, pos, row, first, row], plan, outputs=[1] if greedy else [0, 1],
                                         device_inputs={0: self.slot.output_view(1, plan)} if speculative else None,
                                         wait_for_list=not speculative)
-        return _Step(active, greedy, run)
+        return _Step(active, greedy, run, ends)
 
     async def _decode_step(self) -> None:
         active = list(self._active)
@@ -253,8 +291,9 @@ class Batcher:
         nxt = None
         try:
             if step is None:
-                step = await self._submit_step(active)
-            if (step.greedy and step.rows == active and not self._waiting and self._prefilling is None
+                pieces = self._prompt_pieces(min(self.model.chunk, self.buckets[-1] - len(active)))
+                step = await self._submit_step(active, pieces)
+            if (step.greedy and step.rows == active and not step.prompts and not self._waiting and not self._admitted
                     and all(r.n + 2 <= r.stream._max_tokens and r.pos + 2 < self.model.ctx for r in active)):
                 try:  # speculative: the step after, fed this one's argmax on the device
                     nxt = await self._submit_step(active, speculative=True)
@@ -269,7 +308,7 @@ class Batcher:
                         await s.run.settle()
             if not isinstance(exc, Exception):
                 raise
-            for r in step.rows if step is not None else active:
+            for r in (step.rows + [e[0] for e in step.prompts]) if step is not None else active:
                 self._end(r, error=exc)
             return
         self._inflight = nxt
@@ -282,6 +321,16 @@ class Batcher:
             r.pos += 1
             if not r.cancelled:
                 self._emit(r, int(ids[i]) if r.greedy else logits[i])
+        i0 = len(step.rows)
+        for r, i, complete in step.prompts:
+            n = i + 1 - i0
+            i0 = i + 1
+            self._prompt_rows += n
+            if r.done.is_set():
+                continue
+            r.pos += n
+            if complete and not r.cancelled:
+                self._activate(r, int(ids[i]) if r.greedy else logits[i])
 
     def _emit(self, r: BatchedRequest, nxt: Any) -> None:
         """Sample (non-greedy), stream the token, and end the request when it is done (the same
@@ -302,7 +351,7 @@ class Batcher:
             r.token = token
 
     def _drop_cancelled(self) -> None:
-        for r in [r for r in self._active if r.cancelled]:
+        for r in [r for r in self._active + self._admitted if r.cancelled]:
             self._end(r)
 
     def _end(self, r: BatchedRequest, finish: str | None = None, error: BaseException | None = None) -> None:
@@ -312,8 +361,8 @@ class Batcher:
             return
         if r in self._active:
             self._active.remove(r)
-        if r is self._prefilling:
-            self._prefilling = None
+        if r in self._admitted:
+            self._admitted.remove(r)
         try:
             self._waiting.remove(r)
         except ValueError:
@@ -339,8 +388,10 @@ class Batcher:
 
 @dataclasses.dataclass
 class _Step:
-    """One submitted batched decode step: the requests of its rows (in order) and its run."""
+    """One submitted batched step: the requests of its decode rows (in order), its run, and its
+    prompt pieces after them: (request, row of the piece's last token, the piece ends the prompt)."""
 
     rows: list[BatchedRequest]
     greedy: bool
     run: PendingRun
+    prompts: list = dataclasses.field(default_factory=list)

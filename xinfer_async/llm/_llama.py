@@ -30,7 +30,7 @@ from ..model import Binding, Dispatch, IODesc, ModelContext, ModelSession
 from ._gguf import GGUFModel, LlamaConfig
 
 F32 = 4
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 RW, W_ = Access.READ_WRITE, Access.WRITE
 
 
@@ -101,9 +101,11 @@ class LlamaBuilder:
         # prefill buckets: a short prompt runs through a small plan instead of a padded chunk
         self.prefill_sizes = sorted({min(16, chunk), chunk} - {1}) or [1]
         self.batch_seqs = batch_seqs
-        #: batched decode buckets: every bucket below batch_seqs and the smallest one that holds it
-        self.batch_sizes = ([b for b in BATCH_BUCKETS if b < batch_seqs] + [min([b for b in BATCH_BUCKETS if b >= batch_seqs]
-                                                                                or [batch_seqs])]) if batch_seqs else []
+        #: batched step buckets: every bucket below batch_seqs + chunk (a row for each sequence and a
+        #: chunk of prompt rows: llm/_batch.py) and the smallest one that holds that many
+        top = batch_seqs + chunk
+        self.batch_sizes = ([b for b in BATCH_BUCKETS if b < top] + [min([b for b in BATCH_BUCKETS if b >= top]
+                                                                         or [top])]) if batch_seqs else []
         self._layouts = {T: self._layout(T) for T in sorted({1, *self.prefill_sizes, *self.batch_sizes})}
         #: plan name -> tokens per run (T)
         self.plan_tokens = {"decode": 1, "score": chunk, **{f"prefill{T}": T for T in self.prefill_sizes}}
