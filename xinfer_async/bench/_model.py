@@ -15,8 +15,12 @@ after a short prompt, on a model loaded with N slots. Reported per row:
 - ``gpu ms``: device time of one decode step alone, from a ``GpuTimer`` around 32 back-to-back
   replays of the step's captured plan (``decode``, or ``batch{B}`` for the bucket N falls in with
   ``--batching``), and ``host %``: the share of a step's wall time outside that device time
-  (1 - gpu ms / step ms), where a request's token time is one step: batched, or one slot alone
-  (unbatched N > 1 interleaves the slots' steps on the device: shown as ``-``).
+  (1 - gpu ms / steady ms), where a request's token time is one step: batched, or one slot alone
+  (unbatched N > 1 interleaves the slots' steps on the device: shown as ``-``);
+- ``steady tok/s``, ``ms``: aggregate tok/s and the step ms p50 while all N requests decode (from
+  the last request's first token to the first request's last token: the ramp-up while prompts are
+  admitted and the tail while requests end are left out): the figure to hold against a batch-N
+  decode step, as PyTorch's is timed (``-`` when that window is under 4 steps a request).
 
 Prefill: one request of a ``--prompt-tokens`` prompt and one generated token, alone on the model;
 the prefill's tok/s (median of ``--repeats``). Warm-up requests on every slot run first and are
@@ -28,6 +32,9 @@ Usage: ``python -m xinfer_async.bench model [--model NAME|PATH] [--device cpu|cu
 ``--compare torch`` (where PyTorch sees a CUDA device) times ``_torch_ref``'s hand-written decode step of
 the model's shape, captured in a CUDA graph, at batch 1, 8 and 64 in the same process, and prints ms a
 step, tok/s and torch/ours against the rows of the same slot count.
+
+``--kernels`` times each kernel of the last row's decode step alone (``runtime/_profile.py``) and
+prints the device time a step spends in each kernel name.
 """
 
 from __future__ import annotations
@@ -59,7 +66,25 @@ async def _request(model, prompt: str, max_tokens: int) -> dict:
         if nb > na:  # a piece can carry several tokens (a held-back multi-byte character)
             steps += [(tb - ta) / (nb - na)] * (nb - na)
     return dict(ttft=times[0][0] - t0 if times else float("nan"), steps=steps, start=t0, end=end,
-                tokens=len(stream.result.token_ids))
+                tokens=len(stream.result.token_ids), times=times)
+
+
+def _steady(results: list[dict]) -> tuple[float | None, float | None]:
+    """(tok/s, step ms p50) while every request decodes: from the last request's first token to
+    the first request's last one (the ramp-up, while prompts are admitted, and the tail, while
+    requests end, left out); (None, None) when that window holds fewer than 4 steps a request."""
+    lo = max(r["times"][0][0] for r in results if r["times"])
+    hi = min(r["times"][-1][0] for r in results if r["times"])
+    tokens, steps = 0, []
+    for r in results:
+        inside = [(t, n) for t, n in r["times"] if lo <= t <= hi]
+        for (ta, na), (tb, nb) in zip(inside, inside[1:]):
+            if nb > na:
+                tokens += nb - na
+                steps += [(tb - ta) / (nb - na)] * (nb - na)
+    if hi <= lo or len(steps) < 4 * len(results):
+        return None, None
+    return tokens / (hi - lo), 1e3 * float(np.median(steps))
 
 
 async def _decode_row(model, n: int, max_tokens: int) -> dict:
@@ -75,7 +100,9 @@ async def _decode_row(model, n: int, max_tokens: int) -> dict:
     wall = max(r["end"] for r in results) - min(r["start"] for r in results)
     tokens = sum(r["tokens"] for r in results)
     med = float(np.median(steps))
+    steady_tok_s, steady_ms = _steady(results)
     return dict(slots=n, requests=n, tokens=tokens, wall_s=wall, agg_tok_per_s=tokens / wall,
+                steady_tok_per_s=steady_tok_s, steady_step_ms=steady_ms,
                 step_ms_p50=med, step_ms_p10=float(np.percentile(steps, 10)), step_ms_p90=float(np.percentile(steps, 90)),
                 per_request_tok_per_s=1e3 / med, ttft_ms_p50=float(np.median([r["ttft"] * 1e3 for r in results])),
                 weight_gb_per_s=model.builder.weight_bytes() / (med * 1e-3) / 1e9)
@@ -101,6 +128,29 @@ async def _gpu_step_ms(model, n: int, reps: int = 32) -> tuple[float, str]:
     await model.prepared.wait_idle()
     async with model.prepared.slot() as slot:
         return await timed(model.prepared, slot, "decode")
+
+
+async def _kernel_profile(model, n: int) -> dict:
+    """Device us a decode step spends in each kernel (``runtime/_profile.py``) of the plan
+    ``_gpu_step_ms`` times; run last (it reruns the step's kernels over its buffers)."""
+    from ..runtime._profile import by_label, profile_graph
+
+    prepared = model.batched if model.batching else model.prepared
+    plan = (f"batch{min([b for b in model.builder.batch_sizes if b >= n] or model.builder.batch_sizes[-1:])}"
+            if model.batching else "decode")
+    await prepared.wait_idle()
+    slot = prepared.slots[0]
+    rows = await profile_graph(prepared.queue, slot._graphs[plan])
+    return dict(plan=plan, slots=n, kernels=by_label(rows), total_us=sum(r["us"] for r in rows))
+
+
+def _render_profile(p: dict, gpu_ms: float) -> str:
+    lines = [f"\ndevice time a step by kernel ({p['plan']}, {p['slots']} requests; each kernel timed alone, "
+             f"{p['total_us'] / 1e3:.3f} ms in all vs {gpu_ms:.3f} ms for the whole step)",
+             f"{'kernel':<34} {'calls':>5} {'us':>9} {'%':>6}"]
+    for k in p["kernels"]:
+        lines.append(f"{k['label']:<34} {k['calls']:>5} {k['us']:>9.1f} {100 * k['us'] / p['total_us']:>5.1f}%")
+    return "\n".join(lines)
 
 
 async def _prefill(model, n_tokens: int, repeats: int) -> dict:
@@ -135,26 +185,35 @@ async def _main(args) -> dict:
             print(f"device {getattr(dev, 'description', dev.name)}; peak bandwidth: "
                   f"{f'{peak:.0f} GB/s' if peak else 'not known (reported only)'}")
         await _decode_row(model, n, args.warmup_tokens)  # warm-up: every slot runs once
+        before = model._batch.statistics() if model.batching else None
         row = await _decode_row(model, n, args.max_tokens)
         row["load_s"] = load_s
+        if before is not None:  # the batched scheduler's steps over the row
+            st = model._batch.statistics()
+            row["batch_steps"] = st.steps - before.steps
+            row["pipelined_steps"] = st.pipelined - before.pipelined
+            row["prompt_rows"] = st.prompt_rows - before.prompt_rows
         gpu_ms, row["gpu_plan"] = await _gpu_step_ms(model, n)
         row["gpu_ms_per_step"] = gpu_ms
         # a request's token time is one step when batched or alone; unbatched N > 1 interleaves
         # the slots' steps on the device (how many run at once is the pool's and the queue's), so
         # no share is read off there
         one_step = model.batching or n == 1
-        row["host_fraction"] = max(0.0, 1.0 - gpu_ms / row["step_ms_p50"]) if one_step else None
+        ref_ms = row["steady_step_ms"] or row["step_ms_p50"]
+        row["host_fraction"] = max(0.0, 1.0 - gpu_ms / ref_ms) if one_step else None
         if peak:
             row["bandwidth_fraction"] = row["weight_gb_per_s"] / peak
         rows.append(row)
     await _request(model, PROMPTS[0], 2)  # warm-up of the prefill plan on a fresh slot
     prefill = await _prefill(model, args.prompt_tokens, args.repeats)
+    profile = await _kernel_profile(model, rows[-1]["slots"]) if args.kernels else None
     await model.aclose()
 
     print(f"\ndecode: greedy, {args.max_tokens} tokens a request after a short prompt, N concurrent requests"
           + (", batched decode (one step for all)" if args.batching else ""))
     print(f"{'slots':>5} {'tokens':>6} {'agg tok/s':>9} {'step ms p50':>11} {'p10-p90':>13} {'req tok/s':>9} "
-          f"{'ttft ms':>8} {'GB/s':>6}" + (f" {'of peak':>7}" if peak else "") + f" {'gpu ms':>7} {'host %':>6}")
+          f"{'ttft ms':>8} {'GB/s':>6}" + (f" {'of peak':>7}" if peak else "") + f" {'gpu ms':>7} {'host %':>6}"
+          f" {'steady tok/s':>12} {'ms':>6}")
     for r in rows:
         line = (f"{r['slots']:>5} {r['tokens']:>6} {r['agg_tok_per_s']:>9.1f} {r['step_ms_p50']:>11.2f} "
                 f"{r['step_ms_p10']:>6.2f}-{r['step_ms_p90']:<6.2f} {r['per_request_tok_per_s']:>9.1f} "
@@ -163,11 +222,21 @@ async def _main(args) -> dict:
             line += f" {100 * r['bandwidth_fraction']:>6.1f}%"
         host = f"{100 * r['host_fraction']:>5.1f}%" if r["host_fraction"] is not None else f"{'-':>6}"
         line += f" {r['gpu_ms_per_step']:>7.3f} {host}"
+        line += (f" {r['steady_tok_per_s']:>12.1f} {r['steady_step_ms']:>6.2f}" if r["steady_tok_per_s"]
+                 else f" {'-':>12} {'-':>6}")
         print(line)
+    for r in rows:
+        if r.get("batch_steps"):
+            print(f"  {r['slots']} requests: {r['batch_steps']} batched steps, {r['pipelined_steps']} pipelined "
+                  f"(submitted before the previous step's tokens were read), {r['prompt_rows']} prompt tokens run "
+                  f"inside them")
     print(f"prefill: {prefill['prompt_tokens']}-token prompt, {prefill['prefill_tok_per_s']:.1f} tok/s "
           f"(median of {args.repeats}; {prefill['prefill_tok_per_s_min']:.1f}-{prefill['prefill_tok_per_s_max']:.1f})")
+    if profile is not None:
+        print(_render_profile(profile, rows[-1]["gpu_ms_per_step"]))
     return dict(model=str(args.model), device=dev.name, weight_bytes=weight_bytes, batching=args.batching,
-                max_tokens=args.max_tokens, peak_gb_per_s=peak, decode=rows, prefill=prefill, config=model.config)
+                max_tokens=args.max_tokens, peak_gb_per_s=peak, decode=rows, prefill=prefill, config=model.config,
+                kernel_profile=profile)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batching", action="store_true",
                    help="load with batching=True: the N requests decode in one batched step (default: a step per slot)")
     p.add_argument("--compare-batches", default="1,8,64", help="PyTorch batch sizes (default: 1,8,64)")
+    p.add_argument("--kernels", action="store_true",
+                   help="after the rows, time each kernel of the last row's decode step alone and print the device us by kernel")
     add_output_args(p)
     args = p.parse_args(argv)
     try:
