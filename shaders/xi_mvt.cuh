@@ -61,11 +61,27 @@ __device__ __forceinline__ void xi_mvt_reduce(float v[32], int lane) {
     }
 }
 
-template <int TYPE, int R, bool NORM, bool GLU>
-__device__ __forceinline__ void xi_mvt(const XiMvcArgs &a) {
+#define XI_MVT_STAGE_MAX 102400  // dynamic shared bytes at most for the staged tokens (2 CTAs an SM)
+
+// Dynamic shared bytes of the staged tokens: XI_MVT_TT rows of h (K floats) and, for q4_1, their
+// block sums (K / 8 floats); 0 (no staging: x from global memory) past XI_MVT_STAGE_MAX.
+__host__ __device__ constexpr int xi_mvt_stage_bytes(int type, int k) {
+    return (XI_MVT_TT * 4 * (k + (type == XI_Q4_1 ? k / 8 : 0))) <= XI_MVT_STAGE_MAX
+               ? XI_MVT_TT * 4 * (k + (type == XI_Q4_1 ? k / 8 : 0)) : 0;
+}
+
+// STAGE: the CTA first writes its tokens' h (x, or its rmsnorm with NORM: the xi_blk_norm values
+// xi_mv1 computes) and, for q4_1, each lane's block sums (xi_blk_sum) to shared memory, once for all
+// 8 warps, which then read them with conflict-free 16-byte loads (block b's 32 floats with their
+// halves swapped when b is odd) instead of recomputing them from global memory for every row group.
+// Not inlined: each of xi_mvt_kernel's four instances gets its own register allocation (inlined
+// together they spill).
+template <int TYPE, int R, bool NORM, bool GLU, bool STAGE>
+__device__ __noinline__ void xi_mvt(const XiMvcArgs a) {
     typedef XiMv<TYPE> M;
     constexpr int NR = GLU ? 2 : 1, TT = XI_MVT_TT, NV = NR * R * TT, LSH = NV == 32 ? 0 : 1;
     __shared__ float inv_s[TT];
+    extern __shared__ __align__(16) float xi_mvt_h[];
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, s = lane & 3, bl = lane >> 2, nb = a.K >> 5;
     const int n0 = (blockIdx.x * XI_MVT_WARPS + wi) * R, tg0 = blockIdx.y * TT;
     if (tg0 >= a.T || blockIdx.x * XI_MVT_WARPS * R >= a.N) return;  // the whole CTA: before any barrier
@@ -81,6 +97,24 @@ __device__ __forceinline__ void xi_mvt(const XiMvcArgs &a) {
         for (int t = wi; t < tn; t += XI_MVT_WARPS) {
             const float v = xi_tok_inv(a.x + (size_t_)(tg0 + t) * a.K, a.K, a.eps);
             if (lane == 0) inv_s[t] = v;
+        }
+        __syncthreads();
+    }
+    float *xs_s = xi_mvt_h + TT * nb * 32;
+    if (STAGE) {  // a thread a (token, block, lane quarter): the values lane (b % 8, q) reads below
+        for (int u = threadIdx.x; u < tn * nb * 4; u += blockDim.x) {
+            const int t = u / (nb * 4), b = (u >> 2) % nb, q = u & 3;
+            const float *xt = a.x + (size_t_)(tg0 + t) * a.K + b * 32 + 4 * q;
+            float4 lo = __ldg(reinterpret_cast<const float4 *>(xt)), hi = __ldg(reinterpret_cast<const float4 *>(xt + 16));
+            if (NORM) {
+                lo = xi_blk_norm(lo, inv_s[t], __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 4 * q)));
+                hi = xi_blk_norm(hi, inv_s[t], __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 16 + 4 * q)));
+            }
+            float *hb = xi_mvt_h + (t * nb + b) * 32;
+            const int sw = (b & 1) << 4;
+            *reinterpret_cast<float4 *>(hb + ((4 * q) ^ sw)) = lo;
+            *reinterpret_cast<float4 *>(hb + ((16 + 4 * q) ^ sw)) = hi;
+            if (TYPE == XI_Q4_1) xs_s[(t * nb + b) * 4 + q] = xi_blk_sum(lo, hi);
         }
         __syncthreads();
     }
@@ -122,20 +156,31 @@ __device__ __forceinline__ void xi_mvt(const XiMvcArgs &a) {
                 for (int r = 0; r < R; r++) M::template raw<0>(rows[q][r], b + 8, s, raw[q][r]);
         }
         float4 glo, ghi;
-        if (NORM) {
+        if (NORM && !STAGE) {
             glo = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 4 * s));
             ghi = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 16 + 4 * s));
         }
 #pragma unroll
         for (int t = 0; t < TT; t++) {
-            const float *xt = x0 + (size_t_)(t < tn ? t : tn - 1) * a.K;
-            float4 lo = __ldg(reinterpret_cast<const float4 *>(xt + b * 32 + 4 * s));
-            float4 hi = __ldg(reinterpret_cast<const float4 *>(xt + b * 32 + 16 + 4 * s));
-            if (NORM) {
-                lo = xi_blk_norm(lo, inv[t], glo);
-                hi = xi_blk_norm(hi, inv[t], ghi);
+            const int tc = t < tn ? t : tn - 1;
+            float4 lo, hi;
+            float xs;
+            if (STAGE) {
+                const float *hb = xi_mvt_h + (tc * nb + b) * 32;
+                const int sw = (b & 1) << 4;
+                lo = *reinterpret_cast<const float4 *>(hb + ((4 * s) ^ sw));
+                hi = *reinterpret_cast<const float4 *>(hb + ((16 + 4 * s) ^ sw));
+                xs = TYPE == XI_Q4_1 ? xs_s[(tc * nb + b) * 4 + s] : 0.0f;
+            } else {
+                const float *xt = x0 + (size_t_)tc * a.K;
+                lo = __ldg(reinterpret_cast<const float4 *>(xt + b * 32 + 4 * s));
+                hi = __ldg(reinterpret_cast<const float4 *>(xt + b * 32 + 16 + 4 * s));
+                if (NORM) {
+                    lo = xi_blk_norm(lo, inv[t], glo);
+                    hi = xi_blk_norm(hi, inv[t], ghi);
+                }
+                xs = TYPE == XI_Q4_1 ? xi_blk_sum(lo, hi) : 0.0f;
             }
-            const float xs = TYPE == XI_Q4_1 ? xi_blk_sum(lo, hi) : 0.0f;
 #pragma unroll
             for (int q = 0; q < NR; q++)
 #pragma unroll
@@ -160,12 +205,20 @@ __device__ __forceinline__ void xi_mvt(const XiMvcArgs &a) {
     else *yo = a.accumulate ? *yo + sg : sg;
 }
 
-// The `_t` entries' body: xi_mvt with xi_mvt_rows(N, T, GLU) rows a warp; grid
-// (ceil(N / (8 * rows)), ceil(T / 8)) of 256 threads.
+// The `_t` entries' body: xi_mvt with xi_mvt_rows(N, T, GLU) rows a warp, staged where
+// xi_mvt_stage_bytes > 0; grid (ceil(N / (8 * rows)), ceil(T / 8)) of 256 threads and that many
+// dynamic shared bytes.
 template <int TYPE, bool NORM, bool GLU>
 __device__ __forceinline__ void xi_mvt_kernel(const XiMvcArgs &a) {
-    if (xi_mvt_rows(a.N, a.T, GLU) == (GLU ? 2 : 4)) xi_mvt<TYPE, GLU ? 2 : 4, NORM, GLU>(a);
-    else xi_mvt<TYPE, GLU ? 1 : 2, NORM, GLU>(a);
+    constexpr int RW = GLU ? 2 : 4, RN = GLU ? 1 : 2;
+    const bool wide = xi_mvt_rows(a.N, a.T, GLU) == RW;
+    if (xi_mvt_stage_bytes(TYPE, a.K) > 0) {
+        if (wide) xi_mvt<TYPE, RW, NORM, GLU, true>(a);
+        else xi_mvt<TYPE, RN, NORM, GLU, true>(a);
+    } else {
+        if (wide) xi_mvt<TYPE, RW, NORM, GLU, false>(a);
+        else xi_mvt<TYPE, RN, NORM, GLU, false>(a);
+    }
 }
 
 // matmul_DT_t: T > XI_MVT_MIN_T.

@@ -206,28 +206,51 @@ def main(argv=None) -> int:
     # (``staged``) and the register-tiled xi_mvt (``tiled``, launched at T > 8), each at every T
     from xinfer_async.backends.cuda._backend import LaunchGrid
 
-    def entry_cmd(k, tiled, w, N, K, T):
+    # xi_mvt at a fixed R (rows a warp), whatever N: the two row counts the production rule picks from
+    fixed = {}
+    for dt in ("q4_1", "q8_0"):
+        src = ['#include "xi_mvt.cuh"']
+        for R in (2, 4):
+            src.append(f'extern "C" __global__ void __launch_bounds__(256, 2) mvt_R{R}(const uint8_t *__restrict__ w, '
+                       f'const float *__restrict__ x, float *__restrict__ y, xi_matmul_c c) {{ '
+                       f'const XiMvcArgs a{{w, x, nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f}}; '
+                       f'xi_mvt<{ENUM[dt]}, {R}, false, false, false>(a); }}')
+        cubin = _nvrtc.compile_cubin("\n".join(src), f"mvt_{dt}.cu", be.arch, headers, driver_version=be.driver_version)
+        mod = ffi.new("CUmodule *")
+        check(lib.cuModuleLoadData(mod, cubin), "cuModuleLoadData")
+        for R in (2, 4):
+            fn = ffi.new("CUfunction *")
+            check(lib.cuModuleGetFunction(fn, mod[0], f"mvt_R{R}".encode()), f"mvt_R{R}")
+            fixed[dt, R] = fn[0]
+
+    def entry_cmd(k, tiled, w, N, K, T, dt=None):
         import struct
 
         c = dict(T=T, N=N, K=K, accumulate=0)
-        fn, block, _, grid = k._variant
-        g = LaunchGrid(grid(c), (block, 1, 1), 0, fn) if tiled else LaunchGrid(k._grid_fn(c), k.block, 0, k.function)
+        if isinstance(tiled, int) and not isinstance(tiled, bool):  # a fixed R, not staged
+            g = LaunchGrid((-(-N // (8 * tiled)), -(-T // 8), 1), (256, 1, 1), 0, fixed[dt, tiled])
+        else:
+            fn, block, _, grid, shared = k._variant
+            g = (LaunchGrid(grid(c), (block, 1, 1), shared(c), fn) if tiled
+                 else LaunchGrid(k._grid_fn(c), k.block, 0, k.function))
         return ("dispatch", k, g, [w, px, py], struct.pack("<iiii", T, N, K, 0))
 
-    print("\nmatmul_DT at T tokens (L2-cold weights), us a launch (us a token): staged xi_mvc / tiled xi_mvt")
+    print("\nmatmul_DT at T tokens (L2-cold weights), us a launch (us a token): staged xi_mvc / tiled xi_mvt "
+          "(production: rows by rule, tokens staged in shared memory) / xi_mvt R=2 / R=4 (not staged)")
     for dt, N, K in [("q4_1", 960, 576), ("q4_1", 576, 576), ("q4_1", 3072, 576), ("q4_1", 576, 1536),
                      ("q4_1", 4096, 4096), ("q8_0", 49152, 576)]:
         big, stride, copies = weight_copies(dt, N, K, 256 if N * K < 2**24 else 24)
         base = kernels[dt][0][1]
         line = []
-        for T in (2, 4, 8, 16, 64):
+        for T in (4, 8, 16, 64):
             pair = []
-            for tiled in (False, True):
-                us = graph_ms([entry_cmd(base, tiled, big + i * stride, N, K, T) for i in range(copies)], 7) * 1e3 / copies
+            for tiled in (False, True, 2, 4):
+                us = graph_ms([entry_cmd(base, tiled, big + i * stride, N, K, T, dt) for i in range(copies)], 7) * 1e3 / copies
                 pair.append(us)
-                results.append(dict(dt=dt, N=N, K=K, variant=f"{'tiled' if tiled else 'staged'}_T{T}", us=us,
+                label = {False: "staged", True: "tiled", 2: "tiled_R2", 4: "tiled_R4"}[tiled]
+                results.append(dict(dt=dt, N=N, K=K, variant=f"{label}_T{T}", us=us,
                                     gbs=wbytes_of(dt, N, K) / us / 1e3, copies=copies))
-            line.append(f"T={T}: {pair[0]:7.2f} / {pair[1]:7.2f} ({pair[1] / T:5.2f})")
+            line.append(f"T={T}: " + " / ".join(f"{u:6.2f}" for u in pair))
         be.free(big)
         print(f"  {dt} N={N:5d} K={K:5d}  " + "  ".join(line))
     # an empty graph node, for the per-dispatch floor

@@ -75,7 +75,7 @@ class CUDAKernel:
         self.block = (block, 1, 1)
         self.shared_bytes = 0
         self._grid_fn = grid_fn
-        self._variant = variant  # (function, block, use(constants), grid(constants)) or None
+        self._variant = variant  # (function, block, use(constants), grid(constants), shared(constants)) or None
 
     def launch_grid(self, constants: dict) -> "LaunchGrid":
         """The grid ``(x, y, z)`` of blocks for the constants (a dict of the KERNELS.md fields), as
@@ -83,7 +83,7 @@ class CUDAKernel:
         and ``.function``: the entry point these constants launch (``_launch.VARIANTS``)."""
         v = self._variant
         if v is not None and v[2](constants):
-            return LaunchGrid(v[3](constants), (v[1], 1, 1), 0, v[0])
+            return LaunchGrid(v[3](constants), (v[1], 1, 1), v[4](constants), v[0])
         return LaunchGrid(self._grid_fn(constants), self.block, self.shared_bytes, self.function)
 
     def launch_config(self, constants: dict) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
@@ -326,10 +326,13 @@ class CUDABackend(Backend):
         block, grid_fn = LAUNCH[name]
         variant = None
         if name in VARIANTS:
-            entry, vblock, use, vgrid = VARIANTS[name]
+            entry, vblock, use, vgrid, vshared, max_shared = VARIANTS[name]
             vfn = ffi.new("CUfunction *")
             check(self._lib.cuModuleGetFunction(vfn, mod[0], entry.encode()), f"cuModuleGetFunction({entry})")
-            variant = (vfn[0], vblock, use, vgrid)
+            if max_shared > 48 * 1024:  # dynamic shared memory past 48 KB is opt-in
+                check(self._lib.cuFuncSetAttribute(vfn[0], _driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                   max_shared), f"cuFuncSetAttribute({entry})")
+            variant = (vfn[0], vblock, use, vgrid, vshared)
         k = self._kernels[name] = CUDAKernel(name, mod[0], fn[0], block, grid_fn, variant)
         return k
 
