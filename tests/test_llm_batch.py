@@ -218,3 +218,17 @@ async def test_long_prefill_is_interleaved_with_decode_steps(model):
     # B's prompt needed >= 3 chunks; A decoded at least 2 tokens while it ran
     assert len(a_tokens_before_b) >= 3, a_tokens_before_b
     await _idle(model)
+
+
+async def test_ignore_eos_runs_past_the_end_of_sequence(model, unbatched):
+    """``ignore_eos``: a chat reply that ends with end-of-sequence after n tokens keeps going to
+    max_tokens, its first n ids unchanged (EOS among them); batched and unbatched alike."""
+    msgs = [{"role": "user", "content": "Say hi."}]
+    base = await unbatched.chat(msgs, max_tokens=40)
+    assert base.finish_reason == "stop" and base.token_ids[-1] in unbatched.stop_ids
+    n = len(base.token_ids)
+    for m in (unbatched, model):
+        r = await m.chat(msgs, max_tokens=n + 5, ignore_eos=True)
+        assert r.finish_reason == "length" and len(r.token_ids) == n + 5
+        assert r.token_ids[:n] == base.token_ids
+    await _idle(model)

@@ -1,7 +1,8 @@
 """LLM benchmark: decode and prefill speed of a real model through ``LanguageModel``.
 
-For each slot count N: N concurrent trio tasks, each a greedy request of ``--max-tokens`` tokens
-after a short prompt, on a model loaded with N slots. Reported per row:
+For each slot count N: N concurrent trio tasks, each a greedy request of exactly ``--max-tokens``
+tokens after a short prompt (``ignore_eos``, as serving benchmarks run fixed-length requests), on a
+model loaded with N slots. Reported per row:
 
 - ``agg tok/s``: generated tokens of all N requests / wall time from the first submission to the
   last token (short prompts' prefill included);
@@ -56,7 +57,7 @@ H200_GBS = 4300.0  # measured device-to-device copy rate on the H200 (../shared/
 
 async def _request(model, prompt: str, max_tokens: int) -> dict:
     t0 = time.perf_counter()
-    stream = model.generate(prompt, max_tokens=max_tokens)
+    stream = model.generate(prompt, max_tokens=max_tokens, ignore_eos=True)  # every request max_tokens long
     times = []  # (arrival time, tokens generated so far)
     async for _ in stream:
         times.append((time.perf_counter(), len(stream._tokens)))

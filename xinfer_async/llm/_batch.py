@@ -343,7 +343,7 @@ class Batcher:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._end(r)  # the consumer closed the stream
             return
-        if token in m.stop_ids:
+        if token in r.stream._stop_ids:
             self._end(r, finish="stop")
         elif r.n >= r.stream._max_tokens or r.pos >= m.ctx:
             self._end(r, finish="length")

@@ -117,7 +117,7 @@ class LanguageModel:
     # -- requests --------------------------------------------------------------------------
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = None, stop: Sequence[str] = (),
-                 special: bool = False) -> GenerationStream:
+                 special: bool = False, ignore_eos: bool = False) -> GenerationStream:
         """Stream the continuation of ``prompt`` as text pieces: ``async for piece in model.generate(...)``.
 
         Args:
@@ -128,6 +128,9 @@ class LanguageModel:
             temperature, top_p, top_k, seed: see ``SamplingParams`` (temperature 0 is greedy).
             stop: strings that end the generation (not included in the text).
             special: parse special-token markers in a text prompt.
+            ignore_eos: keep generating past end-of-sequence ids (they stay in the text's ids), to
+                ``max_tokens`` or the context's end: fixed-length requests, as serving benchmarks
+                run them.
 
         Raises:
             ValueError: an empty prompt, one longer than the context, a negative max_tokens, or
@@ -139,7 +142,7 @@ class LanguageModel:
             stop = [stop]
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         ids = self._prompt_ids(prompt, special)
-        return GenerationStream(self, ids, params, max_tokens, stop)
+        return GenerationStream(self, ids, params, max_tokens, stop, ignore_eos=bool(ignore_eos))
 
     async def complete(self, prompt: str | Sequence[int], **kwargs: Any) -> CompletionResult:
         """Run ``generate`` to the end; returns text, token ids, finish reason and timings."""
@@ -192,7 +195,8 @@ class LanguageModel:
         out = await self._run(slot, plan, tokens, start, last=len(tokens) - 1, output=1 if greedy else 0)
         return int(out[0]) if greedy else out[0]
 
-    async def _decode_greedy(self, slot: Any, token: int, pos: int, max_tokens: int, emit: Any) -> tuple[str, int]:
+    async def _decode_greedy(self, slot: Any, token: int, pos: int, max_tokens: int, emit: Any,
+                             stop_ids: Any = None) -> tuple[str, int]:
         """Greedy decode after the prefill: ``token`` (sampled from the prompt) sits at ``pos``.
         Emits each token as ``emit(("token", id))`` and returns (finish reason, tokens emitted).
 
@@ -222,11 +226,12 @@ class LanguageModel:
             return True
 
         finish, n = "length", 0
+        stop_ids = self.stop_ids if stop_ids is None else stop_ids
         try:
             while True:
                 n += 1
                 emit(("token", token))
-                if token in self.stop_ids:
+                if token in stop_ids:
                     finish = "stop"
                     break
                 if n >= max_tokens or pos >= self.ctx:

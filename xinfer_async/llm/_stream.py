@@ -65,8 +65,10 @@ class GenerationStream:
     """
 
     def __init__(self, model: "LanguageModel", ids: list[int], params: SamplingParams, max_tokens: int,
-                 stop: Sequence[str]):
+                 stop: Sequence[str], ignore_eos: bool = False):
         self._model = model
+        #: ids that end the generation (none with ignore_eos)
+        self._stop_ids = frozenset() if ignore_eos else frozenset(model.stop_ids)
         self._ids = ids
         self._params = params
         self._max_tokens = max_tokens
@@ -179,7 +181,8 @@ class GenerationStream:
             nxt, pos = await m._prefill(slot, self._ids, greedy)
             first = time.perf_counter()
             if greedy:
-                finish, n = await m._decode_greedy(slot, nxt, pos, self._max_tokens, self._send.send_nowait)
+                finish, n = await m._decode_greedy(slot, nxt, pos, self._max_tokens, self._send.send_nowait,
+                                                   self._stop_ids)
             else:
                 sampler = Sampler(self._params)
                 finish, n = "length", 0
@@ -187,7 +190,7 @@ class GenerationStream:
                     token = sampler.sample(nxt)
                     n += 1
                     self._send.send_nowait(("token", token))
-                    if token in m.stop_ids:
+                    if token in self._stop_ids:
                         finish = "stop"
                         break
                     if n >= self._max_tokens or pos >= m.ctx:
