@@ -11,7 +11,8 @@
 // offsets 16, 8, 4, 2, 1 -- the pairing of xi_warp_sum's butterfly -- so lane j ends with output j
 // (or j / 2) and every (row, token) result is bit-identical to the same row at T == 1 (xi_mv1),
 // whatever T.
-// No staging: any K (K % 32 == 0 and aligned pointers; otherwise xi_mvc_scalar, as xi_mvc_kernel).
+// Any K (K % 32 == 0 and aligned pointers; otherwise xi_mvc_scalar, as xi_mvc_kernel); the tokens
+// are staged in shared memory where they fit (XI_MVT_STAGE_MAX), else read from global memory.
 #pragma once
 #include "xi_mvc.cuh"
 
@@ -61,7 +62,9 @@ __device__ __forceinline__ void xi_mvt_reduce(float v[32], int lane) {
     }
 }
 
-#define XI_MVT_STAGE_MAX 102400  // dynamic shared bytes at most for the staged tokens (2 CTAs an SM)
+#ifndef XI_MVT_STAGE_MAX  // dynamic shared bytes at most for the staged tokens: the cuda backend
+#define XI_MVT_STAGE_MAX 102400  // passes the device's (_launch.stage_max_for); 100 KB: 2 CTAs an SM
+#endif
 
 // Dynamic shared bytes of the staged tokens: XI_MVT_TT rows of h (K floats) and, for q4_1, their
 // block sums (K / 8 floats); 0 (no staging: x from global memory) past XI_MVT_STAGE_MAX.

@@ -74,8 +74,10 @@ def _steady(results: list[dict]) -> tuple[float | None, float | None]:
     """(tok/s, step ms p50) while every request decodes: from the last request's first token to
     the first request's last one (the ramp-up, while prompts are admitted, and the tail, while
     requests end, left out); (None, None) when that window holds fewer than 4 steps a request."""
-    lo = max(r["times"][0][0] for r in results if r["times"])
-    hi = min(r["times"][-1][0] for r in results if r["times"])
+    if not all(r["times"] for r in results):
+        return None, None
+    lo = max(r["times"][0][0] for r in results)
+    hi = min(r["times"][-1][0] for r in results)
     tokens, steps = 0, []
     for r in results:
         inside = [(t, n) for t, n in r["times"] if lo <= t <= hi]

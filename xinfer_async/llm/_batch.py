@@ -8,8 +8,9 @@ scheduler, a trio system task per ``trio.run`` like the job queue's workers, loo
 2. one step for every active request at once: the smallest ``batch{B}`` plan with B >= rows
    (padding rows: pos = row = last = -1), greedy argmax on the device (logits come back only when
    some request samples), one token to each active request. Up to ``chunk`` more rows (the
-   buckets reach seqs + chunk) carry prompt tokens of admitted requests (in arrival order, a piece
-   of a long prompt per step): a row is a (sequence, position) like any other, so a prompt that
+   buckets reach seqs + chunk; the step takes the largest bucket within a chunk of its decode
+   rows) carry prompt tokens of admitted requests (in arrival order, a piece of a long prompt per
+   step): a row is a (sequence, position) like any other, so a prompt that
    ends in a step gets its first token from that step's row of its last prompt token (chunked
    prefill mixed into decode, as serving systems schedule it). With nothing to decode, the first
    admitted prompt runs through the ``prefill{T}`` plans instead (one chunk a loop);
@@ -19,9 +20,12 @@ scheduler, a trio system task per ``trio.run`` like the job queue's workers, loo
 
 Every row's result is the same whatever the other rows of its step (the kernels' per-row sums do
 not depend on the token count; see shaders/xi_mvt.cuh), so a request's tokens are exactly those
-it gets alone, however its prompt and its steps were batched.
+it gets alone, however its prompt and its steps were batched -- on cuda, where a weight row fits
+the 32 KB stage of the 2..8-token kernel (shaders/xi_mvc.cuh: e.g. q4_1 K <= 52k, f16 K <= 16k,
+half that for the gate/up weight); longer rows run other kernels at 2..8 tokens.
 
-Pipelining: when every active request is greedy and has room for two more tokens, the step after
+Pipelining: when every active request is greedy and has room for two more tokens, and no prompt
+is waiting or running (the next step's rows are this one's), the step after
 the one in flight is submitted before the host reads the tokens back, its input tokens copied on
 the device from the in-flight step's argmax (same bucket, same rows), so the host's work for one
 step (reading ids, streaming 64 tokens to 64 tasks) overlaps the device's next step. A step's
@@ -278,7 +282,8 @@ class Batcher:
             first[i:i + n] = base
             i += n
             ends.append((r, i - 1, start + n == len(r.stream._ids)))
-        greedy = all(r.greedy for r in active) and all(r.greedy for r, _, _ in pieces)
+        # logits come back only for a row that samples: a decode row, or the last row of a prompt
+        greedy = all(r.greedy for r in active) and all(r.greedy or not done for r, _, done in ends)
         plan = f"batch{B}"
         run = await self.slot.start_run([tok, pos, row, first, row], plan, outputs=[1] if greedy else [0, 1],
                                         device_inputs={0: self.slot.output_view(1, plan)} if speculative else None,
@@ -291,7 +296,10 @@ class Batcher:
         nxt = None
         try:
             if step is None:
-                pieces = self._prompt_pieces(min(self.model.chunk, self.buckets[-1] - len(active)))
+                # prompt rows fill the largest bucket that holds at most a chunk more than the
+                # decode rows (no step is padded for prompt tokens)
+                top = max(b for b in self.buckets if b <= len(active) + self.model.chunk)
+                pieces = self._prompt_pieces(top - len(active))
                 step = await self._submit_step(active, pieces)
             if (step.greedy and step.rows == active and not step.prompts and not self._waiting and not self._admitted
                     and all(r.n + 2 <= r.stream._max_tokens and r.pos + 2 < self.model.ctx for r in active)):

@@ -30,7 +30,7 @@ def command_label(cmd: tuple) -> str:
 
 async def profile_graph(queue: Any, graph: Any, reps: int = 20) -> list[dict]:
     """Per command of ``graph`` (``CapturedGraph``), in graph order: ``{"index", "label", "us"}``
-    (device microseconds of one run, the median-free mean of ``reps`` back-to-back runs).
+    (device microseconds of one run: the mean over ``reps`` back-to-back runs).
 
     Raises:
         ValueError: the graph holds no commands to profile (captured before ``commands`` were kept).

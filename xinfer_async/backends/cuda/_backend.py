@@ -18,7 +18,7 @@ from ...hal._errors import DeviceError
 from ...runtime._backend import Backend, BackendQueue, Command
 from . import _driver
 from ._driver import check, ffi
-from ._launch import LAUNCH, VARIANTS
+from ._launch import LAUNCH, VARIANTS, stage_max_for
 from ._pinned import MappedCounter, PinnedPool
 
 _CUBLAS_WORKSPACE = 32 << 20
@@ -68,7 +68,8 @@ class LaunchGrid(tuple):
 
 class CUDAKernel:
     """A loaded kernel: ``extern "C" <name>`` of ``shaders/<source>.cu``, launched with ``block``
-    threads and ``shared_bytes`` of dynamic shared memory (the kernels use static shared only)."""
+    threads and ``shared_bytes`` of dynamic shared memory; ``launch_grid`` may name a second entry
+    point of the shader with its own block and dynamic shared bytes (``_launch.VARIANTS``)."""
 
     def __init__(self, name: str, module, function, block: int, grid_fn, variant=None):
         self.name, self.module, self.function = name, module, function
@@ -87,9 +88,10 @@ class CUDAKernel:
         return LaunchGrid(self._grid_fn(constants), self.block, self.shared_bytes, self.function)
 
     def launch_config(self, constants: dict) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
-        """``(grid, block, shared_bytes)`` for the constants."""
+        """``(grid, block, shared_bytes)`` for the constants; ``grid`` is the ``LaunchGrid`` (it names
+        the entry point, so the triple launches what ``launch_grid`` does)."""
         g = self.launch_grid(constants)
-        return tuple(g), g.block, g.shared_bytes
+        return g, g.block, g.shared_bytes
 
     def __repr__(self) -> str:
         return f"CUDAKernel({self.name!r}, block={self.block[0]})"
@@ -137,6 +139,9 @@ class CUDABackend(Backend):
                                    self._attr(_driver.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
         self.arch = "sm_%d%d" % self.compute_capability
         self.multiprocessors = self._attr(_driver.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        #: dynamic shared bytes the tiled matrix kernels may stage tokens in (XI_MVT_STAGE_MAX, set at
+        #: compile time): 100 KB (two blocks an SM on an H200), less where a block may opt in to less
+        self.stage_max = stage_max_for(self._attr(_driver.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN))
         name = ffi.new("char[]", 256)
         check(lib.cuDeviceGetName(name, 256, self.device), "cuDeviceGetName")
         total = ffi.new("size_t *")
@@ -318,6 +323,7 @@ class CUDABackend(Backend):
                 with open(os.path.join(d, h)) as f:
                     headers[h] = f.read()
         cubin = _nvrtc.compile_cubin(source, f"{source_name}.cu", self.arch, headers,
+                                     options=(f"-DXI_MVT_STAGE_MAX={self.stage_max}",),
                                      driver_version=self.driver_version)
         self.make_current()
         mod, fn = ffi.new("CUmodule *"), ffi.new("CUfunction *")
@@ -326,13 +332,14 @@ class CUDABackend(Backend):
         block, grid_fn = LAUNCH[name]
         variant = None
         if name in VARIANTS:
-            entry, vblock, use, vgrid, vshared, max_shared = VARIANTS[name]
+            entry, vblock, use, vgrid, vshared = VARIANTS[name]
             vfn = ffi.new("CUfunction *")
             check(self._lib.cuModuleGetFunction(vfn, mod[0], entry.encode()), f"cuModuleGetFunction({entry})")
-            if max_shared > 48 * 1024:  # dynamic shared memory past 48 KB is opt-in
+            if self.stage_max > 48 * 1024:  # dynamic shared memory past 48 KB is opt-in
                 check(self._lib.cuFuncSetAttribute(vfn[0], _driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                   max_shared), f"cuFuncSetAttribute({entry})")
-            variant = (vfn[0], vblock, use, vgrid, vshared)
+                                                   self.stage_max), f"cuFuncSetAttribute({entry})")
+            stage_max = self.stage_max
+            variant = (vfn[0], vblock, use, vgrid, lambda c, f=vshared: f(c, stage_max))
         k = self._kernels[name] = CUDAKernel(name, mod[0], fn[0], block, grid_fn, variant)
         return k
 

@@ -76,14 +76,20 @@ def _tiled(c: dict) -> bool:
     return c["T"] > _MVT_MIN_T
 
 
-MVT_STAGE_MAX = 102400  # XI_MVT_STAGE_MAX: the dynamic shared bytes the `_t` entries may be given
+MVT_STAGE_MAX = 102400  # the most dynamic shared bytes the `_t` entries stage tokens in (2 blocks an SM)
 
 
-def mvt_stage_bytes(dt: str, k: int) -> int:
+def stage_max_for(optin: int) -> int:
+    """XI_MVT_STAGE_MAX for a device whose blocks may opt in to ``optin`` shared bytes: 100 KB, or
+    what the device allows less the kernel's static shared memory and a margin (1 KB)."""
+    return max(0, min(MVT_STAGE_MAX, optin - 1024))
+
+
+def mvt_stage_bytes(dt: str, k: int, stage_max: int = MVT_STAGE_MAX) -> int:
     """Dynamic shared bytes of the tiled kernel's staged tokens (``xi_mvt_stage_bytes``): 8 rows of K
-    floats, plus K / 8 block sums a row for q4_1; 0 past ``MVT_STAGE_MAX`` (no staging)."""
+    floats, plus K / 8 block sums a row for q4_1; 0 past ``stage_max`` (no staging)."""
     n = _MVT_TT * 4 * (k + (k // 8 if dt == "q4_1" else 0))
-    return n if n <= MVT_STAGE_MAX else 0
+    return n if n <= stage_max else 0
 
 
 #: name -> (block, grid(constants) -> (x, y, z))
@@ -108,15 +114,14 @@ for _dt in ("f32", "f16", "q8_0", "q4_0", "q4_1"):
 for _dt in ("q8_0", "q4_0", "q4_1"):
     LAUNCH[f"dequantize_{_dt}"] = (256, lambda c: _flat(c["n"]))
 
-#: name -> (entry, block, use(constants) -> bool, grid(constants), shared bytes(constants), max
-#: shared bytes): a second entry point of the same shader that serves the constants ``use``
-#: accepts (the register-tiled matrix kernels at T > 8; every (row, token) result equals the first
-#: entry's bit for bit, only the speed differs)
+#: name -> (entry, block, use(constants) -> bool, grid(constants), shared bytes(constants,
+#: stage_max)): a second entry point of the same shader that serves the constants ``use`` accepts
+#: (the register-tiled matrix kernels at T > 8; every (row, token) result equals the first entry's
+#: bit for bit, only the speed differs)
 VARIANTS = {}
 for _dt in ("f32", "f16", "q8_0", "q4_0", "q4_1"):
-    _shared = lambda c, _dt=_dt: mvt_stage_bytes(_dt, c["K"])  # noqa: E731
-    VARIANTS[f"matmul_{_dt}"] = (f"matmul_{_dt}_t", 256, _tiled, lambda c: _tiled_grid(c, False), _shared, MVT_STAGE_MAX)
-    VARIANTS[f"rmsnorm_matmul_{_dt}"] = (f"rmsnorm_matmul_{_dt}_t", 256, _tiled, lambda c: _tiled_grid(c, False), _shared,
-                                         MVT_STAGE_MAX)
+    _shared = lambda c, stage_max, _dt=_dt: mvt_stage_bytes(_dt, c["K"], stage_max)  # noqa: E731
+    VARIANTS[f"matmul_{_dt}"] = (f"matmul_{_dt}_t", 256, _tiled, lambda c: _tiled_grid(c, False), _shared)
+    VARIANTS[f"rmsnorm_matmul_{_dt}"] = (f"rmsnorm_matmul_{_dt}_t", 256, _tiled, lambda c: _tiled_grid(c, False), _shared)
     VARIANTS[f"rmsnorm_matmul_swiglu_{_dt}"] = (f"rmsnorm_matmul_swiglu_{_dt}_t", 256, _tiled,
-                                                lambda c: _tiled_grid(c, True), _shared, MVT_STAGE_MAX)
+                                                lambda c: _tiled_grid(c, True), _shared)
