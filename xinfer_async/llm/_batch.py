@@ -8,9 +8,9 @@ scheduler, a trio system task per ``trio.run`` like the job queue's workers, loo
 2. one step for every active request at once: the smallest ``batch{B}`` plan with B >= rows
    (padding rows: pos = row = last = -1), greedy argmax on the device (logits come back only when
    some request samples), one token to each active request. Up to ``chunk`` more rows (the
-   buckets reach seqs + chunk; the step takes the largest bucket within a chunk of its decode
-   rows) carry prompt tokens of admitted requests (in arrival order, a piece of a long prompt per
-   step): a row is a (sequence, position) like any other, so a prompt that
+   buckets reach seqs + chunk; a smaller bucket where it still takes half of them, rather than
+   padding a step for a few prompt rows) carry prompt tokens of admitted requests (in arrival
+   order, a piece of a long prompt per step): a row is a (sequence, position) like any other, so a prompt that
    ends in a step gets its first token from that step's row of its last prompt token (chunked
    prefill mixed into decode, as serving systems schedule it). With nothing to decode, the first
    admitted prompt runs through the ``prefill{T}`` plans instead (one chunk a loop);
@@ -242,6 +242,19 @@ class Batcher:
         r.pos = start + n
         return int(out[0]) if r.greedy else out[0]
 
+    def _prompt_room(self, n_decode: int) -> int:
+        """Prompt rows for a step beside ``n_decode`` decode rows: what the admitted prompts still
+        need, at most a chunk; fewer when the bucket below the one that takes them all still holds
+        half of them (instead of a step padded up to the next bucket for a few prompt rows)."""
+        want = min(self.model.chunk, sum(len(r.stream._ids) - r.pos for r in self._admitted if not r.cancelled))
+        if want <= 0:
+            return 0
+        up = min([b for b in self.buckets if b >= n_decode + want] or self.buckets[-1:])
+        below = max([b for b in self.buckets if b < up] or [0])
+        if below - n_decode >= want / 2:
+            return below - n_decode
+        return min(want, up - n_decode)
+
     def _prompt_pieces(self, room: int) -> list[tuple[BatchedRequest, int, int]]:
         """(request, first prompt position, tokens) for up to ``room`` prompt tokens of the
         admitted requests, in arrival order."""
@@ -296,10 +309,7 @@ class Batcher:
         nxt = None
         try:
             if step is None:
-                # prompt rows fill the largest bucket that holds at most a chunk more than the
-                # decode rows (no step is padded for prompt tokens)
-                top = max(b for b in self.buckets if b <= len(active) + self.model.chunk)
-                pieces = self._prompt_pieces(top - len(active))
+                pieces = self._prompt_pieces(self._prompt_room(len(active)))
                 step = await self._submit_step(active, pieces)
             if (step.greedy and step.rows == active and not step.prompts and not self._waiting and not self._admitted
                     and all(r.n + 2 <= r.stream._max_tokens and r.pos + 2 < self.model.ctx for r in active)):
