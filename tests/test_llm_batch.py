@@ -232,3 +232,29 @@ async def test_ignore_eos_runs_past_the_end_of_sequence(model, unbatched):
         assert r.finish_reason == "length" and len(r.token_ids) == n + 5
         assert r.token_ids[:n] == base.token_ids
     await _idle(model)
+
+
+async def test_request_cancelled_while_its_prompt_runs_in_decode_steps(model, alone):
+    """A request cancelled after some of its prompt ran in the decode steps' rows (admitted, not yet
+    decoding) ends, frees its sequence, and leaves the request beside it exact."""
+    await model.complete(PROMPTS[0], max_tokens=1)  # this trio run's scheduler
+    long_prompt = " ".join(["The quick brown fox jumps over the lazy dog."] * 16)  # several chunks
+    result = {}
+
+    async def keep():
+        result["a"] = await model.complete(PROMPTS[2], max_tokens=TOKENS)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(keep)
+        with trio.fail_after(60):
+            while model._batch.statistics().active < 1:
+                await trio.sleep(0.001)
+        async with trio.open_nursery() as inner:
+            inner.start_soon(lambda: model.complete(long_prompt, max_tokens=4))
+            with trio.fail_after(60):  # part of the long prompt has run inside a decode step
+                while not any(0 < r.pos < len(r.stream._ids) for r in model._batch._admitted):
+                    await trio.sleep(0.001)
+            inner.cancel_scope.cancel()
+    await _idle(model)
+    assert sorted(model._batch._free) == list(range(SLOTS)) and not model._batch._admitted
+    assert result["a"].token_ids == alone[2].token_ids
