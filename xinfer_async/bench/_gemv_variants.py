@@ -8,8 +8,10 @@ on the model's shapes, L2-cold: as many weight copies as fill 256 MB, one dispat
 captured into one CUDA graph (a dispatch through Python costs ~10 us of host time, more than the
 kernel, so stream-enqueued timings measure the host). The figure is the graph's time per dispatch,
 the ~0.9 us graph node overhead included. ``base`` is the production ``matmul_DT`` (shaders/xi_mvc.cuh:
-xi_mv1 at T == 1), also timed at T = 1..64 (the staged kernel of batched decode and prefill).
-``--quick`` times fewer variants.
+xi_mv1 at T == 1). At T = 4..64 tokens (batched decode, prefill) it times both entries of
+``matmul_DT``: the staged xi_mvc (what T <= 8 launches) and the register-tiled xi_mvt
+(shaders/xi_mvt.cuh, T > 8: rows by its rule, tokens staged in shared memory), and xi_mvt at a fixed
+2 or 4 rows a warp without staging. ``--quick`` times fewer T == 1 variants.
 """
 
 from __future__ import annotations
