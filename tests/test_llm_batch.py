@@ -179,6 +179,34 @@ async def test_sampling_beside_greedy(model, unbatched):
     await _idle(model)
 
 
+async def test_a_sampler_error_ends_its_request_only(model, alone, monkeypatch):
+    """A sampler that raises while the scheduler hands out a step's tokens ends that request with
+    the error; the greedy request beside it finishes, exact, and the scheduler keeps running."""
+    from xinfer_async.llm import _sampling
+
+    def broken(self, logits):
+        raise ValueError("sampler broke")
+
+    monkeypatch.setattr(_sampling.Sampler, "sample", broken)
+    results = {}
+
+    async def sampled():
+        with pytest.raises(ValueError, match="sampler broke"):
+            await model.complete(PROMPTS[5], max_tokens=8, temperature=0.8, seed=1)
+
+    async def greedy():
+        results["g"] = await model.complete(PROMPTS[2], max_tokens=TOKENS)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(greedy)
+        nursery.start_soon(sampled)
+    assert results["g"].token_ids == alone[2].token_ids
+    monkeypatch.undo()
+    assert len((await model.complete(PROMPTS[5], max_tokens=3, temperature=0.8, seed=1)).token_ids) == 3
+    await _idle(model)
+    assert sorted(model._batch._free) == list(range(SLOTS))
+
+
 async def test_logits_and_chat_still_work(model, unbatched):
     ids = model.tokenize(PROMPTS[0])
     np.testing.assert_array_equal(await model.logits(ids), await unbatched.logits(ids))

@@ -216,7 +216,7 @@ class Batcher:
         self._admitted.remove(r)
         r.first = time.perf_counter()
         self._active.append(r)
-        self._emit(r, nxt)
+        self._emit_or_end(r, nxt)
         self._max_active = max(self._max_active, len(self._active))
 
     async def _prefill_chunk(self, r: BatchedRequest):
@@ -338,7 +338,7 @@ class Batcher:
                 continue  # ended after this step was submitted: its row is ignored
             r.pos += 1
             if not r.cancelled:
-                self._emit(r, int(ids[i]) if r.greedy else logits[i])
+                self._emit_or_end(r, int(ids[i]) if r.greedy else logits[i])
         i0 = len(step.rows)
         for r, i, complete in step.prompts:
             n = i + 1 - i0
@@ -349,6 +349,14 @@ class Batcher:
             r.pos += n
             if complete and not r.cancelled:
                 self._activate(r, int(ids[i]) if r.greedy else logits[i])
+
+    def _emit_or_end(self, r: BatchedRequest, nxt: Any) -> None:
+        """``_emit``; an error there (a sampler's) ends ``r`` with it, not the scheduler and the
+        other requests."""
+        try:
+            self._emit(r, nxt)
+        except Exception as exc:
+            self._end(r, error=exc)
 
     def _emit(self, r: BatchedRequest, nxt: Any) -> None:
         """Sample (non-greedy), stream the token, and end the request when it is done (the same
