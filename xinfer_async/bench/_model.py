@@ -111,6 +111,15 @@ async def _decode_row(model, n: int, max_tokens: int) -> dict:
                 weight_gb_per_s=model.builder.weight_bytes() / (med * 1e-3) / 1e9)
 
 
+def _step_plan(model, n: int) -> str:
+    """The plan one decode step of ``n`` requests replays: ``decode``, or with batching the
+    ``batch{B}`` bucket that holds n rows."""
+    if not model.batching:
+        return "decode"
+    sizes = model.builder.batch_sizes
+    return f"batch{min([b for b in sizes if b >= n] or sizes[-1:])}"
+
+
 async def _gpu_step_ms(model, n: int, reps: int = 32) -> tuple[float, str]:
     """Device ms of one decode step (``reps`` replays of the plan in one command list, timed on the
     device), and the plan's name."""
@@ -125,9 +134,8 @@ async def _gpu_step_ms(model, n: int, reps: int = 32) -> tuple[float, str]:
             return timer.elapsed_ms() / reps, plan
 
     if model.batching:  # the batch scheduler owns the one slot; it is idle between rows
-        plan = f"batch{min([b for b in model.builder.batch_sizes if b >= n] or model.builder.batch_sizes[-1:])}"
         await model.batched.wait_idle()
-        return await timed(model.batched, model.batched.slots[0], plan)
+        return await timed(model.batched, model.batched.slots[0], _step_plan(model, n))
     await model.prepared.wait_idle()
     async with model.prepared.slot() as slot:
         return await timed(model.prepared, slot, "decode")
@@ -139,8 +147,7 @@ async def _kernel_profile(model, n: int) -> dict:
     from ..runtime._profile import by_label, profile_graph
 
     prepared = model.batched if model.batching else model.prepared
-    plan = (f"batch{min([b for b in model.builder.batch_sizes if b >= n] or model.builder.batch_sizes[-1:])}"
-            if model.batching else "decode")
+    plan = _step_plan(model, n)
     await prepared.wait_idle()
     slot = prepared.slots[0]
     rows = await profile_graph(prepared.queue, slot._graphs[plan])
