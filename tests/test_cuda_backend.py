@@ -357,7 +357,19 @@ def test_errors(be):
     assert g == (512, 1, 1) and g.block == (256, 1, 1) and g.function == mm.function
     # T > 8: the register-tiled entry matmul_q4_1_t (shaders/xi_mvt.cuh): 32 rows and 8 tokens a block
     g = mm.launch_grid(dict(T=12, N=4096, K=4096, accumulate=0))
-    assert g == (128, 2, 1) and g.block == (256, 1, 1) and g.function != mm.function
+    assert g == (128, 2, 1) and g.block == (256, 1, 1) and g.function == mm.entries["_t"] != mm.function
+    # the tensor-core entries (shaders/xi_tc.cuh) at every T for the weights _launch.tc_weight gives them:
+    # SwiGLU's gate/up (1536 x 576: 18 blocks in 5 K segments, a warp each, over a tile of 16 rows; 8
+    # tokens a block at T <= 8, 16 above), and many rows (49152: 4 row tiles an SM and more)
+    sw = be.load_kernel("rmsnorm_matmul_swiglu_q4_1")
+    for T, grid, entry, tiles in [(1, (96, 1, 1), "_tc", 1), (64, (96, 4, 1), "_tct", 2)]:
+        g = sw.launch_grid(dict(T=T, N=1536, K=576, eps=1e-5))
+        assert g == grid and g.block == (5 * 32, 1, 1) and g.function == sw.entries[entry]
+        assert g.shared_bytes == 5 * 2 * tiles * 512  # the segment sums: segments x gate, up x tiles of 8 tokens
+    out = be.load_kernel("matmul_q8_0")
+    g = out.launch_grid(dict(T=64, N=49152, K=576, accumulate=0))
+    assert g == (3072, 2, 1) and g.block == (5 * 32, 1, 1) and g.function == out.entries["_tct"]
+    assert out.launch_grid(dict(T=64, N=960, K=576, accumulate=0)).function == out.entries["_t"]  # narrow: xi_mvt
 
 
 # ---- fences ------------------------------------------------------------------------------------

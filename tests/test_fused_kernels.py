@@ -152,14 +152,16 @@ async def test_rmsnorm_matmul_swiglu(devices, rng, dt, T, K, N):
 # ------------------------------------------------------------------ a row does not depend on T
 
 #: token counts each run of a kernel sees: T == 1 (cuda: xi_mv1), 2 <= T <= 8 (the staged xi_mvc),
-#: T > 8 (the register-tiled `_t` entries of xi_mvt.cuh), with a partial last group of 8 tokens
+#: T > 8 (the `_t` entries of xi_mvt.cuh, the `_tct` entries of xi_tc.cuh), with a partial last
+#: group of 8 tokens
 T_RUNS = [1, 5, 8, 13, 21, 64]
 
 
-#: (K, N, x offset in floats): the tiled kernel's narrow (2 rows a warp, 1 + 1 with GLU, at
-#: 8 < T <= 16) and wide (4, 2 + 2: from 2048 weight rows, or T > 16) paths, odd N; K = 3584: its
-#: tokens too large to stage in shared memory; x offset 1: unaligned, every T's element-by-element path
-ROW_KN = [(576, 37, 0), (1536, 70, 0), (576, 1030, 0), (96, 2049, 0), (3584, 37, 0), (576, 37, 1)]
+#: (K, N, x offset in floats): xi_mvt.cuh's narrow (2 rows a warp, 1 + 1 with GLU, at 8 < T <= 16)
+#: and wide (4, 2 + 2: from 2048 weight rows, or T > 16) paths, odd N; K = 3584: tokens too large
+#: to stage in shared memory; x offset 1: unaligned, every T's element-by-element path. q4_1 and
+#: q8_0 run xi_tc.cuh's tensor-core kernel with GLU, and at N = 8500 (4 row tiles an SM on the H200)
+ROW_KN = [(576, 37, 0), (1536, 70, 0), (576, 1030, 0), (96, 2049, 0), (96, 8500, 0), (3584, 37, 0), (576, 37, 1)]
 
 
 @pytest.mark.parametrize("K,N,xoff", ROW_KN)

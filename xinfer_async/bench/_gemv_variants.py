@@ -7,11 +7,12 @@ first, accumulate 0 and 1, odd N, short and long K, unaligned x), then times eac
 on the model's shapes, L2-cold: as many weight copies as fill 256 MB, one dispatch per copy, all
 captured into one CUDA graph (a dispatch through Python costs ~10 us of host time, more than the
 kernel, so stream-enqueued timings measure the host). The figure is the graph's time per dispatch,
-the ~0.9 us graph node overhead included. ``base`` is the production ``matmul_DT`` (shaders/xi_mvc.cuh:
-xi_mv1 at T == 1). At T = 4..64 tokens (batched decode, prefill) it times both entries of
-``matmul_DT``: the staged xi_mvc (what T <= 8 launches) and the register-tiled xi_mvt
-(shaders/xi_mvt.cuh, T > 8: rows by its rule, tokens staged in shared memory), and xi_mvt at a fixed
-2 or 4 rows a warp without staging. ``--quick`` times fewer T == 1 variants.
+the ~0.9 us graph node overhead included. ``base`` is the production ``matmul_DT`` as the backend
+launches it (shaders/xi_mvc.cuh's xi_mv1 at T == 1, or the tensor-core xi_tc.cuh for the weights
+``_launch.tc_weight`` gives it). At T = 1..64 tokens (decode, batched decode, prefill) it times each
+entry of ``matmul_DT`` forced: the staged xi_mvc (what T <= 8 launches), the register-tiled xi_mvt
+(shaders/xi_mvt.cuh, T > 8: rows by its rule, tokens staged in shared memory) and, for q4_1 and
+q8_0, the tensor-core xi_tc, marking the backend's choice. ``--quick`` times fewer T == 1 variants.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import struct
 import sys
 
 import numpy as np
@@ -110,8 +112,6 @@ def main(argv=None) -> int:
         kernels[dt] = lst
 
     def dispatch(k, w, x, y, N, K, acc=0, T=1):
-        import struct
-
         c = dict(T=T, N=N, K=K, accumulate=acc)
         return ("dispatch", k, k.launch_grid(c), [w, x, y], struct.pack("<iiii", T, N, K, acc))
 
@@ -204,61 +204,46 @@ def main(argv=None) -> int:
         for label, us, gbs in row:
             print(f"  {label:14s} {us:8.2f} us {gbs:9.1f} GB/s {100 * gbs / PEAK:5.1f}%{'  *' if label == best[0] else ''}")
         table.append((dt, N, K, row))
-    # the production kernel at T > 1 (batched decode, prefill): its two entries, the staged xi_mvc
-    # (``staged``) and the register-tiled xi_mvt (``tiled``, launched at T > 8), each at every T
+    # the matrix kernel's entries at T tokens: the staged xi_mvc (``staged``, launched at T <= 8), the
+    # register-tiled xi_mvt (``tiled``, T > 8) and, for q4_1 and q8_0, the tensor-core xi_tc (``tc``),
+    # each forced at every T; ``*`` marks the one the backend launches (_launch.matmul_launch)
     from xinfer_async.backends.cuda._backend import LaunchGrid
+    from xinfer_async.backends.cuda import _launch
 
-    # xi_mvt at a fixed R (rows a warp), whatever N: the two row counts the production rule picks from
-    fixed = {}
-    for dt in ("q4_1", "q8_0"):
-        src = ['#include "xi_mvt.cuh"']
-        for R in (2, 4):
-            src.append(f'extern "C" __global__ void __launch_bounds__(256, 2) mvt_R{R}(const uint8_t *__restrict__ w, '
-                       f'const float *__restrict__ x, float *__restrict__ y, xi_matmul_c c) {{ '
-                       f'const XiMvcArgs a{{w, x, nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f}}; '
-                       f'xi_mvt<{ENUM[dt]}, {R}, false, false, false>(a); }}')
-        cubin = _nvrtc.compile_cubin("\n".join(src), f"mvt_{dt}.cu", be.arch, headers, driver_version=be.driver_version)
-        mod = ffi.new("CUmodule *")
-        check(lib.cuModuleLoadData(mod, cubin), "cuModuleLoadData")
-        for R in (2, 4):
-            fn = ffi.new("CUfunction *")
-            check(lib.cuModuleGetFunction(fn, mod[0], f"mvt_R{R}".encode()), f"mvt_R{R}")
-            fixed[dt, R] = fn[0]
-
-    def entry_cmd(k, tiled, w, N, K, T, dt=None):
-        import struct
-
+    def entry_cmd(k, which, w, N, K, T, dt):
         c = dict(T=T, N=N, K=K, accumulate=0)
-        if isinstance(tiled, int) and not isinstance(tiled, bool):  # a fixed R, not staged
-            g = LaunchGrid((-(-N // (8 * tiled)), -(-T // 8), 1), (256, 1, 1), 0, fixed[dt, tiled])
+        if which == "staged":
+            g = LaunchGrid(_launch._matmul_grid(c, dt), (256, 1, 1), 0, k.entries[""])
+        elif which == "tiled":
+            g = LaunchGrid(_launch._tiled_grid(c, False), (256, 1, 1), _launch.mvt_stage_bytes(dt, K, be.stage_max),
+                           k.entries["_t"])
         else:
-            fn, block, _, grid, shared = k._variant
-            g = (LaunchGrid(grid(c), (block, 1, 1), shared(c), fn) if tiled
-                 else LaunchGrid(k._grid_fn(c), k.block, 0, k.function))
+            grid, block, shared, suffix = _launch.tc_launch(c, False)
+            g = LaunchGrid(grid, block, shared, k.entries[suffix])
         return ("dispatch", k, g, [w, px, py], struct.pack("<iiii", T, N, K, 0))
 
-    print("\nmatmul_DT at T tokens (L2-cold weights), us a launch (us a token): staged xi_mvc / tiled xi_mvt "
-          "(production: rows by rule, tokens staged in shared memory) / xi_mvt R=2 / R=4 (not staged)")
+    print("\nmatmul_DT at T tokens (L2-cold weights), us a launch: staged xi_mvc / tiled xi_mvt / tensor-core "
+          "xi_tc (q4_1, q8_0); * the backend's choice")
     for dt, N, K in [("q4_1", 960, 576), ("q4_1", 576, 576), ("q4_1", 3072, 576), ("q4_1", 576, 1536),
-                     ("q4_1", 4096, 4096), ("q8_0", 49152, 576)]:
+                     ("q4_1", 4096, 4096), ("q8_0", 49152, 576), ("q4_0", 960, 576)]:
         big, stride, copies = weight_copies(dt, N, K, 256 if N * K < 2**24 else 24)
         base = kernels[dt][0][1]
+        whichs = ("staged", "tiled") + (("tc",) if dt in _launch.TC_TYPES else ())
         line = []
-        for T in (4, 8, 16, 64):
-            pair = []
-            for tiled in (False, True, 2, 4):
-                us = graph_ms([entry_cmd(base, tiled, big + i * stride, N, K, T, dt) for i in range(copies)], 7) * 1e3 / copies
-                pair.append(us)
-                label = {False: "staged", True: "tiled", 2: "tiled_R2", 4: "tiled_R4"}[tiled]
-                results.append(dict(dt=dt, N=N, K=K, variant=f"{label}_T{T}", us=us,
+        for T in (1, 4, 8, 16, 64):
+            chosen = base.launch_grid(dict(T=T, N=N, K=K, accumulate=0)).function
+            cells = []
+            for which in whichs:
+                cmd = entry_cmd(base, which, big, N, K, T, dt)
+                us = graph_ms([entry_cmd(base, which, big + i * stride, N, K, T, dt) for i in range(copies)], 7) * 1e3 / copies
+                cells.append(f"{us:6.2f}{'*' if cmd[2].function == chosen else ' '}")
+                results.append(dict(dt=dt, N=N, K=K, variant=f"{which}_T{T}", us=us,
                                     gbs=wbytes_of(dt, N, K) / us / 1e3, copies=copies))
-            line.append(f"T={T}: " + " / ".join(f"{u:6.2f}" for u in pair))
+            line.append(f"T={T}: " + " / ".join(cells))
         be.free(big)
         print(f"  {dt} N={N:5d} K={K:5d}  " + "  ".join(line))
     # an empty graph node, for the per-dispatch floor
     aff = be.load_kernel("affine")
-    import struct
-
     node_ms = graph_ms([("dispatch", aff, (1, 1, 1), [px, px], struct.pack("<iff", 1, 1.0, 0.0))] * 256)
     print(f"\nempty graph node: {node_ms * 1e3 / 256:.2f} us")
     if out_dir:

@@ -8,6 +8,7 @@ event, a captured command list is a CUDA graph, and a fence signal is the native
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -18,7 +19,7 @@ from ...hal._errors import DeviceError
 from ...runtime._backend import Backend, BackendQueue, Command
 from . import _driver
 from ._driver import check, ffi
-from ._launch import LAUNCH, VARIANTS, stage_max_for
+from ._launch import LAUNCH, MATMUL, matmul_entries, matmul_launch, stage_max_for
 from ._pinned import MappedCounter, PinnedPool
 
 _CUBLAS_WORKSPACE = 32 << 20
@@ -68,23 +69,24 @@ class LaunchGrid(tuple):
 
 class CUDAKernel:
     """A loaded kernel: ``extern "C" <name>`` of ``shaders/<source>.cu``, launched with ``block``
-    threads and ``shared_bytes`` of dynamic shared memory; ``launch_grid`` may name a second entry
-    point of the shader with its own block and dynamic shared bytes (``_launch.VARIANTS``)."""
+    threads and ``shared_bytes`` of dynamic shared memory. A matrix kernel (``_launch.MATMUL``) has
+    several entry points in its shader (``entries``: suffix -> CUfunction); ``launch`` (constants ->
+    (grid, block, shared bytes, suffix), ``_launch.matmul_launch``) picks one for each launch."""
 
-    def __init__(self, name: str, module, function, block: int, grid_fn, variant=None):
+    def __init__(self, name: str, module, function, block: int, grid_fn, launch=None, entries=None):
         self.name, self.module, self.function = name, module, function
         self.block = (block, 1, 1)
         self.shared_bytes = 0
         self._grid_fn = grid_fn
-        self._variant = variant  # (function, block, use(constants), grid(constants), shared(constants)) or None
+        self._launch, self.entries = launch, entries or {"": function}
 
     def launch_grid(self, constants: dict) -> "LaunchGrid":
         """The grid ``(x, y, z)`` of blocks for the constants (a dict of the KERNELS.md fields), as
         the runtime puts it in ``("dispatch", ...)``; it also carries ``.block``, ``.shared_bytes``
-        and ``.function``: the entry point these constants launch (``_launch.VARIANTS``)."""
-        v = self._variant
-        if v is not None and v[2](constants):
-            return LaunchGrid(v[3](constants), (v[1], 1, 1), v[4](constants), v[0])
+        and ``.function``: the entry point these constants launch."""
+        if self._launch is not None:
+            grid, block, shared, suffix = self._launch(constants)
+            return LaunchGrid(grid, block, shared, self.entries[suffix])
         return LaunchGrid(self._grid_fn(constants), self.block, self.shared_bytes, self.function)
 
     def launch_config(self, constants: dict) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
@@ -307,7 +309,7 @@ class CUDABackend(Backend):
         name = spec if isinstance(spec, str) else spec.name
         if name in self._kernels:
             return self._kernels[name]
-        if name not in LAUNCH:
+        if name not in LAUNCH and name not in MATMUL:
             raise ValueError(f"no CUDA launch configuration for kernel {name!r}")
         source_name = (None if isinstance(spec, str) else getattr(spec, "source_name", None)) or name
         d = shader_dir()
@@ -329,18 +331,22 @@ class CUDABackend(Backend):
         mod, fn = ffi.new("CUmodule *"), ffi.new("CUfunction *")
         check(self._lib.cuModuleLoadData(mod, cubin), f"cuModuleLoadData({source_name}.cu)")
         check(self._lib.cuModuleGetFunction(fn, mod[0], name.encode()), f"cuModuleGetFunction({name})")
-        block, grid_fn = LAUNCH[name]
-        variant = None
-        if name in VARIANTS:
-            entry, vblock, use, vgrid, vshared = VARIANTS[name]
-            vfn = ffi.new("CUfunction *")
-            check(self._lib.cuModuleGetFunction(vfn, mod[0], entry.encode()), f"cuModuleGetFunction({entry})")
-            if self.stage_max > 48 * 1024:  # dynamic shared memory past 48 KB is opt-in
-                check(self._lib.cuFuncSetAttribute(vfn[0], _driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                   self.stage_max), f"cuFuncSetAttribute({entry})")
-            stage_max = self.stage_max
-            variant = (vfn[0], vblock, use, vgrid, lambda c, f=vshared: f(c, stage_max))
-        k = self._kernels[name] = CUDAKernel(name, mod[0], fn[0], block, grid_fn, variant)
+        if name in MATMUL:
+            dt, kind = MATMUL[name]
+            entries = {"": fn[0]}
+            for suffix in matmul_entries(dt)[1:]:
+                efn = ffi.new("CUfunction *")
+                check(self._lib.cuModuleGetFunction(efn, mod[0], (name + suffix).encode()), f"cuModuleGetFunction({name + suffix})")
+                entries[suffix] = efn[0]
+            if self.stage_max > 48 * 1024:  # the `_t` entry's token stage: dynamic shared memory past 48 KB is opt-in
+                check(self._lib.cuFuncSetAttribute(entries["_t"], _driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                   self.stage_max), f"cuFuncSetAttribute({name}_t)")
+            launch = functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=self.stage_max,
+                                       sms=self.multiprocessors, cc=self.compute_capability)
+            k = self._kernels[name] = CUDAKernel(name, mod[0], fn[0], 256, None, launch, entries)
+        else:
+            block, grid_fn = LAUNCH[name]
+            k = self._kernels[name] = CUDAKernel(name, mod[0], fn[0], block, grid_fn)
         return k
 
     # -- gemm -------------------------------------------------------------------------------------

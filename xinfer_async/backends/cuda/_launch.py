@@ -72,10 +72,6 @@ def _tiled_grid(c: dict, glu: bool) -> tuple[int, int, int]:
     return (_cdiv(c["N"], _MVT_WARPS * mvt_rows(c["N"], c["T"], glu)), _cdiv(c["T"], _MVT_TT), 1)
 
 
-def _tiled(c: dict) -> bool:
-    return c["T"] > _MVT_MIN_T
-
-
 MVT_STAGE_MAX = 102400  # the most dynamic shared bytes the `_t` entries stage tokens in (2 blocks an SM)
 
 
@@ -92,6 +88,56 @@ def mvt_stage_bytes(dt: str, k: int, stage_max: int = MVT_STAGE_MAX) -> int:
     return n if n <= stage_max else 0
 
 
+_TC_SEG_BLOCKS, _TC_SEGS = 4, 16  # XI_TC_SEG_BLOCKS, XI_TC_SEGS (shaders/xi_tc.cuh)
+TC_TYPES = ("q8_0", "q4_1")  # the types with a tensor-core matrix kernel (entries ``_tc``, ``_tct``)
+
+
+def tc_segs(nb: int) -> int:
+    """K segments (warps a CTA) of the tensor-core kernel for ``nb`` 32-element blocks
+    (``xi_tc_segs``): ceil(nb / 4), at most 16."""
+    return max(1, min(_TC_SEGS, -(-nb // _TC_SEG_BLOCKS)))
+
+
+def tc_weight(dt: str, n: int, glu: bool, sms: int, cc: tuple[int, int]) -> bool:
+    """Whether a weight of ``n`` output rows runs the tensor-core kernel, at every T (its rows then
+    never run another kernel, so they stay bit-identical whatever T): q4_1 and q8_0 on compute
+    capability 8.0+, for SwiGLU's gate/up weight and for weights of at least 4 row tiles (16 rows) an
+    SM (an output layer). Measured on the H200 (bench/_gemv_variants.py): there it takes 40 % off
+    those kernels at 64 tokens and costs ~1 us a launch at one token; on narrower weights it is the
+    slower one at every T."""
+    return dt in TC_TYPES and cc >= (8, 0) and (glu or _cdiv(n, 16) >= 4 * sms)
+
+
+def tc_launch(c: dict, glu: bool) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+    """(grid, block, shared bytes, entry suffix) of the tensor-core kernel: ``_tc`` at T <= 8 (8 tokens
+    a block), ``_tct`` above (32 tokens, 16 with GLU); a block of ``tc_segs`` warps a tile of 16 rows;
+    shared: the segment sums (segments x regions x tiles of 8 tokens x 512 bytes)."""
+    t = c["T"]
+    segs, tok = tc_segs(c["K"] // 32), 8 if t <= 8 else 16 if glu else 32
+    shared = segs * (2 if glu else 1) * _cdiv(min(max(t, 1), tok), 8) * 512
+    return (_cdiv(c["N"], 16), _cdiv(t, tok), 1), (32 * segs, 1, 1), shared, "_tc" if t <= 8 else "_tct"
+
+
+def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
+                  cc: tuple[int, int] = (9, 0)) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+    """(grid, block, dynamic shared bytes, entry suffix) of a matrix kernel (``kind``: ``matmul``,
+    ``rmsnorm_matmul`` or ``rmsnorm_matmul_swiglu``) of type ``dt`` for the constants:
+
+    - ``tc_weight``: the tensor-core kernel (shaders/xi_tc.cuh), ``_tc`` at T <= 8 (8 tokens a block)
+      and ``_tct`` above (32, 16 with GLU): a block of ``tc_segs`` warps a tile of 16 rows; shared:
+      the segment sums;
+    - else T > 8: ``_t``, the register-tiled kernel (shaders/xi_mvt.cuh), 8 warps of ``mvt_rows``
+      rows by 8 tokens a block, tokens staged in ``mvt_stage_bytes`` (``stage_max``: the device's);
+    - else the first entry (shaders/xi_mvc.cuh), 256 threads (``_matmul_grid``, ``_fused_grid``)."""
+    glu, t = kind == "rmsnorm_matmul_swiglu", c["T"]
+    if tc_weight(dt, c["N"], glu, sms, cc):
+        return tc_launch(c, glu)
+    if t > _MVT_MIN_T:
+        return _tiled_grid(c, glu), (256, 1, 1), mvt_stage_bytes(dt, c["K"], stage_max), "_t"
+    grid = _matmul_grid(c, dt) if kind == "matmul" else _fused_grid(c, dt, glu)
+    return grid, (256, 1, 1), 0, ""
+
+
 #: name -> (block, grid(constants) -> (x, y, z))
 LAUNCH = {
     "affine": (256, lambda c: _flat(c["n"])),
@@ -106,22 +152,16 @@ LAUNCH = {
     "kv_store": (256, lambda c: _flat(c["T"] * c["width"])),
     "rope_kv_store": (128, lambda c: (max(1, c["T"]), _cdiv((c["n_head"] + 2 * c["n_kv"]) * (c["head_dim"] // 2), 128), 1)),
 }
+#: the matrix kernels: name -> (dtype, kind); launched by ``matmul_launch``, entries name + suffix
+MATMUL = {}
 for _dt in ("f32", "f16", "q8_0", "q4_0", "q4_1"):
     LAUNCH[f"get_rows_{_dt}"] = (256, lambda c: (max(1, c["T"]), 1, 1))
-    LAUNCH[f"matmul_{_dt}"] = (256, lambda c, _dt=_dt: _matmul_grid(c, _dt))
-    LAUNCH[f"rmsnorm_matmul_{_dt}"] = (256, lambda c, _dt=_dt: _fused_grid(c, _dt, False))
-    LAUNCH[f"rmsnorm_matmul_swiglu_{_dt}"] = (256, lambda c, _dt=_dt: _fused_grid(c, _dt, True))
+    for _kind in ("matmul", "rmsnorm_matmul", "rmsnorm_matmul_swiglu"):
+        MATMUL[f"{_kind}_{_dt}"] = (_dt, _kind)
 for _dt in ("q8_0", "q4_0", "q4_1"):
     LAUNCH[f"dequantize_{_dt}"] = (256, lambda c: _flat(c["n"]))
 
-#: name -> (entry, block, use(constants) -> bool, grid(constants), shared bytes(constants,
-#: stage_max)): a second entry point of the same shader that serves the constants ``use`` accepts
-#: (the register-tiled matrix kernels at T > 8; every (row, token) result equals the first entry's
-#: bit for bit, only the speed differs)
-VARIANTS = {}
-for _dt in ("f32", "f16", "q8_0", "q4_0", "q4_1"):
-    _shared = lambda c, stage_max, _dt=_dt: mvt_stage_bytes(_dt, c["K"], stage_max)  # noqa: E731
-    VARIANTS[f"matmul_{_dt}"] = (f"matmul_{_dt}_t", 256, _tiled, lambda c: _tiled_grid(c, False), _shared)
-    VARIANTS[f"rmsnorm_matmul_{_dt}"] = (f"rmsnorm_matmul_{_dt}_t", 256, _tiled, lambda c: _tiled_grid(c, False), _shared)
-    VARIANTS[f"rmsnorm_matmul_swiglu_{_dt}"] = (f"rmsnorm_matmul_swiglu_{_dt}_t", 256, _tiled,
-                                                lambda c: _tiled_grid(c, True), _shared)
+
+def matmul_entries(dt: str) -> tuple[str, ...]:
+    """The entry suffixes of a matrix kernel's shader: ``""``, ``"_t"`` (and ``"_tc"``, ``"_tct"``)."""
+    return ("", "_t") + (("_tc", "_tct") if dt in TC_TYPES else ())
