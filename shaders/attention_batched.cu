@@ -4,10 +4,10 @@
 // last < first gives a zero row. Query head h reads kv head h / (n_head / n_kv) (GQA). The math of
 // attention.cu over the cache starting at row first[t] (key j there is row first[t] + j, the same warp
 // visits it), so a row is bit-identical to attention with pos = last - first on that cache.
-// One block of 128 threads (4 warps) per (t, head), head_dim <= 256, any rows.
-#define XI_ATT_WARPS 4
+// One block of 256 threads (8 warps) per (t, head), head_dim <= 256, any rows.
+#define XI_ATT_WARPS 8
 #define XI_ATT_MAXD 8  // head_dim / 32 per lane, at most
-extern "C" __global__ void __launch_bounds__(128) attention_batched(const float *__restrict__ q, const float *__restrict__ k,
+extern "C" __global__ void __launch_bounds__(256) attention_batched(const float *__restrict__ q, const float *__restrict__ k,
                                                                     const float *__restrict__ v,
                                                                     const int32_t *__restrict__ first,
                                                                     const int32_t *__restrict__ last,
@@ -38,14 +38,30 @@ extern "C" __global__ void __launch_bounds__(128) attention_batched(const float 
         acc[i] = 0.0f;
     }
     float m = -XI_INF, lsum = 0.0f;
-    for (int j = warp; j <= p; j += XI_ATT_WARPS) {
+    // key j's k and v values of this lane, loaded one key ahead (the next key's loads are in flight
+    // while this one is summed; the sums are those of a plain loop)
+    float kn[XI_ATT_MAXD], vn[XI_ATT_MAXD];
+    auto load_kv = [&](int j) {
         const float *kr = kb + (size_t_)j * kv_row, *vr = vb + (size_t_)j * kv_row;
-        float s = 0.0f, vv[XI_ATT_MAXD];
 #pragma unroll
         for (int i = 0; i < XI_ATT_MAXD; i++) {
             const int d = lane + 32 * i;
-            if (d < hd) { s += qr[i] * kr[d]; vv[i] = vr[d]; } else vv[i] = 0.0f;
+            kn[i] = d < hd ? kr[d] : 0.0f;
+            vn[i] = d < hd ? vr[d] : 0.0f;
         }
+    };
+    if (warp <= p) load_kv(warp);
+    for (int j = warp; j <= p; j += XI_ATT_WARPS) {
+        float s = 0.0f, kk[XI_ATT_MAXD], vv[XI_ATT_MAXD];
+#pragma unroll
+        for (int i = 0; i < XI_ATT_MAXD; i++) {
+            kk[i] = kn[i];
+            vv[i] = vn[i];
+        }
+        if (j + XI_ATT_WARPS <= p) load_kv(j + XI_ATT_WARPS);
+#pragma unroll
+        for (int i = 0; i < XI_ATT_MAXD; i++)
+            if (lane + 32 * i < hd) s += qr[i] * kk[i];
         s = xi_warp_sum(s) * c.scale;
         const float mn = fmaxf(m, s);
         const float corr = expf(m - mn), e = expf(s - mn);

@@ -98,14 +98,27 @@ def tc_segs(nb: int) -> int:
     return max(1, min(_TC_SEGS, -(-nb // _TC_SEG_BLOCKS)))
 
 
-def tc_weight(dt: str, n: int, glu: bool, sms: int, cc: tuple[int, int]) -> bool:
-    """Whether a weight of ``n`` output rows runs the tensor-core kernel, at every T (its rows then
-    never run another kernel, so they stay bit-identical whatever T): q4_1 and q8_0 on compute
-    capability 8.0+, for SwiGLU's gate/up weight and for weights of at least 4 row tiles (16 rows) an
-    SM (an output layer). Measured on the H200 (bench/_gemv_variants.py): there it takes 40 % off
-    those kernels at 64 tokens and costs ~1 us a launch at one token; on narrower weights it is the
-    slower one at every T."""
-    return dt in TC_TYPES and cc >= (8, 0) and (glu or _cdiv(n, 16) >= 4 * sms)
+_TC_REGS = {False: 96, True: 104}  # registers a thread of the `_tc` entries (their __maxnreg__), by GLU
+
+
+def tc_weight(dt: str, n: int, k: int, glu: bool, sms: int, cc: tuple[int, int]) -> bool:
+    """Whether a weight (``n`` output rows of ``k``) runs the tensor-core kernel, at every T (its rows
+    then never run another kernel, so they stay bit-identical whatever T): q4_1 and q8_0 on compute
+    capability 8.0+, where its one-token grid is short: SwiGLU's gate/up weight when that grid
+    takes one wave of the SMs, and weights of at least 4 row tiles (16 rows) an SM (an output
+    layer) when it takes at most 6.
+
+    Measured on the H200 (bench/_gemv_variants.py, us a launch): at 64 tokens it takes 40-55 % off
+    those kernels (SmolLM2's gate/up 24 -> 14, its q8_0 49152 x 576 output 293 -> 131); at one token
+    its blocks (a warp per K segment of 16 rows) are latency-bound: +1.5 on that gate/up, +14 on that
+    output layer, +11 on a 4096 x 4096 weight (2 waves), and Llama-3.2-1B's gate/up (4 waves) cost
+    0.4 ms a decode step; on narrow weights it gains under 10 % at 64 tokens."""
+    if dt not in TC_TYPES or cc < (8, 0):
+        return False
+    tiles, segs = _cdiv(n, 16), tc_segs(k // 32)
+    per_sm = max(1, min(2048 // (32 * segs), 65536 // (32 * segs * _TC_REGS[glu])))
+    waves = _cdiv(tiles, sms * per_sm)
+    return (glu and waves <= 1) or (tiles >= 4 * sms and waves <= 6)
 
 
 def tc_launch(c: dict, glu: bool) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
@@ -130,7 +143,7 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
       rows by 8 tokens a block, tokens staged in ``mvt_stage_bytes`` (``stage_max``: the device's);
     - else the first entry (shaders/xi_mvc.cuh), 256 threads (``_matmul_grid``, ``_fused_grid``)."""
     glu, t = kind == "rmsnorm_matmul_swiglu", c["T"]
-    if tc_weight(dt, c["N"], glu, sms, cc):
+    if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
     if t > _MVT_MIN_T:
         return _tiled_grid(c, glu), (256, 1, 1), mvt_stage_bytes(dt, c["K"], stage_max), "_t"
@@ -147,8 +160,8 @@ LAUNCH = {
     "swiglu": (256, lambda c: _flat(c["rows"] * c["n"])),
     "softmax": (256, lambda c: (max(1, c["rows"]), 1, 1)),
     "argmax": (1024, lambda c: (max(1, c["rows"]), 1, 1)),
-    "attention": (128, lambda c: (max(1, c["T"]), max(1, c["n_head"]), 1)),
-    "attention_batched": (128, lambda c: (max(1, c["T"]), max(1, c["n_head"]), 1)),
+    "attention": (256, lambda c: (max(1, c["T"]), max(1, c["n_head"]), 1)),
+    "attention_batched": (256, lambda c: (max(1, c["T"]), max(1, c["n_head"]), 1)),
     "kv_store": (256, lambda c: _flat(c["T"] * c["width"])),
     "rope_kv_store": (128, lambda c: (max(1, c["T"]), _cdiv((c["n_head"] + 2 * c["n_kv"]) * (c["head_dim"] // 2), 128), 1)),
 }
