@@ -252,19 +252,29 @@ class Slot:
         p = self._plan(plan)
         chosen = self._output_indices(p, outputs)
         pool = self.device.command_lists
+        yielded = False
         if wait_for_list:
-            lease = pool.acquire(self.prepared.queue)
-            ex = await lease.__aenter__()
+            # With a list free, record and submit before this task yields: the device starts now,
+            # not after every task the yield lets run (e.g. 64 consumers of the last step's tokens).
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                lease = pool.acquire_nowait(self.prepared.queue)
+            except trio.WouldBlock:
+                lease = pool.acquire(self.prepared.queue)
+                yielded = True
         else:
             lease = pool.acquire_nowait(self.prepared.queue)
-            ex = lease.__enter__()
+        ex = await lease.__aenter__() if yielded else lease.__enter__()
         try:
             readbacks = self.record_run(ex, inputs, plan, outputs=chosen, device_inputs=device_inputs)
             value = self.submit_recorded(ex)
         except BaseException:
             await lease.__aexit__(None, None, None)
             raise
-        return PendingRun(self, plan, chosen, lease, readbacks, Completion(ex.queue, value))
+        run = PendingRun(self, plan, chosen, lease, readbacks, Completion(ex.queue, value))
+        if wait_for_list and not yielded:
+            await trio.lowlevel.cancel_shielded_checkpoint()  # the await's schedule point, after the submission
+        return run
 
     def submit(self, inputs: Sequence[Any], plan: str | None = None) -> list[DeviceTensor]:
         """Record and submit a run without downloading; returns the outputs as ``DeviceTensor``s."""
