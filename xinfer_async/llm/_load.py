@@ -36,7 +36,8 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
         batching: decode all active requests in one batched step (``slots`` sequences in one
             batched KV cache, plans for batch buckets 1, 2, 4, ... up to ``slots``); each
             request's output is what it gives alone, bit for bit (on cuda where a weight row fits
-            the matrix kernel's stage: shaders/xi_mvc.cuh).
+            the matrix kernel's stage, shaders/xi_mvc.cuh, or runs the tensor-core kernel,
+            shaders/xi_tc.cuh).
             ``logits`` runs unbatched on one slot of its own.
 
     Raises:
