@@ -1,5 +1,6 @@
-"""One launch each of the tiled matrix kernels of a batch-64 SmolLM2 decode step (shaders/xi_mvt.cuh)
-on random weights, for Nsight Compute: ``ncu --kernel-name regex:_t$ ... python3 .ci/ncu_tiled.py``."""
+"""One launch each of the T > 8 matrix kernels of a batch-64 SmolLM2 decode step on random weights
+(the register-tiled ``_t`` entries of shaders/xi_mvt.cuh, the tensor-core ``_tct`` ones of
+shaders/xi_tc.cuh), for Nsight Compute: ``ncu --kernel-name regex:'_tc?t$' ... python3 .ci/ncu_tiled.py``."""
 
 import numpy as np
 import trio

@@ -1,8 +1,8 @@
 // The tensor-core matrix kernel of matmul_DT, rmsnorm_matmul_DT and rmsnorm_matmul_swiglu_DT for
 // the quantized types q4_1 and q8_0: y (T, N) from w (N, K) rows and x (T, K) f32 tokens (NORM and
 // GLU as in xi_mvc.cuh). The cuda backend runs it, at every T, for the weights where it beats the
-// float kernels of xi_mvc.cuh / xi_mvt.cuh (backends/cuda/_launch.py: tc_weight): the gate/up weight
-// of SwiGLU and weights of many rows (the output layer); a weight's rows never mix the two.
+// float kernels of xi_mvc.cuh / xi_mvt.cuh (backends/cuda/_launch.py: tc_weight, e.g. SmolLM2's
+// gate/up and output layer: where its one-token grid is short); a weight's rows never mix the two.
 //
 // Numerics (mma.sync m16n8k8, tf32 inputs, f32 accumulation). A block's codes q (q4_1 nibbles
 // 0..15, q8_0 int8) are exact in tf32. Each h (x, or its rmsnorm with NORM) is split into
@@ -26,13 +26,16 @@
 #pragma once
 #include "xi_mvc.cuh"
 
-#define XI_TC_SEG_BLOCKS 4  // blocks a segment at least (up to XI_TC_SEGS segments)
+#define XI_TC_SEG_BLOCKS 4  // blocks a segment while there are at most XI_TC_SEGS of them
 #define XI_TC_SEGS 16       // segments (warps a CTA) at most
 
-// Segments of nb blocks (warps a CTA): ceil(nb / 4), at most 16; backends/cuda/_launch.py repeats it.
+// Blocks a segment: 4, or ceil(nb / 16) past 64 blocks. backends/cuda/_launch.py repeats these two.
+__host__ __device__ constexpr int xi_tc_seg_blocks(int nb) {
+    return nb <= XI_TC_SEG_BLOCKS * XI_TC_SEGS ? XI_TC_SEG_BLOCKS : (nb + XI_TC_SEGS - 1) / XI_TC_SEGS;
+}
+// Segments of nb blocks (warps a CTA): ceil(nb / xi_tc_seg_blocks), at least 1; the last may be shorter.
 __host__ __device__ constexpr int xi_tc_segs(int nb) {
-    return nb <= XI_TC_SEG_BLOCKS ? 1 : (nb + XI_TC_SEG_BLOCKS - 1) / XI_TC_SEG_BLOCKS < XI_TC_SEGS
-                                            ? (nb + XI_TC_SEG_BLOCKS - 1) / XI_TC_SEG_BLOCKS : XI_TC_SEGS;
+    return nb <= 0 ? 1 : (nb + xi_tc_seg_blocks(nb) - 1) / xi_tc_seg_blocks(nb);
 }
 
 // tf32 mma.sync needs compute capability 8.0; the backend never launches these entries below it
@@ -115,15 +118,11 @@ __device__ __forceinline__ float4 xi_tc_ld4(const float *p, bool al) {
 __device__ __forceinline__ float xi_tc_hi(float v) { return __uint_as_float(__float_as_uint(v) & 0xffffe000u); }
 
 
-// The block sum of h over this thread's 8 elements (q4_1's m term); over the 4 lanes of the row
-// quad it is (s0 + s1) + (s2 + s3), the same bits in every lane.
-__device__ __forceinline__ float xi_tc_lane_sum(float4 lo, float4 hi) {
-    return ((lo.x + lo.y) + (lo.z + lo.w)) + ((hi.x + hi.y) + (hi.z + hi.w));
-}
-
 // The kernel body: grid (ceil(N / 16), ceil(T / (8 TL))), S = xi_tc_segs(K / 32) warps a CTA (warp s:
 // the blocks of segment s of row tile blockIdx.x, for the CTA's up to 8 TL tokens, read from global
-// memory), S x (1 or 2) x TL x 512 bytes of dynamic shared memory (the segment sums). K % 32 == 0.
+// memory), S x (1 or 2) x tiles x 512 bytes of dynamic shared memory (the segment sums; tiles: of 8
+// tokens, ceil(min(T, 8 TL) / 8)). K % 32 == 0. The q4_1 block sum of h is xi_blk_sum over a lane's
+// 8 values, then over the 4 lanes of the row quad: (s0 + s1) + (s2 + s3), the same bits in each lane.
 template <int TYPE, bool NORM, bool GLU, int TL>
 __device__ __forceinline__ void xi_tc_body(const XiMvcArgs &a) {
     typedef XiTc<TYPE> M;
@@ -131,11 +130,11 @@ __device__ __forceinline__ void xi_tc_body(const XiMvcArgs &a) {
     extern __shared__ __align__(16) float xi_tc_red[];
     __shared__ float inv_s[TOK];
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    const int nb = a.K >> 5, S = xi_tc_segs(nb), sb = (nb + S - 1) / S;
+    const int nb = a.K >> 5, S = xi_tc_segs(nb), sb = xi_tc_seg_blocks(nb);
     const int n0 = blockIdx.x * 16, tg0 = blockIdx.y * TOK;
     if (n0 >= a.N || tg0 >= a.T) return;  // the whole CTA
     const int tn = a.T - tg0 < TOK ? a.T - tg0 : TOK, tiles = (tn + 7) / 8;
-    const bool xal = (((size_t_)a.x) & 15) == 0 && (a.K & 3) == 0 && (!NORM || (((size_t_)a.norm) & 15) == 0);
+    const bool xal = (((size_t_)a.x) & 15) == 0 && (!NORM || (((size_t_)a.norm) & 15) == 0);
     const bool wal = (((size_t_)a.w) & (TYPE == XI_Q4_1 ? 3 : 1)) == 0;
     const size_t_ rb = (size_t_)nb * M::BYTES;
     const uint8_t *rows[NR][2];
@@ -222,7 +221,7 @@ __device__ __forceinline__ void xi_tc_body(const XiMvcArgs &a) {
                 }
                 float xs0 = 0.0f, xs1 = 0.0f;  // q4_1: the block sums of h of tokens 8 j + 2c and 8 j + 2c + 1
                 if (TYPE == XI_Q4_1) {
-                    float sm = xi_tc_lane_sum(lo, hi);
+                    float sm = xi_blk_sum(lo, hi);
                     sm += __shfl_xor_sync(0xffffffffu, sm, 1);
                     sm += __shfl_xor_sync(0xffffffffu, sm, 2);
                     xs0 = __shfl_sync(0xffffffffu, sm, 8 * c);
@@ -266,7 +265,7 @@ __device__ __forceinline__ void xi_tc_body(const XiMvcArgs &a) {
     __syncthreads();
     for (int o = threadIdx.x; o < tiles * 128; o += S * 32) {  // o = (tile, e, lane) of the gate (or only) region
         float sg = xi_tc_red[o], su = GLU ? xi_tc_red[tiles * 128 + o] : 0.0f;
-        for (int s = 1; s < S && s * sb < nb; s++) {  // (a segment past the last block holds nothing)
+        for (int s = 1; s < S; s++) {
             sg += xi_tc_red[s * per + o];
             if (GLU) su += xi_tc_red[s * per + tiles * 128 + o];
         }

@@ -358,17 +358,23 @@ def test_errors(be):
     # T > 8: the register-tiled entry matmul_q4_1_t (shaders/xi_mvt.cuh): 32 rows and 8 tokens a block
     g = mm.launch_grid(dict(T=12, N=4096, K=4096, accumulate=0))
     assert g == (128, 2, 1) and g.block == (256, 1, 1) and g.function == mm.entries["_t"] != mm.function
-    # the tensor-core entries (shaders/xi_tc.cuh) at every T for the weights _launch.tc_weight gives them:
-    # SwiGLU's gate/up (1536 x 576: 18 blocks in 5 K segments, a warp each, over a tile of 16 rows; 8
-    # tokens a block at T <= 8, 16 above), and many rows (49152: 4 row tiles an SM and more)
-    sw = be.load_kernel("rmsnorm_matmul_swiglu_q4_1")
-    for T, grid, entry, tiles in [(1, (96, 1, 1), "_tc", 1), (64, (96, 4, 1), "_tct", 2)]:
-        g = sw.launch_grid(dict(T=T, N=1536, K=576, eps=1e-5))
-        assert g == grid and g.block == (5 * 32, 1, 1) and g.function == sw.entries[entry]
-        assert g.shared_bytes == 5 * 2 * tiles * 512  # the segment sums: segments x gate, up x tiles of 8 tokens
+    # the tensor-core entries (shaders/xi_tc.cuh) at every T for the weights _launch.tc_weight gives them
+    # on this device (on the H200: SwiGLU's 1536 x 576 gate/up, the 49152 x 576 output layer): 18 blocks
+    # in 5 K segments, a warp each, over a tile of 16 rows; 8 tokens a block at T <= 8, 32 (16 with GLU) above
+    from xinfer_async.backends.cuda._launch import tc_weight
+
+    for name, N, glu in [("rmsnorm_matmul_swiglu_q4_1", 1536, True), ("matmul_q8_0", 49152, False)]:
+        k = be.load_kernel(name)
+        if not tc_weight(name[-4:], N, 576, glu, be.multiprocessors, be.compute_capability):
+            assert k.launch_grid(dict(T=64, N=N, K=576, accumulate=0, eps=1e-5)).function in (k.function, k.entries["_t"])
+            continue
+        tok = 16 if glu else 32
+        for T, entry, tiles in [(1, "_tc", 1), (64, "_tct", tok // 8)]:
+            g = k.launch_grid(dict(T=T, N=N, K=576, accumulate=0, eps=1e-5))
+            assert g == (N // 16, -(-T // (8 if T <= 8 else tok)), 1) and g.block == (5 * 32, 1, 1)
+            assert g.function == k.entries[entry]
+            assert g.shared_bytes == 5 * (2 if glu else 1) * tiles * 512  # segment sums: segments x regions x tiles
     out = be.load_kernel("matmul_q8_0")
-    g = out.launch_grid(dict(T=64, N=49152, K=576, accumulate=0))
-    assert g == (3072, 2, 1) and g.block == (5 * 32, 1, 1) and g.function == out.entries["_tct"]
     assert out.launch_grid(dict(T=64, N=960, K=576, accumulate=0)).function == out.entries["_t"]  # narrow: xi_mvt
 
 

@@ -19,7 +19,7 @@ BLOCK_DTS = ["q8_0", "q4_0", "q4_1"]
 EPS32 = float(np.finfo(np.float32).eps)
 EPS = 1e-5  # rmsnorm eps
 #: (K, N): N odd in two of them (1: a single output column)
-KN = [(32, 1), (576, 37), (1536, 96)]
+KN = [(32, 1), (576, 37), (1536, 96), (96, 8500)]  # N = 8500: q4_1/q8_0 on the tensor cores (cuda, H200)
 POISON = 0x7FC01234  # a recognizable NaN
 
 
@@ -152,16 +152,18 @@ async def test_rmsnorm_matmul_swiglu(devices, rng, dt, T, K, N):
 # ------------------------------------------------------------------ a row does not depend on T
 
 #: token counts each run of a kernel sees: T == 1 (cuda: xi_mv1), 2 <= T <= 8 (the staged xi_mvc),
-#: T > 8 (the `_t` entries of xi_mvt.cuh, the `_tct` entries of xi_tc.cuh), with a partial last
-#: group of 8 tokens
+#: T > 8 (the `_t` entries of xi_mvt.cuh), with a partial last group of 8 tokens; on the weights
+#: that run xi_tc.cuh's tensor-core kernel, its `_tc` entry at T <= 8 and its `_tct` entry above
 T_RUNS = [1, 5, 8, 13, 21, 64]
 
 
 #: (K, N, x offset in floats): xi_mvt.cuh's narrow (2 rows a warp, 1 + 1 with GLU, at 8 < T <= 16)
 #: and wide (4, 2 + 2: from 2048 weight rows, or T > 16) paths, odd N; K = 3584: tokens too large
 #: to stage in shared memory; x offset 1: unaligned, every T's element-by-element path. q4_1 and
-#: q8_0 run xi_tc.cuh's tensor-core kernel with GLU, and at N = 8500 (4 row tiles an SM on the H200)
-ROW_KN = [(576, 37, 0), (1536, 70, 0), (576, 1030, 0), (96, 2049, 0), (96, 8500, 0), (3584, 37, 0), (576, 37, 1)]
+#: q8_0 run xi_tc.cuh's tensor-core kernel with GLU, and at N = 8500 (4 row tiles an SM on the H200);
+#: K = 2304: its 72 blocks in 15 segments of 5, the last of 2
+ROW_KN = [(576, 37, 0), (1536, 70, 0), (576, 1030, 0), (96, 2049, 0), (96, 8500, 0), (2304, 37, 0), (3584, 37, 0),
+          (576, 37, 1)]
 
 
 @pytest.mark.parametrize("K,N,xoff", ROW_KN)

@@ -224,6 +224,34 @@ async def test_device_inputs_chain_runs_without_the_host(devices):
     pm.close()
 
 
+async def test_start_run_submits_before_other_tasks_run(devices):
+    """With a command list free, start_run submits before its schedule point: a task that becomes
+    runnable first already sees the run submitted (the device starts before the yield lets that task
+    run). A call cancelled on entry takes no list."""
+    m = build(devices)
+    pm = m.prepare(1)
+    x = m.sample()
+    fence, seen = pm.queue.fence, []
+
+    async def peek():
+        seen.append(fence.submitted_value)
+
+    async with pm.slot() as s:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(peek)
+            before = fence.submitted_value
+            pending = await s.start_run([x])
+        assert seen == [before + 1]
+        assert_close((await pending.result())[0], m.reference(x))
+        free = devices.command_lists.statistics().free
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await s.start_run([x])
+        assert scope.cancelled_caught and devices.command_lists.statistics().free == free
+        assert fence.submitted_value == before + 1
+    pm.close()
+
+
 async def test_start_run_returns_before_the_result_and_never_waits_for_a_second_list(devices):
     m = build(devices)
     pm = m.prepare(1)

@@ -204,7 +204,8 @@ def main(argv=None) -> int:
         for label, us, gbs in row:
             print(f"  {label:14s} {us:8.2f} us {gbs:9.1f} GB/s {100 * gbs / PEAK:5.1f}%{'  *' if label == best[0] else ''}")
         table.append((dt, N, K, row))
-    # the matrix kernel's entries at T tokens: the staged xi_mvc (``staged``, launched at T <= 8), the
+    # the matrix kernel's entries at T tokens (their results are checked by tests/test_fused_kernels.py,
+    # not here): the staged xi_mvc (``staged``, launched at T <= 8; xi_mv1 at T == 1), the
     # register-tiled xi_mvt (``tiled``, T > 8) and, for q4_1 and q8_0, the tensor-core xi_tc (``tc``),
     # each forced at every T; ``*`` marks the one the backend launches (_launch.matmul_launch)
     from xinfer_async.backends.cuda._backend import LaunchGrid
@@ -234,9 +235,9 @@ def main(argv=None) -> int:
             chosen = base.launch_grid(dict(T=T, N=N, K=K, accumulate=0)).function
             cells = []
             for which in whichs:
-                cmd = entry_cmd(base, which, big, N, K, T, dt)
-                us = graph_ms([entry_cmd(base, which, big + i * stride, N, K, T, dt) for i in range(copies)], 7) * 1e3 / copies
-                cells.append(f"{us:6.2f}{'*' if cmd[2].function == chosen else ' '}")
+                cmds = [entry_cmd(base, which, big + i * stride, N, K, T, dt) for i in range(copies)]
+                us = graph_ms(cmds, 7) * 1e3 / copies
+                cells.append(f"{us:6.2f}{'*' if cmds[0][2].function == chosen else ' '}")
                 results.append(dict(dt=dt, N=N, K=K, variant=f"{which}_T{T}", us=us,
                                     gbs=wbytes_of(dt, N, K) / us / 1e3, copies=copies))
             line.append(f"T={T}: " + " / ".join(cells))

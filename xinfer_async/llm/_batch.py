@@ -23,8 +23,8 @@ not depend on the token count; see shaders/xi_mvt.cuh and shaders/xi_tc.cuh), so
 tokens are exactly those it gets alone, however its prompt and its steps were batched -- on cuda,
 where a weight row fits the 32 KB stage of the 2..8-token kernel (shaders/xi_mvc.cuh: e.g. q4_1
 K <= 52k, f16 K <= 16k, half that for the gate/up weight; longer rows run other kernels at 2..8
-tokens), and for any K on the weights that run the tensor-core kernel (q4_1/q8_0 SwiGLU gate/up
-and output layers: backends/cuda/_launch.py, tc_weight).
+tokens), and for any K on the weights that run the tensor-core kernel (the q4_1/q8_0 SwiGLU gate/up
+and output layers backends/cuda/_launch.py's tc_weight picks).
 
 Pipelining: when every active request is greedy and has room for two more tokens, and no prompt
 is waiting or running (the next step's rows are this one's), the step after

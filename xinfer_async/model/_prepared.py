@@ -238,7 +238,10 @@ class Slot:
     async def start_run(self, inputs: Sequence[Any], plan: str | None = None, outputs: Sequence[int] | None = None,
                         device_inputs: dict[int, Any] | None = None, wait_for_list: bool = True) -> PendingRun:
         """Take a command list, record the run (``record_run``) and submit it; returns before the
-        device finishes, so the caller can submit the next run first (pipelining).
+        device finishes, so the caller can submit the next run first (pipelining). With a list free,
+        the run is submitted before this task yields (its schedule point comes after the submission),
+        so the device starts before the tasks the yield lets run; a call cancelled on entry takes no
+        list.
 
         Args:
             device_inputs: see ``record_run``.
@@ -252,19 +255,18 @@ class Slot:
         p = self._plan(plan)
         chosen = self._output_indices(p, outputs)
         pool = self.device.command_lists
-        yielded = False
         if wait_for_list:
-            # With a list free, record and submit before this task yields: the device starts now,
-            # not after every task the yield lets run (e.g. 64 consumers of the last step's tokens).
             await trio.lowlevel.checkpoint_if_cancelled()
-            try:
-                lease = pool.acquire_nowait(self.prepared.queue)
-            except trio.WouldBlock:
-                lease = pool.acquire(self.prepared.queue)
-                yielded = True
-        else:
+        parked = False
+        try:
             lease = pool.acquire_nowait(self.prepared.queue)
-        ex = await lease.__aenter__() if yielded else lease.__enter__()
+            ex = lease.__enter__()
+        except trio.WouldBlock:
+            if not wait_for_list:
+                raise
+            lease = pool.acquire(self.prepared.queue)
+            ex = await lease.__aenter__()  # parks until a list is returned
+            parked = True
         try:
             readbacks = self.record_run(ex, inputs, plan, outputs=chosen, device_inputs=device_inputs)
             value = self.submit_recorded(ex)
@@ -272,8 +274,8 @@ class Slot:
             await lease.__aexit__(None, None, None)
             raise
         run = PendingRun(self, plan, chosen, lease, readbacks, Completion(ex.queue, value))
-        if wait_for_list and not yielded:
-            await trio.lowlevel.cancel_shielded_checkpoint()  # the await's schedule point, after the submission
+        if wait_for_list and not parked:
+            await trio.lowlevel.cancel_shielded_checkpoint()  # the schedule point, after the submission
         return run
 
     def submit(self, inputs: Sequence[Any], plan: str | None = None) -> list[DeviceTensor]:

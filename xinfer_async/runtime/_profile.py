@@ -18,13 +18,15 @@ from typing import Any
 
 
 def command_label(cmd: tuple) -> str:
-    """``dispatch``: the kernel's name plus ``/t`` when its grid launches another entry point (the
-    tiled matrix kernels); other commands: their kind."""
+    """``dispatch``: the kernel's name, plus ``/`` and the entry's suffix when its grid launches
+    another entry point of the shader (the matrix kernels: ``/t`` the register-tiled kernel, ``/tc``
+    and ``/tct`` the tensor-core one; cuda ``CUDAKernel.entries``); other commands: their kind."""
     if cmd[0] == "dispatch":
         k, grid = cmd[1], cmd[2]
         name = getattr(k, "name", str(k))
         fn = getattr(grid, "function", None)
-        return name + ("/t" if fn is not None and fn != getattr(k, "function", fn) else "")
+        suffix = next((s for s, f in getattr(k, "entries", {}).items() if f == fn), "")
+        return name + ("/" + suffix.lstrip("_") if suffix else "")
     return cmd[0]
 
 

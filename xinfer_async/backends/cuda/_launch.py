@@ -94,8 +94,9 @@ TC_TYPES = ("q8_0", "q4_1")  # the types with a tensor-core matrix kernel (entri
 
 def tc_segs(nb: int) -> int:
     """K segments (warps a CTA) of the tensor-core kernel for ``nb`` 32-element blocks
-    (``xi_tc_segs``): ceil(nb / 4), at most 16."""
-    return max(1, min(_TC_SEGS, -(-nb // _TC_SEG_BLOCKS)))
+    (``xi_tc_segs``): ceil(nb / b) for b = 4 blocks a segment, ceil(nb / 16) past 64 blocks."""
+    per = _TC_SEG_BLOCKS if nb <= _TC_SEG_BLOCKS * _TC_SEGS else -(-nb // _TC_SEGS)
+    return max(1, -(-nb // per))
 
 
 _TC_REGS = {False: 96, True: 104}  # registers a thread of the `_tc` entries (their __maxnreg__), by GLU
@@ -127,7 +128,7 @@ def tc_launch(c: dict, glu: bool) -> tuple[tuple[int, int, int], tuple[int, int,
     shared: the segment sums (segments x regions x tiles of 8 tokens x 512 bytes)."""
     t = c["T"]
     segs, tok = tc_segs(c["K"] // 32), 8 if t <= 8 else 16 if glu else 32
-    shared = segs * (2 if glu else 1) * _cdiv(min(max(t, 1), tok), 8) * 512
+    shared = segs * (2 if glu else 1) * _cdiv(min(t, tok), 8) * 512
     return (_cdiv(c["N"], 16), _cdiv(t, tok), 1), (32 * segs, 1, 1), shared, "_tc" if t <= 8 else "_tct"
 
 
