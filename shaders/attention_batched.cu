@@ -1,90 +1,29 @@
-#include "xi_common.cuh"
+#include "xi_attention.cuh"
 // q (T, n_head, hd) f32 (row t at t*q_stride), k, v (rows, n_kv, hd) f32, first, last (T) i32 -> out (T, n_head, hd).
 // Query row t attends key rows first[t]..last[t] inclusive (last clamped to rows - 1); first < 0 or
-// last < first gives a zero row. Query head h reads kv head h / (n_head / n_kv) (GQA). The math of
-// attention.cu over the cache starting at row first[t] (key j there is row first[t] + j, the same warp
-// visits it), so a row is bit-identical to attention with pos = last - first on that cache.
-// One block of 256 threads (8 warps) per (t, head), head_dim <= 256, any rows.
-#define XI_ATT_WARPS 8
-#define XI_ATT_MAXD 8  // head_dim / 32 per lane, at most
-extern "C" __global__ void __launch_bounds__(256) attention_batched(const float *__restrict__ q, const float *__restrict__ k,
-                                                                    const float *__restrict__ v,
-                                                                    const int32_t *__restrict__ first,
-                                                                    const int32_t *__restrict__ last,
-                                                                    float *__restrict__ out, xi_attention_batched_c c) {
-    __shared__ float s_m[XI_ATT_WARPS], s_l[XI_ATT_WARPS];
-    __shared__ float s_acc[XI_ATT_WARPS][32 * XI_ATT_MAXD];
-    const int t = blockIdx.x, h = blockIdx.y;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int hd = c.head_dim;
-    float *o = out + ((size_t_)t * c.n_head + h) * hd;
+// last < first gives a zero row. Query head h reads kv head h / (n_head / n_kv) (GQA). attention.cu
+// over the cache starting at row first[t] (the same xi_attention.cuh body), so a row is bit-identical
+// to attention with pos = last - first on that cache. Grid (T, n_kv, z) and entries as attention's.
+template <int D, int G>
+__device__ __forceinline__ void attention_batched_body(const float *__restrict__ q, const float *__restrict__ k,
+                                                       const float *__restrict__ v, const int32_t *__restrict__ first,
+                                                       const int32_t *__restrict__ last, float *__restrict__ out,
+                                                       const xi_attention_batched_c &c) {
+    const int t = blockIdx.x, hd = c.head_dim;
+    int h0;
+    const int gn = xi_att_heads(c.n_head, c.n_kv, &h0);
+    if (gn <= 0) return;
     const int f = first[t];
     int l = last[t];
     if (l >= c.rows) l = c.rows - 1;
     const int p = (f < 0 || l < f) ? -1 : l - f;
-    if (p < 0 || hd > 32 * XI_ATT_MAXD) {
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) o[d] = p < 0 ? 0.0f : XI_NAN;
-        return;
-    }
-    const int kvh = h / (c.n_head / c.n_kv);
-    const float *qv = q + (size_t_)t * c.q_stride + (size_t_)h * hd;
     const size_t_ kv_row = (size_t_)c.n_kv * hd;
-    const float *kb = k + (size_t_)f * kv_row + (size_t_)kvh * hd, *vb = v + (size_t_)f * kv_row + (size_t_)kvh * hd;
-    float qr[XI_ATT_MAXD], acc[XI_ATT_MAXD];
-#pragma unroll
-    for (int i = 0; i < XI_ATT_MAXD; i++) {
-        const int d = lane + 32 * i;
-        qr[i] = d < hd ? qv[d] : 0.0f;
-        acc[i] = 0.0f;
-    }
-    float m = -XI_INF, lsum = 0.0f;
-    // key j's k and v values of this lane, loaded one key ahead (the next key's loads are in flight
-    // while this one is summed; the sums are those of a plain loop)
-    float kn[XI_ATT_MAXD], vn[XI_ATT_MAXD];
-    auto load_kv = [&](int j) {
-        const float *kr = kb + (size_t_)j * kv_row, *vr = vb + (size_t_)j * kv_row;
-#pragma unroll
-        for (int i = 0; i < XI_ATT_MAXD; i++) {
-            const int d = lane + 32 * i;
-            kn[i] = d < hd ? kr[d] : 0.0f;
-            vn[i] = d < hd ? vr[d] : 0.0f;
-        }
-    };
-    if (warp <= p) load_kv(warp);
-    for (int j = warp; j <= p; j += XI_ATT_WARPS) {
-        float s = 0.0f, kk[XI_ATT_MAXD], vv[XI_ATT_MAXD];
-#pragma unroll
-        for (int i = 0; i < XI_ATT_MAXD; i++) {
-            kk[i] = kn[i];
-            vv[i] = vn[i];
-        }
-        if (j + XI_ATT_WARPS <= p) load_kv(j + XI_ATT_WARPS);
-#pragma unroll
-        for (int i = 0; i < XI_ATT_MAXD; i++)
-            if (lane + 32 * i < hd) s += qr[i] * kk[i];
-        s = xi_warp_sum(s) * c.scale;
-        const float mn = fmaxf(m, s);
-        const float corr = expf(m - mn), e = expf(s - mn);
-        lsum = lsum * corr + e;
-#pragma unroll
-        for (int i = 0; i < XI_ATT_MAXD; i++) acc[i] = acc[i] * corr + e * vv[i];
-        m = mn;
-    }
-    if (lane == 0) { s_m[warp] = m; s_l[warp] = lsum; }
-#pragma unroll
-    for (int i = 0; i < XI_ATT_MAXD; i++) s_acc[warp][lane + 32 * i] = acc[i];
-    __syncthreads();
-    float M = -XI_INF;
-#pragma unroll
-    for (int w = 0; w < XI_ATT_WARPS; w++) M = fmaxf(M, s_m[w]);
-    float L = 0.0f, fw[XI_ATT_WARPS];
-#pragma unroll
-    for (int w = 0; w < XI_ATT_WARPS; w++) { fw[w] = s_m[w] == -XI_INF ? 0.0f : expf(s_m[w] - M); L += s_l[w] * fw[w]; }
-    const float inv = 1.0f / L;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float r = 0.0f;
-#pragma unroll
-        for (int w = 0; w < XI_ATT_WARPS; w++) r += s_acc[w][d] * fw[w];
-        o[d] = r * inv;
-    }
+    const size_t_ kvo = (p < 0 ? 0 : (size_t_)f * kv_row) + (size_t_)blockIdx.y * hd;
+    xi_attend<D, G>(q + (size_t_)t * c.q_stride + (size_t_)h0 * hd, k + kvo, v + kvo, kv_row, p, hd, gn, c.scale,
+                    out + ((size_t_)t * c.n_head + h0) * hd);
 }
+XI_ATT_ENTRIES(attention_batched, attention_batched_body,
+               (const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
+                const int32_t *__restrict__ first, const int32_t *__restrict__ last, float *__restrict__ out,
+                xi_attention_batched_c c),
+               (q, k, v, first, last, out, c))

@@ -148,6 +148,31 @@ async def test_attention_batched(devices, rng):
         np.testing.assert_array_equal(out[t], single[0])
 
 
+@pytest.mark.parametrize("nh,nkv,hd", [(9, 3, 64), (28, 4, 128), (14, 2, 200), (6, 6, 32)])
+async def test_attention_batched_wide_matches_single(devices, rng, nh, nkv, hd):
+    """Enough tokens that a GPU runs several query heads of a kv head in one block (cuda: T * n_kv >= its
+    SMs; group sizes 3, 7 (blocks of 4 + 3), 7 at head_dim 200 (a head at a time), 1): every row still
+    equals ``attention`` of that token alone (a head a block) bit for bit, and float64 within tolerance."""
+    T, seq_ctx = max(8, -(-160 // nkv)), 24
+    rows = T * seq_ctx
+    q, k, v = f32(rng, T, nh, hd), f32(rng, rows, nkv, hd), f32(rng, rows, nkv, hd)
+    first = np.arange(T, dtype=np.int32) * seq_ctx
+    last = first + rng.integers(0, seq_ctx, size=T).astype(np.int32)
+    scale = 1.0 / np.sqrt(hd)
+    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": nh * hd, "scale": scale}
+    (out,) = await run(devices, "attention_batched", [q, k, v, first, last, nan(T, nh, hd)], [5], consts)
+    assert np.isfinite(out).all()
+    for t in rng.choice(T, size=4, replace=False):
+        f, p = int(first[t]), int(last[t] - first[t])
+        kt, vt = np.ascontiguousarray(k[f:f + seq_ctx]), np.ascontiguousarray(v[f:f + seq_ctx])
+        ref = attention_ref(q[t:t + 1], kt, vt, np.array([p]), nh, nkv, hd, np.float32(scale))
+        np.testing.assert_allclose(out[t], ref[0], rtol=RTOL, atol=2e-5)
+        c1 = {"T": 1, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": seq_ctx, "q_stride": nh * hd, "scale": scale}
+        (single,) = await run(devices, "attention", [np.ascontiguousarray(q[t:t + 1]), kt, vt, np.array([p], np.int32),
+                                                     nan(1, nh, hd)], [4], c1)
+        np.testing.assert_array_equal(out[t], single[0])
+
+
 async def test_kv_store(devices, rng):
     T, width, ctx, stride = 3, 24, 8, 30
     src = f32(rng, T, stride)

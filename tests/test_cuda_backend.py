@@ -376,6 +376,16 @@ def test_errors(be):
             assert g.shared_bytes == 5 * (2 if glu else 1) * tiles * 512  # segment sums: segments x regions x tiles
     out = be.load_kernel("matmul_q8_0")
     assert out.launch_grid(dict(T=64, N=960, K=576, accumulate=0)).function == out.entries["_t"]  # narrow: xi_mvt
+    # attention: a head a block while T * n_kv < the SMs; past that, the kv head's query heads (up to 4) a
+    # block; the entry by head_dim (xi_attention.cuh's XI_ATT_ENTRIES)
+    att = be.load_kernel("attention_batched")
+    few, many = be.multiprocessors // 3 - 1, be.multiprocessors // 3 + 1
+    g = att.launch_grid(dict(T=few, n_head=9, n_kv=3, head_dim=64))
+    assert g == (few, 3, 3) and g.block == (256, 1, 1) and g.function == att.entries[""]
+    assert att.launch_grid(dict(T=many, n_head=9, n_kv=3, head_dim=64)) == (many, 3, 1)
+    g = att.launch_grid(dict(T=many, n_head=28, n_kv=4, head_dim=128))
+    assert g == (many, 4, 2) and g.function == att.entries["_d4"] != att.function
+    assert att.launch_grid(dict(T=1, n_head=8, n_kv=8, head_dim=256)).function == att.entries["_d8"]
 
 
 # ---- fences ------------------------------------------------------------------------------------

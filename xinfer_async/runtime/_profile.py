@@ -20,7 +20,8 @@ from typing import Any
 def command_label(cmd: tuple) -> str:
     """``dispatch``: the kernel's name, plus ``/`` and the entry's suffix when its grid launches
     another entry point of the shader (the matrix kernels: ``/t`` the register-tiled kernel, ``/tc``
-    and ``/tct`` the tensor-core one; cuda ``CUDAKernel.entries``); other commands: their kind."""
+    and ``/tct`` the tensor-core one; attention's ``/d4``, ``/d8`` for wide heads; cuda
+    ``CUDAKernel.entries``); other commands: their kind."""
     if cmd[0] == "dispatch":
         k, grid = cmd[1], cmd[2]
         name = getattr(k, "name", str(k))

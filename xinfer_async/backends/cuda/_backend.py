@@ -19,7 +19,8 @@ from ...hal._errors import DeviceError
 from ...runtime._backend import Backend, BackendQueue, Command
 from . import _driver
 from ._driver import check, ffi
-from ._launch import LAUNCH, MATMUL, matmul_entries, matmul_launch, stage_max_for
+from ._launch import (ATTENTION, LAUNCH, MATMUL, attention_entries, attention_launch, matmul_entries, matmul_launch,
+                      stage_max_for)
 from ._pinned import MappedCounter, PinnedPool
 
 _CUBLAS_WORKSPACE = 32 << 20
@@ -309,7 +310,7 @@ class CUDABackend(Backend):
         name = spec if isinstance(spec, str) else spec.name
         if name in self._kernels:
             return self._kernels[name]
-        if name not in LAUNCH and name not in MATMUL:
+        if name not in LAUNCH and name not in MATMUL and name not in ATTENTION:
             raise ValueError(f"no CUDA launch configuration for kernel {name!r}")
         source_name = (None if isinstance(spec, str) else getattr(spec, "source_name", None)) or name
         d = shader_dir()
@@ -333,21 +334,31 @@ class CUDABackend(Backend):
         check(self._lib.cuModuleGetFunction(fn, mod[0], name.encode()), f"cuModuleGetFunction({name})")
         if name in MATMUL:
             dt, kind = MATMUL[name]
-            entries = {"": fn[0]}
-            for suffix in matmul_entries(dt)[1:]:
-                efn = ffi.new("CUfunction *")
-                check(self._lib.cuModuleGetFunction(efn, mod[0], (name + suffix).encode()), f"cuModuleGetFunction({name + suffix})")
-                entries[suffix] = efn[0]
+            entries = self._entries(mod[0], name, matmul_entries(dt))
             if self.stage_max > 48 * 1024:  # the `_t` entry's token stage: dynamic shared memory past 48 KB is opt-in
                 check(self._lib.cuFuncSetAttribute(entries["_t"], _driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                    self.stage_max), f"cuFuncSetAttribute({name}_t)")
             launch = functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=self.stage_max,
                                        sms=self.multiprocessors, cc=self.compute_capability)
-            k = self._kernels[name] = CUDAKernel(name, mod[0], fn[0], 256, None, launch, entries)
+            k = self._kernels[name] = CUDAKernel(name, mod[0], entries[""], 256, None, launch, entries)
+        elif name in ATTENTION:
+            entries = self._entries(mod[0], name, attention_entries())
+            launch = functools.partial(attention_launch, sms=self.multiprocessors)
+            k = self._kernels[name] = CUDAKernel(name, mod[0], entries[""], 256, None, launch, entries)
         else:
             block, grid_fn = LAUNCH[name]
-            k = self._kernels[name] = CUDAKernel(name, mod[0], fn[0], block, grid_fn)
+            k = self._kernels[name] = CUDAKernel(name, mod[0], fn[0], block,
+                                                 functools.partial(grid_fn, sms=self.multiprocessors))
         return k
+
+    def _entries(self, module, name: str, suffixes) -> dict:
+        """suffix -> CUfunction of ``name + suffix`` in ``module``, for each suffix."""
+        out = {}
+        for suffix in suffixes:
+            fn = ffi.new("CUfunction *")
+            check(self._lib.cuModuleGetFunction(fn, module, (name + suffix).encode()), f"cuModuleGetFunction({name + suffix})")
+            out[suffix] = fn[0]
+        return out
 
     # -- gemm -------------------------------------------------------------------------------------
     def _gemm_handle(self):

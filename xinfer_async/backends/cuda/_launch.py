@@ -11,9 +11,9 @@ def _cdiv(a: int, b: int) -> int:
 _MAX_GRID_X = 2**31 - 1
 
 
-def _flat(total: int) -> tuple[int, int, int]:
+def _flat(total: int, sms: int) -> tuple[int, int, int]:
     # the kernels loop grid-stride, so any grid works; cap it at 64 blocks per SM's worth of work
-    return (min(_cdiv(total, 256), 132 * 64), 1, 1)
+    return (min(_cdiv(total, 256), sms * 64), 1, 1)
 
 
 _BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}  # 32 elements
@@ -153,28 +153,58 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
     return grid, (256, 1, 1), 0, ""
 
 
-#: name -> (block, grid(constants) -> (x, y, z))
+#: query heads a block of the attention kernels, at most (XI_ATT_GMAX in shaders/xi_attention.cuh)
+ATT_GMAX = 4
+
+
+def attention_grid(c: dict, sms: int) -> tuple[int, int, int]:
+    """attention / attention_batched (shaders/xi_attention.cuh): a block per (token, kv head, share of
+    that kv head's query heads). Where the tokens' kv heads fill the SMs (T * n_kv >= sms), a block
+    runs up to ``ATT_GMAX`` query heads of its kv head, so each key's k/v rows are read once for them
+    all; below, a head a block, for more blocks in flight. Either way the result is bit-identical."""
+    t, n_kv = max(1, c["T"]), max(1, c["n_kv"])
+    group = max(1, c["n_head"] // n_kv)
+    return (t, n_kv, _cdiv(group, ATT_GMAX) if t * n_kv >= sms else group)
+
+
+#: the attention kernels, launched by ``attention_launch``; their entries, by head_dim at most
+ATTENTION = ("attention", "attention_batched")
+_ATT_ENTRIES = ((64, ""), (128, "_d4"), (256, "_d8"))
+
+
+def attention_entries() -> tuple[str, ...]:
+    """The entry suffixes of an attention shader (XI_ATT_ENTRIES in shaders/xi_attention.cuh)."""
+    return tuple(suffix for _, suffix in _ATT_ENTRIES)
+
+
+def attention_launch(c: dict, sms: int) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+    """(grid, block, shared bytes, entry suffix) of an attention kernel: ``attention_grid``, 256
+    threads, the entry of the narrowest head_dim that holds ``c["head_dim"]`` (a wider one than the
+    widest entry gets that entry, which writes NaN rows: the kernels' checks say so)."""
+    suffix = next((s for d, s in _ATT_ENTRIES if c["head_dim"] <= d), _ATT_ENTRIES[-1][1])
+    return attention_grid(c, sms), (256, 1, 1), 0, suffix
+
+
+#: name -> (block, grid(constants, SM count) -> (x, y, z))
 LAUNCH = {
-    "affine": (256, lambda c: _flat(c["n"])),
-    "add": (256, lambda c: _flat(c["n"])),
-    "rmsnorm": (256, lambda c: (max(1, c["rows"]), 1, 1)),
-    "rope": (256, lambda c: _flat(c["rows"] * c["n_head"] * (c["head_dim"] // 2))),
-    "swiglu": (256, lambda c: _flat(c["rows"] * c["n"])),
-    "softmax": (256, lambda c: (max(1, c["rows"]), 1, 1)),
-    "argmax": (1024, lambda c: (max(1, c["rows"]), 1, 1)),
-    "attention": (256, lambda c: (max(1, c["T"]), max(1, c["n_head"]), 1)),
-    "attention_batched": (256, lambda c: (max(1, c["T"]), max(1, c["n_head"]), 1)),
-    "kv_store": (256, lambda c: _flat(c["T"] * c["width"])),
-    "rope_kv_store": (128, lambda c: (max(1, c["T"]), _cdiv((c["n_head"] + 2 * c["n_kv"]) * (c["head_dim"] // 2), 128), 1)),
+    "affine": (256, lambda c, sms: _flat(c["n"], sms)),
+    "add": (256, lambda c, sms: _flat(c["n"], sms)),
+    "rmsnorm": (256, lambda c, sms: (max(1, c["rows"]), 1, 1)),
+    "rope": (256, lambda c, sms: _flat(c["rows"] * c["n_head"] * (c["head_dim"] // 2), sms)),
+    "swiglu": (256, lambda c, sms: _flat(c["rows"] * c["n"], sms)),
+    "softmax": (256, lambda c, sms: (max(1, c["rows"]), 1, 1)),
+    "argmax": (1024, lambda c, sms: (max(1, c["rows"]), 1, 1)),
+    "kv_store": (256, lambda c, sms: _flat(c["T"] * c["width"], sms)),
+    "rope_kv_store": (128, lambda c, sms: (max(1, c["T"]), _cdiv((c["n_head"] + 2 * c["n_kv"]) * (c["head_dim"] // 2), 128), 1)),
 }
 #: the matrix kernels: name -> (dtype, kind); launched by ``matmul_launch``, entries name + suffix
 MATMUL = {}
 for _dt in ("f32", "f16", "q8_0", "q4_0", "q4_1"):
-    LAUNCH[f"get_rows_{_dt}"] = (256, lambda c: (max(1, c["T"]), 1, 1))
+    LAUNCH[f"get_rows_{_dt}"] = (256, lambda c, sms: (max(1, c["T"]), 1, 1))
     for _kind in ("matmul", "rmsnorm_matmul", "rmsnorm_matmul_swiglu"):
         MATMUL[f"{_kind}_{_dt}"] = (_dt, _kind)
 for _dt in ("q8_0", "q4_0", "q4_1"):
-    LAUNCH[f"dequantize_{_dt}"] = (256, lambda c: _flat(c["n"]))
+    LAUNCH[f"dequantize_{_dt}"] = (256, lambda c, sms: _flat(c["n"], sms))
 
 
 def matmul_entries(dt: str) -> tuple[str, ...]:
