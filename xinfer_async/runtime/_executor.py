@@ -80,7 +80,9 @@ class Executor:
         self._keepalive: list[Any] = []
         self._used: dict[DeviceBuffer, None] = {}
         self._entry: dict[DeviceBuffer, ResourceState] = {}
-        self._pending: dict[DeviceBuffer, tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]] = {}
+        # per buffer since its last barrier: (reads, writes), each {byte range: first command}; or
+        # an int, the command (a graph replay) that wrote all of it (``_pending_of``)
+        self._pending: dict[DeviceBuffer, Any] = {}
         self._host_io = False
         self._readbacks: list[Readback] = []
         self._n_commands = 0
@@ -143,7 +145,7 @@ class Executor:
         for view, access, state, arg in accesses:
             buf = view.buffer
             lo, hi, writes = view.offset, view.offset + view.nbytes, bool(access & Access.WRITE)
-            pending = self._pending.get(buf)
+            pending = self._pending_of(buf)
             if pending is None:
                 continue
             reads, written = pending
@@ -163,9 +165,17 @@ class Executor:
             # per buffer: the byte ranges read and written since its last barrier, each with the
             # first command that touched it (identical ranges are kept once: recording stays O(1)
             # per command however often a buffer is read)
-            reads, written = self._pending.setdefault(view.buffer, ({}, {}))
+            reads, written = self._pending_of(view.buffer) or self._pending.setdefault(view.buffer, ({}, {}))
             (written if access & Access.WRITE else reads).setdefault(
                 (view.offset, view.offset + view.nbytes), self._n_commands)
+
+    def _pending_of(self, buf: DeviceBuffer) -> tuple[dict, dict] | None:
+        """The (reads, writes) ranges of ``buf`` since its last barrier, or None; a whole-buffer write
+        by a replay (kept as its command number) becomes its dicts here, on first use."""
+        p = self._pending.get(buf)
+        if type(p) is int:
+            p = self._pending[buf] = ({}, {(0, buf.size_in_bytes): p})
+        return p
 
     def _record(self, command: tuple, accesses: Iterable[tuple[BufferView, Access, ResourceState, str]]) -> None:
         self._check_recording()
@@ -315,23 +325,22 @@ class Executor:
                 if buf.freed:
                     raise ValidationError(f"replay: buffer #{buf.id} used by the graph was freed after capture")
             graph.live_epoch = graph.device.free_epoch
-        # hot path (every decode step): ensure_state inlined for buffers already known live and
-        # of this device (a graph holds a few hundred buffers, one per weight)
-        used, entry, pending = self._used, self._entry, self._pending
-        for buf, state in graph.entry.items():
-            if buf not in used:
-                used[buf] = None
-                entry[buf] = buf.state
-            if buf.state is not state:
-                buf.state = state
-                self.transition_count += 1
-            pending.pop(buf, None)
+        # hot path (every decode step; a graph holds a few hundred buffers, one per weight): the
+        # bookkeeping of ensure_state for each, in bulk. The graph's buffers end in its exit states,
+        # with every byte counted as written by the replay, so their states on entry matter only
+        # for the transition count, and their pending ranges are replaced.
+        used, ge = self._used, graph.entry
+        new = ge.keys() - used.keys()
+        if new:
+            used.update(dict.fromkeys(new))
+            self._entry.update({buf: buf.state for buf in new})
+        self.transition_count += sum(1 for buf, state in ge.items() if buf.state is not state)
         self._lowered.append(("graph", graph.handle))
         self._n_commands += 1
         last = self._n_commands - 1
-        for buf, state, nbytes in graph.exit_spans:
+        for buf, state in graph.exit.items():
             buf.state = state
-            pending[buf] = ({}, {(0, nbytes): last})
+        self._pending.update(dict.fromkeys(ge, last))  # each written whole by this replay (_pending_of)
         self._keepalive.append(graph)
 
     # -- submission ------------------------------------------------------------------------
@@ -348,15 +357,14 @@ class Executor:
                 if buf.freed:
                     raise ValidationError(f"submit: buffer #{buf.id} was freed after it was recorded (use after free)")
         queue = self.queue
+        # buffers another queue used: wait for those uses
+        for buf in [b for b in self._used if (lu := b.last_use) and (len(lu) > 1 or queue not in lu)]:
+            for q, v in buf.last_use.items():
+                if q is not queue:
+                    queue.wait_for(q, v)
+        value = queue.submit_lowered(self._lowered, keepalive=self._keepalive)
         for buf in self._used:
-            lu = buf.last_use
-            if lu and (len(lu) > 1 or queue not in lu):  # another queue used it: wait for that use
-                for q, v in lu.items():
-                    if q is not queue:
-                        queue.wait_for(q, v)
-        value = self.queue.submit_lowered(self._lowered, keepalive=self._keepalive)
-        for buf in self._used:
-            buf.last_use[self.queue] = value
+            buf.last_use[queue] = value
         self.fence_value = value
         for rb in self._readbacks:
             rb._queue, rb._value = self.queue, value
@@ -409,7 +417,6 @@ class CapturedGraph:
         self.commands = commands  # the lowered commands it was captured from (runtime/_profile.py)
         self.entry = entry
         self.exit = exit
-        self.exit_spans = tuple((buf, state, buf.size_in_bytes) for buf, state in exit.items())
         self.destroyed = False
         self.live_epoch = -1  # device.free_epoch when every buffer of the graph was last seen live
 
