@@ -485,6 +485,73 @@ async def test_fence_stress(be):
         os.close(fd)
 
 
+async def test_fence_stress_wakeups_on_request():
+    """The runtime's fences on cuda: a list is signalled by the GPU's counter store alone and a waiter
+    that sleeps asks for its wake-up (CUDAQueue.arm_wakeup). 8 queues, 10,000 submissions, driver
+    calls from another thread; slow lists (16 fills of 512 MB) are awaited by three tasks at once for
+    different values (a later value's wake-up must not hold back an earlier one's), and each checks
+    the fill's last element through a readback of the same list: no fence completes early. A hang
+    fails the 60 s watchdog."""
+    from xinfer_async import open_device
+
+    dev = open_device("cuda")
+    try:
+        n_queues, per = 8, 1250
+        queues = [dev.create_queue() for _ in range(n_queues)]
+        if not queues[0]._backend.lazy_signal:
+            pytest.skip("no 64-bit stream memory ops: every list has its host callback")
+        big = [dev.alloc(128 << 20, "f32") for _ in range(n_queues)]  # 512 MB: ~0.13 ms a fill
+        stop, calls, checked = threading.Event(), [0], [0]
+
+        def background():
+            while not stop.is_set():
+                dev.backend.memory_info()
+                calls[0] += 1
+
+        async def worker(i):
+            q = queues[i]
+            for v in range(1, per + 1):
+                ex = dev.executor(queue=q)
+                slow = v % 25 == 0
+                if slow:
+                    for _ in range(16):  # ~2 ms of fills: its waiters poll past their spin, then sleep
+                        ex.fill(big[i], float(v))
+                    rb = ex.download(big[i].view((128 << 20) * 4 - 4, 4))
+                value = ex.submit()
+                if slow:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(q.fence.wait, value)
+                        nursery.start_soon(q.fence.wait, value - 1)
+                        await q.fence.wait(value)
+                    assert rb.numpy((1,), np.float32)[0] == v, (i, v)
+                    checked[0] += 1
+                elif v % 64 == 0:
+                    await q.fence.wait(value)
+                else:
+                    await trio.lowlevel.checkpoint()
+            await q.fence.wait(q.fence.submitted_value)
+
+        t = threading.Thread(target=background, daemon=True)
+        t.start()
+        try:
+            with trio.fail_after(60):  # the watchdog
+                async with trio.open_nursery() as nursery:
+                    for i in range(n_queues):
+                        nursery.start_soon(worker, i)
+        finally:
+            stop.set()
+            t.join(10)
+        assert checked[0] == n_queues * (per // 25)
+        assert calls[0] > 0
+        assert [q.fence.completed_value for q in queues] == [per] * n_queues
+        assert all(q.fence.error is None for q in queues)
+        assert sum(q._backend._arm_seq for q in queues) > 0  # some waiters did sleep and ask
+        for b in big:
+            b.free()
+    finally:
+        dev.close()
+
+
 # ---- pinned host memory, mapped fence counters ---------------------------------------------------
 def test_host_array_is_pooled_and_recycled(be):
     import gc
