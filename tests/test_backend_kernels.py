@@ -148,10 +148,11 @@ async def test_attention_batched(devices, rng):
         np.testing.assert_array_equal(out[t], single[0])
 
 
-@pytest.mark.parametrize("nh,nkv,hd", [(9, 3, 64), (28, 4, 128), (14, 2, 200), (6, 6, 32)])
+@pytest.mark.parametrize("nh,nkv,hd", [(9, 3, 64), (28, 4, 128), (14, 2, 200), (6, 6, 32), (10, 2, 66)])
 async def test_attention_batched_wide_matches_single(devices, rng, nh, nkv, hd):
     """Enough tokens that a GPU runs several query heads of a kv head in one block (cuda: T * n_kv >= its
-    SMs; group sizes 3, 7 (blocks of 4 + 3), 7 at head_dim 200 (a head at a time), 1): every row still
+    SMs; group sizes 3, 7 (blocks of 4 + 3), 7 at head_dim 200 (a head at a time), 1, 5 at head_dim 66
+    (k read a float at a time)): every row still
     equals ``attention`` of that token alone (a head a block) bit for bit, and float64 within tolerance."""
     T, seq_ctx = max(8, -(-160 // nkv)), 24
     rows = T * seq_ctx

@@ -485,21 +485,17 @@ async def test_fence_stress(be):
         os.close(fd)
 
 
-async def test_fence_stress_wakeups_on_request():
-    """The runtime's fences on cuda: a list is signalled by the GPU's counter store alone and a waiter
-    that sleeps asks for its wake-up (CUDAQueue.arm_wakeup). 8 queues, 10,000 submissions, driver
+async def test_fence_stress_runtime():
+    """The runtime's fences on cuda (Queue, Executor, Fence): 8 queues, 10,000 submissions, driver
     calls from another thread; slow lists (16 fills of 512 MB) are awaited by three tasks at once for
-    different values (a later value's wake-up must not hold back an earlier one's), and each checks
-    the fill's last element through a readback of the same list: no fence completes early. A hang
-    fails the 60 s watchdog."""
+    different values, and each checks the fill's last element through a readback of the same list:
+    no fence completes early. A hang fails the 60 s watchdog."""
     from xinfer_async import open_device
 
     dev = open_device("cuda")
     try:
         n_queues, per = 8, 1250
         queues = [dev.create_queue() for _ in range(n_queues)]
-        if not queues[0]._backend.lazy_signal:
-            pytest.skip("no 64-bit stream memory ops: every list has its host callback")
         big = [dev.alloc(128 << 20, "f32") for _ in range(n_queues)]  # 512 MB: ~0.13 ms a fill
         stop, calls, checked = threading.Event(), [0], [0]
 
@@ -545,7 +541,6 @@ async def test_fence_stress_wakeups_on_request():
         assert calls[0] > 0
         assert [q.fence.completed_value for q in queues] == [per] * n_queues
         assert all(q.fence.error is None for q in queues)
-        assert sum(q._backend._arm_seq for q in queues) > 0  # some waiters did sleep and ask
         for b in big:
             b.free()
     finally:

@@ -9,8 +9,7 @@ from xinfer_async import FenceTimeoutError
 
 @pytest.fixture
 def dev(devices):
-    """cpu, and cuda where usable: there a list is signalled by the GPU's counter store alone and a
-    waiter that sleeps asks for its wake-up first (CUDAQueue.arm_wakeup)."""
+    """cpu, and cuda where usable."""
     return devices
 
 
@@ -121,3 +120,58 @@ async def test_wait_is_a_checkpoint_when_the_spin_sees_completion(dev):
         assert scope.cancelled_caught
         await dev.queue.fence.wait(value)
     buf.free()
+
+
+async def test_a_wait_for_a_later_value_does_not_hold_back_an_earlier_one(dev):
+    """A task sleeps on a value not submitted yet; a slow list submitted after it, awaited by another
+    task, completes on time (a wake-up for a later value must not hold back an earlier one's)."""
+    fence = dev.queue.fence
+    big = dev.alloc(64 << 20, "f32")  # 256 MB: four fills of it outlast a waiter's poll
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fence.wait, fence.submitted_value + 2)  # never submitted in this test
+        await trio.testing.wait_all_tasks_blocked(cushion=0.01)
+        ex = dev.executor()
+        for _ in range(4):
+            ex.fill(big, 1.0)
+        v = ex.submit()
+        with trio.fail_after(10):
+            await fence.wait(v)
+        nursery.cancel_scope.cancel()
+    big.free()
+
+
+async def test_close_with_a_sleeper_on_a_value_never_submitted(dev):
+    """A waiter for a value never submitted slept and was cancelled; closing the device does not hang
+    and the fence keeps its real completed value."""
+    fence = dev.queue.fence
+    dev.executor().submit()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fence.wait, fence.submitted_value + 5)
+        await trio.testing.wait_all_tasks_blocked(cushion=0.01)
+        nursery.cancel_scope.cancel()
+    dev.close()
+    assert fence.completed_value == fence.submitted_value == 1
+
+
+async def test_waiters_of_a_closed_fence_get_closed_resource_error():
+    """Closing a fence wakes its waiters with ClosedResourceError: the one reading its eventfd, and
+    the ones parked behind it (which must not go on to wait on the closed fd's number)."""
+    from xinfer_async.runtime._fence import Fence
+
+    fence = Fence("test fence")
+    got = []
+
+    async def waiter():
+        with pytest.raises(trio.ClosedResourceError):
+            await fence.wait(1)
+        got.append(1)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked(cushion=0.01)
+        with trio.fail_after(5):
+            fence.close()
+            while len(got) < 3:
+                await trio.sleep(0.01)
+    assert got == [1, 1, 1]

@@ -31,24 +31,13 @@ Command = tuple
 class BackendQueue(abc.ABC):
     """One in-order queue (cpu: a queue thread; cuda: a stream)."""
 
-    #: True where ``execute`` signals a list only by the counter store, writing the eventfd only
-    #: after ``arm_wakeup`` asked for a value (cuda with 64-bit stream memory ops)
-    lazy_signal = False
-
-    def arm_wakeup(self, value: int, fd: int) -> None:
-        """Write ``fd`` (through ``xi_fence_signal``) once this queue's fence counter reaches
-        ``value``; only called where ``lazy_signal``."""
-        raise NotImplementedError
-
     @abc.abstractmethod
     def execute(self, commands: Sequence[Command], signal: Any) -> None:
         """Enqueue ``commands`` and return at once.
 
         After the last command has completed on the device, the backend calls the native
-        ``xi_fence_signal(signal)`` (cuda: as a ``cuLaunchHostFunc`` host callback), or, where
-        ``lazy_signal``, only stores the value into the fence counter (cuda: the GPU does, with
-        ``cuStreamWriteValue64``). A command that fails sets ``self.error`` (a
-        :class:`~xinfer_async.hal.DeviceError`) before the signal, which then always runs.
+        ``xi_fence_signal(signal)`` (cuda: as a ``cuLaunchHostFunc`` host callback). A command that
+        fails sets ``self.error`` (a :class:`~xinfer_async.hal.DeviceError`) before the signal.
         """
 
     def wait_for(self, other: "BackendQueue", value: int) -> None:

@@ -4,9 +4,7 @@ A queue signals value ``v`` when the ``v``-th submitted command list has complet
 ``xi_fence_signal`` (``native/fence.c``) stores ``v`` into the shared completed counter and writes
 the fence's eventfd. It runs on the cpu queue thread or as a CUDA host callback, and never runs
 Python. Trio tasks wait with ``trio.lowlevel.wait_readable`` on that eventfd; one waiting task
-reads it at a time and wakes the others. On cuda the GPU itself stores ``v`` into the counter
-(mapped memory) and the eventfd is written only for a waiter about to sleep, which asks for it
-first (``arm``: ``CUDAQueue.arm_wakeup``): a short wait polls the counter and costs no host callback.
+reads it at a time and wakes the others.
 """
 
 from __future__ import annotations
@@ -43,15 +41,12 @@ class Fence:
     """
 
     def __init__(self, label: str = "queue", error_source: Callable[[], XinferError | None] | None = None,
-                 counter: tuple[Any, Any] | None = None, arm: Callable[[int, int], None] | None = None):
+                 counter: tuple[Any, Any] | None = None):
         """Args:
             label: names the fence in error messages.
             error_source: returns the queue's device error, if any.
             counter: ``(int64_t *, keepalive)`` from ``Backend.fence_counter``: where the completed
                 value lives (cuda: mapped pinned memory the GPU reads); default: host memory.
-            arm: ``arm(value, fd)``, where the queue writes the eventfd only when asked
-                (``BackendQueue.arm_wakeup``; cuda): called before a waiter sleeps, so that ``fd``
-                is written once the counter reaches ``value``. None: every completion writes it.
         """
         ffi, lib = _native()
         self._ffi = ffi
@@ -67,7 +62,6 @@ class Fence:
         self._wakeup = trio.Event()
         self._listeners: list[Callable[[], None]] = []
         self._error_source = error_source
-        self._arm = arm
         self._closed = False
 
     # -- state -----------------------------------------------------------------------------
@@ -168,8 +162,8 @@ class Fence:
             if self.completed_value >= value:
                 self._progress()
         while self.completed_value < value:
-            if self._arm is not None:  # the eventfd is written only on request: ask for this value
-                self._arm(value, self._fd)
+            if self._closed:  # woken by the close of the fence (or the reader's hand-over after it)
+                raise trio.ClosedResourceError(f"fence of {self.label} is closed")
             if self._reader_busy:
                 await self._wakeup.wait()
                 continue

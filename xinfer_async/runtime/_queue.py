@@ -21,9 +21,8 @@ class Queue:
         self.device = device
         self.index = index
         self._backend = backend_queue
-        counter = device.backend.fence_counter(backend_queue)
-        self.fence = Fence(f"{device.name} queue {index}", error_source=self._error, counter=counter,
-                           arm=backend_queue.arm_wakeup if backend_queue.lazy_signal else None)
+        self.fence = Fence(f"{device.name} queue {index}", error_source=self._error,
+                           counter=device.backend.fence_counter(backend_queue))
 
     def _error(self) -> XinferError | None:
         err = getattr(self._backend, "error", None)

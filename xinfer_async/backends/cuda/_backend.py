@@ -2,10 +2,8 @@
 
 Primitives only: memory is ``cuMemAlloc``, a queue is a non-blocking stream, a dispatch is
 ``cuLaunchKernel`` of an NVRTC-compiled ``shaders/<name>.cu``, a GEMM is cuBLAS, a timestamp is a CUDA
-event, a captured command list is a CUDA graph, and a fence signal is the GPU's store of the list's
-value into the mapped fence counter (``cuStreamWriteValue64``), with the native C function
-``xi_fence_signal`` enqueued with ``cuLaunchHostFunc`` to wake a waiter that sleeps (``arm_wakeup``;
-without 64-bit stream memory ops, after every list). No Python ever runs on a driver thread.
+event, a captured command list is a CUDA graph, and a fence signal is the native C function
+``xi_fence_signal`` enqueued with ``cuLaunchHostFunc`` (no Python ever runs on a driver thread).
 """
 
 from __future__ import annotations
@@ -26,8 +24,6 @@ from ._launch import (ATTENTION, LAUNCH, MATMUL, attention_entries, attention_la
 from ._pinned import MappedCounter, PinnedPool
 
 _CUBLAS_WORKSPACE = 32 << 20
-#: wake-up signals of closed queues whose callbacks may never run (CUDAQueue.close)
-_LEAKED: list = []
 _MIN_DRIVER = 12000
 
 
@@ -479,14 +475,6 @@ class CUDAQueue(BackendQueue):
         self.error: DeviceError | None = None
         self.counter: MappedCounter | None = None  # set by CUDABackend.fence_counter
         self._closed = False
-        # wake-ups requested by sleeping waiters (arm_wakeup): a second stream, created on first
-        # use, runs each as cuStreamWaitValue64(counter >= value) then the host callback; the
-        # callbacks store their sequence numbers into _woken, so a request's signal struct is
-        # released once its callback has run. Pending: (sequence, value, signal)
-        self._waker = None
-        self._armed: list[tuple[int, int, Any]] = []
-        self._arm_seq = 0
-        self._woken = None
 
     def execute(self, commands: Sequence[Command], signal: Any) -> None:
         backend = self._backend
@@ -498,68 +486,28 @@ class CUDAQueue(BackendQueue):
             if self.error is None:
                 self.error = e
         finally:
-            by_counter = False  # signalled by the GPU's store alone: no host callback per list
-            if self.error is None and self.lazy_signal:
+            if self.error is None and backend.stream_wait_value and self.counter is not None:
                 # the GPU itself stores the value into the mapped fence counter right after the
-                # list (a few us): a polling waiter sees completion without any host callback, and
-                # one about to sleep asks for a callback then (arm_wakeup), so a list costs one
-                # stream memory op, not a cuLaunchHostFunc (~10 us of host time) as well
+                # list (a few us), so a polling waiter sees completion long before the host
+                # callback below (25-60 us) wakes sleeping waiters through the eventfd
                 status = self._lib.cuStreamWriteValue64_v2(self.stream, self.counter.device_ptr, int(signal.value), 0)
-                if status:
+                if status and self.error is None:
                     try:
                         check(status, "cuStreamWriteValue64")
                     except DeviceError as e:
                         self.error = e
-                by_counter = self.error is None
-            if not by_counter:
-                # the signal follows everything enqueued so far; if even that fails, signal now
-                # from this thread (the C function, not Python), so no waiter hangs
-                ptr = ffi.cast("void *", _address(signal))
-                status = self._lib.cuLaunchHostFunc(self.stream, backend._host_fn, ptr)
-                if status:
-                    self._lib.cuStreamSynchronize(self.stream)
-                    if self.error is None:
-                        try:
-                            check(status, "cuLaunchHostFunc")
-                        except DeviceError as e:
-                            self.error = e
-                    backend._host_fn(ptr)
-
-    @property
-    def lazy_signal(self) -> bool:
-        """Whether a completed list only stores its value into the fence counter (the GPU does,
-        cuStreamWriteValue64), with no host callback unless a waiter asks (``arm_wakeup``)."""
-        return self._backend.stream_wait_value and self.counter is not None
-
-    def arm_wakeup(self, value: int, fd: int) -> None:
-        """Have ``xi_fence_signal`` write ``fd`` once this queue's fence counter reaches ``value``
-        (a waiter about to sleep on that eventfd). A request already pending for a value <= ``value``
-        wakes the waiter at or before it (it then asks again if need be), so none is added.
-
-        Raises:
-            DeviceError: the driver refused the wait or the callback.
-        """
-        from ... import _native
-
-        if self._woken is None:
-            self._woken = _native.ffi.new("int64_t *", 0)
-        woken = int(self._woken[0])
-        self._armed = [a for a in self._armed if a[0] > woken]  # their callbacks ran: structs free
-        if any(v <= value for _, v, _ in self._armed):
-            return
-        backend, lib = self._backend, self._lib
-        backend.make_current()
-        if self._waker is None:
-            s = ffi.new("CUstream *")
-            check(lib.cuStreamCreate(s, _driver.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
-            self._waker = s[0]
-        self._arm_seq += 1
-        sig = _native.ffi.new("xi_signal *", {"fd": fd, "completed": self._woken, "value": self._arm_seq})
-        check(lib.cuStreamWaitValue64_v2(self._waker, self.counter.device_ptr, int(value),
-                                         _driver.CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue64")
-        check(lib.cuLaunchHostFunc(self._waker, backend._host_fn, ffi.cast("void *", _address(sig))),
-              "cuLaunchHostFunc")
-        self._armed.append((self._arm_seq, int(value), sig))
+            # the signal follows everything enqueued so far; if even that fails, signal now from
+            # this thread (the C function, not Python), so no waiter hangs
+            ptr = ffi.cast("void *", _address(signal))
+            status = self._lib.cuLaunchHostFunc(self.stream, backend._host_fn, ptr)
+            if status:
+                self._lib.cuStreamSynchronize(self.stream)
+                if self.error is None:
+                    try:
+                        check(status, "cuLaunchHostFunc")
+                    except DeviceError as e:
+                        self.error = e
+                backend._host_fn(ptr)
 
     def wait_for(self, other: "CUDAQueue", value: int) -> None:
         """Later work on this stream waits until ``other``'s fence counter reaches ``value``:
@@ -599,17 +547,3 @@ class CUDAQueue(BackendQueue):
                         return
                     time.sleep(1e-4)
             self._lib.cuStreamDestroy_v2(self.stream)
-            if self._waker is not None:
-                # the stream is idle: every value it will ever reach is in the counter. Wake-ups
-                # asked for beyond it (a wait on a value never submitted) would hold the waker
-                # stream polling the counter after it is freed: store their value (the fence is
-                # closing; nothing more completes), then let every callback run
-                top = max((v for _, v, _ in self._armed), default=0)
-                if _driver.lost is None:
-                    if top > self.counter.value:
-                        ffi.cast("int64_t *", self.counter.host_ptr)[0] = top
-                    self._lib.cuStreamSynchronize(self._waker)
-                    self._armed.clear()
-                else:
-                    _LEAKED.extend(self._armed)  # a lost device runs no callback; keep what one might read
-                self._lib.cuStreamDestroy_v2(self._waker)
