@@ -122,6 +122,19 @@ async def test_attention_gqa(devices, rng):
     np.testing.assert_array_equal(out[2], 0.0)
 
 
+async def _check_batched_row(dev, row, qt, k, v, first, last, seq_ctx, nh, nkv, hd, scale):
+    """Row ``row`` of ``attention_batched`` (query ``qt``, keys first..last of the stacked cache): float64
+    within tolerance, and bit-identical to ``attention`` of that token alone over its own rows."""
+    kt, vt = np.ascontiguousarray(k[first:first + seq_ctx]), np.ascontiguousarray(v[first:first + seq_ctx])
+    p = last - first
+    ref = attention_ref(qt[None], kt, vt, np.array([p]), nh, nkv, hd, np.float32(scale))
+    np.testing.assert_allclose(row, ref[0], rtol=RTOL, atol=2e-5)
+    c1 = {"T": 1, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": seq_ctx, "q_stride": nh * hd, "scale": scale}
+    (single,) = await run(dev, "attention", [np.ascontiguousarray(qt[None]), kt, vt, np.array([p], np.int32),
+                                             nan(1, nh, hd)], [4], c1)
+    np.testing.assert_array_equal(row, single[0])
+
+
 async def test_attention_batched(devices, rng):
     """Sequences stacked in one cache (sequence s owns rows s*seq_ctx...): float64 reference, and
     bit-identity with ``attention`` over each sequence's own rows (same device, same math)."""
@@ -138,22 +151,15 @@ async def test_attention_batched(devices, rng):
     assert np.isfinite(out).all()
     np.testing.assert_array_equal(out[3], 0.0)
     for t in (0, 1, 2, 4):
-        f, p = int(first[t]), int(last[t] - first[t])
-        kt, vt = np.ascontiguousarray(k[f:f + seq_ctx]), np.ascontiguousarray(v[f:f + seq_ctx])
-        ref = attention_ref(q[t:t + 1], kt, vt, np.array([p]), nh, nkv, hd, np.float32(scale))
-        np.testing.assert_allclose(out[t], ref[0], rtol=RTOL, atol=2e-5)
-        c1 = {"T": 1, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": seq_ctx, "q_stride": nh * hd, "scale": scale}
-        (single,) = await run(devices, "attention", [np.ascontiguousarray(q[t:t + 1]), kt, vt, np.array([p], np.int32),
-                                                     nan(1, nh, hd)], [4], c1)
-        np.testing.assert_array_equal(out[t], single[0])
+        await _check_batched_row(devices, out[t], q[t], k, v, int(first[t]), int(last[t]), seq_ctx, nh, nkv, hd, scale)
 
 
 @pytest.mark.parametrize("nh,nkv,hd", [(9, 3, 64), (28, 4, 128), (14, 2, 200), (6, 6, 32), (10, 2, 66)])
 async def test_attention_batched_wide_matches_single(devices, rng, nh, nkv, hd):
     """Enough tokens that a GPU runs several query heads of a kv head in one block (cuda: T * n_kv >= its
     SMs; group sizes 3, 7 (blocks of 4 + 3), 7 at head_dim 200 (a head at a time), 1, 5 at head_dim 66
-    (k read a float at a time)): every row still
-    equals ``attention`` of that token alone (a head a block) bit for bit, and float64 within tolerance."""
+    (k read a float at a time)): every row still equals ``attention`` of that token alone (a head a
+    block) bit for bit, and float64 within tolerance."""
     T, seq_ctx = max(8, -(-160 // nkv)), 24
     rows = T * seq_ctx
     q, k, v = f32(rng, T, nh, hd), f32(rng, rows, nkv, hd), f32(rng, rows, nkv, hd)
@@ -164,14 +170,7 @@ async def test_attention_batched_wide_matches_single(devices, rng, nh, nkv, hd):
     (out,) = await run(devices, "attention_batched", [q, k, v, first, last, nan(T, nh, hd)], [5], consts)
     assert np.isfinite(out).all()
     for t in rng.choice(T, size=4, replace=False):
-        f, p = int(first[t]), int(last[t] - first[t])
-        kt, vt = np.ascontiguousarray(k[f:f + seq_ctx]), np.ascontiguousarray(v[f:f + seq_ctx])
-        ref = attention_ref(q[t:t + 1], kt, vt, np.array([p]), nh, nkv, hd, np.float32(scale))
-        np.testing.assert_allclose(out[t], ref[0], rtol=RTOL, atol=2e-5)
-        c1 = {"T": 1, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": seq_ctx, "q_stride": nh * hd, "scale": scale}
-        (single,) = await run(devices, "attention", [np.ascontiguousarray(q[t:t + 1]), kt, vt, np.array([p], np.int32),
-                                                     nan(1, nh, hd)], [4], c1)
-        np.testing.assert_array_equal(out[t], single[0])
+        await _check_batched_row(devices, out[t], q[t], k, v, int(first[t]), int(last[t]), seq_ctx, nh, nkv, hd, scale)
 
 
 async def test_kv_store(devices, rng):

@@ -421,6 +421,29 @@ async def wait_fence(fd, completed, value):
             pass
 
 
+async def run_workers_with_driver_calls(n: int, worker, driver_call) -> int:
+    """Run ``worker(i)`` for i < n in a nursery under a 60 s watchdog while another thread makes
+    ``driver_call()`` in a loop; returns how many calls it made."""
+    stop, calls = threading.Event(), [0]
+
+    def background():
+        while not stop.is_set():
+            driver_call()
+            calls[0] += 1
+
+    t = threading.Thread(target=background, daemon=True)
+    t.start()
+    try:
+        with trio.fail_after(60):  # the watchdog
+            async with trio.open_nursery() as nursery:
+                for i in range(n):
+                    nursery.start_soon(worker, i)
+    finally:
+        stop.set()
+        t.join(10)
+    return calls[0]
+
+
 async def test_fence_stress(be):
     from xinfer_async import _native
 
@@ -433,14 +456,6 @@ async def test_fence_stress(be):
     fds = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(n_queues)]
     completed = [nffi.new("int64_t *", 0) for _ in range(n_queues)]
     keep: list = []
-    stop = threading.Event()
-    calls = [0]
-
-    def background():  # driver calls from another thread meanwhile
-        while not stop.is_set():
-            be.memory_info()
-            calls[0] += 1
-
     checked = [0]
 
     async def worker(i):
@@ -461,22 +476,13 @@ async def test_fence_stress(be):
             else:
                 await trio.lowlevel.checkpoint()
 
-    t = threading.Thread(target=background, daemon=True)
-    t.start()
     start = time.perf_counter()
-    try:
-        with trio.fail_after(60):  # the watchdog
-            async with trio.open_nursery() as nursery:
-                for i in range(n_queues):
-                    nursery.start_soon(worker, i)
-    finally:
-        stop.set()
-        t.join(10)
+    calls = await run_workers_with_driver_calls(n_queues, worker, be.memory_info)
     elapsed = time.perf_counter() - start
     assert all(c[0] == per for c in completed)
     assert checked[0] == n_queues * (per // 125)
-    assert calls[0] > 0 and all(qi.error is None for qi in queues)
-    print(f"\nfence stress: {n_queues * per} fences in {elapsed:.2f} s, {calls[0]} cuMemGetInfo calls meanwhile")
+    assert calls > 0 and all(qi.error is None for qi in queues)
+    print(f"\nfence stress: {n_queues * per} fences in {elapsed:.2f} s, {calls} cuMemGetInfo calls meanwhile")
     for qi in queues:
         qi.close()
     for f in flags:
@@ -497,12 +503,7 @@ async def test_fence_stress_runtime():
         n_queues, per = 8, 1250
         queues = [dev.create_queue() for _ in range(n_queues)]
         big = [dev.alloc(128 << 20, "f32") for _ in range(n_queues)]  # 512 MB: ~0.13 ms a fill
-        stop, calls, checked = threading.Event(), [0], [0]
-
-        def background():
-            while not stop.is_set():
-                dev.backend.memory_info()
-                calls[0] += 1
+        checked = [0]
 
         async def worker(i):
             q = queues[i]
@@ -527,18 +528,9 @@ async def test_fence_stress_runtime():
                     await trio.lowlevel.checkpoint()
             await q.fence.wait(q.fence.submitted_value)
 
-        t = threading.Thread(target=background, daemon=True)
-        t.start()
-        try:
-            with trio.fail_after(60):  # the watchdog
-                async with trio.open_nursery() as nursery:
-                    for i in range(n_queues):
-                        nursery.start_soon(worker, i)
-        finally:
-            stop.set()
-            t.join(10)
+        calls = await run_workers_with_driver_calls(n_queues, worker, dev.backend.memory_info)
         assert checked[0] == n_queues * (per // 25)
-        assert calls[0] > 0
+        assert calls > 0
         assert [q.fence.completed_value for q in queues] == [per] * n_queues
         assert all(q.fence.error is None for q in queues)
         for b in big:
