@@ -5,6 +5,7 @@ __device__ __forceinline__ void xi_better(float &v, int &i, float v2, int i2) {
     if (v2 > v || (v2 == v && i2 < i)) { v = v2; i = i2; }
 }
 extern "C" __global__ void __launch_bounds__(1024) argmax(const float *__restrict__ x, int32_t *__restrict__ out, xi_argmax_c c) {
+    xi_grid_begin();
     __shared__ float sv[32];
     __shared__ int si[32];
     const int r = blockIdx.x;

@@ -3,6 +3,7 @@
 // One block of 256 threads per row; sum of squares in f32 (tree reduction).
 extern "C" __global__ void __launch_bounds__(256) rmsnorm(const float *__restrict__ x, const float *__restrict__ w,
                                                           float *__restrict__ y, xi_rmsnorm_c c) {
+    xi_grid_begin();
     __shared__ float scratch[32];
     const int r = blockIdx.x;
     if (r >= c.rows) return;

@@ -8,6 +8,7 @@
 extern "C" __global__ void __launch_bounds__(128) rope_kv_store(float *__restrict__ qkv, const int32_t *__restrict__ pos,
                                                                 const int32_t *__restrict__ row, float *__restrict__ k_cache,
                                                                 float *__restrict__ v_cache, xi_rope_kv_store_c c) {
+    xi_grid_begin();
     const int t = blockIdx.x, idx = blockIdx.y * blockDim.x + threadIdx.x, half = c.head_dim >> 1;
     const int n_rope = (c.n_head + c.n_kv) * half;
     if (t >= c.T || idx >= n_rope + c.n_kv * half) return;

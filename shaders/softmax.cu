@@ -1,6 +1,7 @@
 #include "xi_common.cuh"
 // x (rows, n) f32 -> y (rows, n): row-wise softmax, max subtracted first. One block of 256 per row.
 extern "C" __global__ void __launch_bounds__(256) softmax(const float *__restrict__ x, float *__restrict__ y, xi_softmax_c c) {
+    xi_grid_begin();
     __shared__ float scratch[32];
     const int r = blockIdx.x;
     if (r >= c.rows) return;

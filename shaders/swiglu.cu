@@ -3,6 +3,7 @@
 // Grid: ceil(rows*n/256) blocks of 256.
 extern "C" __global__ void swiglu(const float *__restrict__ gate, const float *__restrict__ up, float *__restrict__ y,
                                   xi_swiglu_c c) {
+    xi_grid_begin();
     XI_FOR(idx, (long long)c.rows * c.n) {
         const long long r = idx / c.n, i = idx % c.n;
         const float g = gate[r * c.in_stride + i];

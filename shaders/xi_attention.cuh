@@ -175,7 +175,7 @@ __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const fl
 
 // The entry points of a kernel: NAME (head_dim <= 64, the query heads of a block in one run), NAME_d4
 // (<= 128, runs of 2), NAME_d8 (<= 256, a head at a time), each calling BODY<D, G>(args...).
-#define XI_ATT_ENTRIES(NAME, BODY, PARAMS, ARGS)                                                                       \
-    extern "C" __global__ void __launch_bounds__(256, 2) NAME PARAMS { BODY<2, XI_ATT_GMAX> ARGS; }                    \
-    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d4 PARAMS { BODY<4, 2> ARGS; }                         \
-    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d8 PARAMS { BODY<8, 1> ARGS; }
+#define XI_ATT_ENTRIES(NAME, BODY, PARAMS, ARGS)                                                         \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME PARAMS { xi_grid_begin(); BODY<2, XI_ATT_GMAX> ARGS; } \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d4 PARAMS { xi_grid_begin(); BODY<4, 2> ARGS; }      \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d8 PARAMS { xi_grid_begin(); BODY<8, 1> ARGS; }

@@ -75,3 +75,32 @@ __device__ __forceinline__ float xi_block_max(float v, float *scratch /* [32] */
 // Grid-stride loop over [0, n).
 #define XI_FOR(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (long long)(n); \
                           i += (long long)gridDim.x * blockDim.x)
+
+// Programmatic dependent launch (compute capability 9.0 and later). The backend launches every
+// kernel of shaders/ with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION where the device has
+// it, so a kernel's blocks may start while the previous kernel of the stream still runs. Each entry
+// therefore calls xi_grid_begin() in every thread before it touches a buffer (xi_prefetch_l2 aside)
+// and before any return: griddepcontrol.wait holds the thread until the previous kernel has completed
+// and its writes are visible, so the order of the stream is kept whatever a kernel does or skips;
+// griddepcontrol.launch_dependents then lets the next kernel's blocks be scheduled (to run their own
+// prologue up to their wait) while this one works. Launched without the attribute, both are no-ops.
+// (CUDA C++ Programming Guide, "Programmatic Dependent Launch"; PTX ISA, griddepcontrol.)
+__device__ __forceinline__ void xi_grid_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Ask L2 for the bytes [p, p + n): the block's threads take its 128-byte lines in turn (prefetch.L2,
+// a hint that never faults and changes no value: L2 is the device's point of coherence, so this is
+// safe before xi_grid_begin even where the previous kernel writes those bytes). Every address used
+// lies inside the range.
+__device__ __forceinline__ void xi_prefetch_l2(const void *p, long long n) {
+    if (n <= 0) return;
+    const size_t_ a = (size_t_)p, first = a >> 7, last = (a + (size_t_)n - 1) >> 7;
+    for (size_t_ l = first + threadIdx.x; l <= last; l += blockDim.x) {
+        const size_t_ addr = l == first ? a : l << 7;
+        asm volatile("prefetch.L2 [%0];" ::"l"(addr));
+    }
+}

@@ -195,10 +195,11 @@ __device__ __forceinline__ void xi_mvc(const XiMvcArgs &a, uint4 *stage) {
 // weight loads issued before any is decoded (xi_quant.cuh's xi_matvec_u, which this extends with
 // NORM and GLU). Lane l sums blocks l/4, l/4 + 8, ... in that order with the same expressions as
 // xi_mvc, and the rmsnorm scale likewise, so its results are bit-identical to xi_mvc's at T > 1.
-template <int TYPE, int R, bool NORM, bool GLU>
+// U (0: the default below, which keeps the raw words of a step within 32 registers a lane).
+template <int TYPE, int R, bool NORM, bool GLU, int U0 = 0>
 __device__ __forceinline__ void xi_mv1(const XiMvcArgs &a, int n0) {
     typedef XiMv<TYPE> M;
-    constexpr int U = (TYPE == XI_F32 || TYPE == XI_F16) ? 2 : 4, NR = GLU ? 2 : 1;  // U: registers
+    constexpr int U = U0 > 0 ? U0 : (TYPE == XI_F32 || TYPE == XI_F16 || R >= 4) ? 2 : 4, NR = GLU ? 2 : 1;
     const int lane = threadIdx.x & 31, s = lane & 3, bl = lane >> 2, nb = a.K >> 5;
     const size_t_ rb = XiQ<TYPE>::row_bytes(a.K);
     const uint8_t *rows[NR][R];
@@ -264,38 +265,56 @@ __device__ __forceinline__ void xi_mv1(const XiMvcArgs &a, int n0) {
     }
 }
 
-// T == 1 rows a warp: 2 for f32/f16 and for N >= 16384 (not with GLU), else 1; grid ceil(N / (8 R)).
+// Rows [p0, p0 + cnt) of the weights (and of the up half with GLU) into L2 (xi_prefetch_l2), while
+// the previous kernel finishes; rows past N are left out.
+template <int TYPE, bool GLU>
+__device__ __forceinline__ void xi_prefetch_rows(const XiMvcArgs &a, long long p0, long long cnt) {
+    if (p0 >= a.N) return;
+    const long long rb = (long long)XiQ<TYPE>::row_bytes(a.K), n = a.N - p0 < cnt ? a.N - p0 : cnt;
+    xi_prefetch_l2(a.w + p0 * rb, n * rb);
+    if (GLU) xi_prefetch_l2(a.w + (a.N + p0) * rb, n * rb);
+}
+
+// The T == 1 body of a block of 8 warps with R rows a warp: its 8 R rows c0 = 8 R blockIdx.x .. into
+// L2, the wait for the previous kernel, then xi_mv1 (xi_mvc_scalar where K or an address is not
+// aligned). Grid (ceil(N / (8 R)), 1).
+template <int TYPE, int R, bool NORM, bool GLU, int U = 0>
+__device__ __forceinline__ void xi_mv1_block(const XiMvcArgs &a) {
+    const int c0 = blockIdx.x * 8 * R;
+    if (blockIdx.y == 0) xi_prefetch_rows<TYPE, GLU>(a, c0, 8 * R);
+    xi_grid_begin();
+    if (c0 >= a.N || blockIdx.y > 0) return;
+    const bool vec = (a.K & 31) == 0 && (((size_t_)a.x) & 15) == 0 && (!NORM || (((size_t_)a.norm) & 15) == 0) &&
+                     (((size_t_)a.w) & (XiQ<TYPE>::ALIGN - 1)) == 0;
+    if (!vec) {
+        xi_mvc_scalar<TYPE, NORM, GLU>(a, c0, a.N - c0 < 8 * R ? a.N - c0 : 8 * R, 0, 1);
+        return;
+    }
+    const int n0 = c0 + (threadIdx.x >> 5) * R;
+    if (n0 < a.N) xi_mv1<TYPE, R, NORM, GLU, U>(a, n0);
+}
+
+// T == 1 rows a warp (R of xi_mv1_block): 2 for f32/f16 and for N >= 16384 (not with GLU), else 1.
+// backends/cuda/_launch.py repeats this rule for the grid.
 __host__ __device__ constexpr int xi_mv1_rows(int type, int n, int glu) {
     return glu ? 1 : (type == XI_F32 || type == XI_F16 || n >= 16384) ? 2 : 1;
 }
 
-// The kernel body, blocks of 256 threads. T == 1: xi_mv1, grid (ceil(N / (8 xi_mv1_rows)), 1). T > 1:
+// The kernel body, blocks of 256 threads. T == 1: xi_mv1_block with xi_mv1_rows rows a warp. T > 1:
 // grid (ceil(N / rows), ceil(T / XI_MVC_TG)) with rows = xi_mvc_rows(TYPE, N, K, T, GLU), or N rows
 // when that is 0 (fused kernels only; matmul_DT runs its older kernels then).
 template <int TYPE, bool NORM, bool GLU>
 __device__ __forceinline__ void xi_mvc_kernel(const XiMvcArgs &a) {
     __shared__ uint4 stage[XI_MVC_BYTES / 16];
     if (a.T == 1) {
-        constexpr int R1 = 1;
-        const int R = xi_mv1_rows(TYPE, a.N, GLU), c0 = blockIdx.x * 8 * R;
-        if (c0 >= a.N || blockIdx.y > 0) return;
-        const bool vec = (a.K & 31) == 0 && (((size_t_)a.x) & 15) == 0 && (!NORM || (((size_t_)a.norm) & 15) == 0) &&
-                         (((size_t_)a.w) & (XiQ<TYPE>::ALIGN - 1)) == 0;
-        if (!vec) {
-            xi_mvc_scalar<TYPE, NORM, GLU>(a, c0, a.N - c0 < 8 * R ? a.N - c0 : 8 * R, 0, 1);
-            return;
-        }
-        const int n0 = c0 + (threadIdx.x >> 5) * R;
-        if (n0 >= a.N) return;
-        if (R == 2) {
-            if constexpr (!GLU) xi_mv1<TYPE, 2, NORM, GLU>(a, n0);
-        } else {
-            xi_mv1<TYPE, R1, NORM, GLU>(a, n0);
-        }
+        if (!GLU && xi_mv1_rows(TYPE, a.N, GLU) == 2) xi_mv1_block<TYPE, GLU ? 1 : 2, NORM, GLU>(a);
+        else xi_mv1_block<TYPE, 1, NORM, GLU>(a);
         return;
     }
     const int rows = xi_mvc_rows(TYPE, a.N, a.K, a.T, GLU);
     const int rb = rows > 0 ? rows : 1, n0 = blockIdx.x * rb, tg0 = blockIdx.y * XI_MVC_TG;
+    if (blockIdx.y == 0) xi_prefetch_rows<TYPE, GLU>(a, n0, rb);
+    xi_grid_begin();
     if (n0 >= a.N || tg0 >= a.T) return;
     const bool vec = rows > 0 && (a.K & 31) == 0 && (((size_t_)a.x) & 15) == 0 && (!NORM || (((size_t_)a.norm) & 15) == 0) &&
                      (((size_t_)a.w) & (XiQ<TYPE>::ALIGN - 1)) == 0;
@@ -321,6 +340,7 @@ __device__ __forceinline__ void xi_matmul_any(const uint8_t *__restrict__ w, con
         const XiMvcArgs a{w, x, nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};
         xi_mvc_kernel<TYPE, false, false>(a);
     } else {
+        xi_grid_begin();
         xi_matmul<TYPE>(w, x, y, c);
     }
 }

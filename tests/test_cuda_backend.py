@@ -327,6 +327,64 @@ def test_graph_capture_replay(be, q):
         be.free(p)
 
 
+def test_dependent_kernels_keep_stream_order(be, q):
+    """With programmatic dependent launch (``be.pdl``, on from compute capability 9.0) a kernel may
+    start while the one before it still runs; every shader waits in-kernel (xi_grid_begin). A chain
+    of 64 kernels, each reading what the previous wrote and overwriting what the one before read,
+    ends bit-identical to float32 numpy, enqueued and as a captured graph; and a matmul whose weights
+    a kernel has just copied in reads the new weights (its L2 prefetch before the wait sees no stale
+    bytes): bit-identical to the same matmul run alone on them."""
+    assert be.pdl == (be.compute_capability >= (9, 0) and os.environ.get("XINFER_CUDA_PDL", "1") != "0")
+    n, steps = 1 << 20, 64
+    coef = np.stack([RNG.uniform(0.9, 1.1, steps), RNG.uniform(-0.1, 0.1, steps)], 1).astype(np.float32)
+    affine = be.load_kernel("affine")
+    bufs = [be.alloc(n * 4), be.alloc(n * 4)]
+    chain = [("dispatch", affine, affine.launch_grid(dict(n=n)), [bufs[i % 2], bufs[1 - i % 2]],
+              pack("affine", dict(n=n, a=float(a), b=float(b)))) for i, (a, b) in enumerate(coef)]
+    nr, k = 4096, 4096
+    w_new, w_stale = quantized("q4_1", nr, k), quantized("q4_1", nr, k)
+    rb = w_new.shape[1]
+    w_src, w_dst, ids = be.alloc(w_new.nbytes), be.alloc(w_new.nbytes), be.alloc(nr * 4)
+    xm, ym = be.alloc(k * 4), be.alloc(nr * 4)
+    be.write(w_src, w_new.reshape(-1))
+    be.write(ids, np.arange(nr, dtype=np.int32).view(np.uint8))
+    be.write(xm, f32(k).view(np.uint8))
+    get_rows, matmul = be.load_kernel("get_rows_f32"), be.load_kernel("matmul_q4_1")
+    mm = ("dispatch", matmul, matmul.launch_grid(dict(T=1, N=nr, K=k, accumulate=0)), [w_dst, xm, ym],
+          pack("matmul_q4_1", dict(T=1, N=nr, K=k, accumulate=0)))
+    copy_in = ("dispatch", get_rows, get_rows.launch_grid(dict(T=nr, dim=rb // 4, vocab=nr)), [w_src, ids, w_dst],
+               pack("get_rows_f32", dict(T=nr, dim=rb // 4, vocab=nr)))
+    be.write(w_dst, w_new.reshape(-1))
+    be._enqueue(q.stream, mm)  # the reference: the same kernel on the new weights, alone
+    q.synchronize()
+    y_ref = np.empty(nr, np.float32)
+    be.read(ym, y_ref.view(np.uint8))
+    ref = RNG.standard_normal(n).astype(np.float32)
+    x0 = ref.copy()
+    for a, b in coef:
+        ref = ref * a + b  # float32 products and sums, rounded as the kernel's __fmul_rn / __fadd_rn
+    graph = be.capture(chain + [copy_in, mm])
+    for mode in ("enqueued", "graph"):
+        be.write(bufs[0], x0.view(np.uint8))
+        be._enqueue(q.stream, ("fill", bufs[1], n * 4, 0x7FC00000))  # NaN
+        be.write(w_dst, w_stale.reshape(-1))
+        be._enqueue(q.stream, ("fill", ym, nr * 4, 0x7FC00000))
+        if mode == "graph":
+            be._enqueue(q.stream, ("graph", graph))
+        else:
+            for cmd in chain + [copy_in, mm]:
+                be._enqueue(q.stream, cmd)
+        q.synchronize()
+        out, y = np.empty(n, np.float32), np.empty(nr, np.float32)
+        be.read(bufs[steps % 2], out.view(np.uint8))
+        be.read(ym, y.view(np.uint8))
+        np.testing.assert_array_equal(out.view(np.uint32), ref.view(np.uint32), err_msg=mode)
+        np.testing.assert_array_equal(y.view(np.uint32), y_ref.view(np.uint32), err_msg=mode)
+    be.destroy_graph(graph)
+    for p in (*bufs, w_src, w_dst, ids, xm, ym):
+        be.free(p)
+
+
 def test_timestamps(be, q):
     t0, t1 = be.create_timestamp(), be.create_timestamp()
     n = 1 << 24

@@ -72,10 +72,15 @@ class CUDAKernel:
     """A loaded kernel: ``extern "C" <name>`` of ``shaders/<source>.cu``, launched with ``block``
     threads and ``shared_bytes`` of dynamic shared memory. A matrix kernel (``_launch.MATMUL``) has
     several entry points in its shader (``entries``: suffix -> CUfunction); ``launch`` (constants ->
-    (grid, block, shared bytes, suffix), ``_launch.matmul_launch``) picks one for each launch."""
+    (grid, block, shared bytes, suffix), ``_launch.matmul_launch``) picks one for each launch.
+    ``pdl``: every entry point waits for the previous kernel in-kernel (``xi_grid_begin``, true of
+    all of ``shaders/``: tests/test_shaders_compile.py checks each entry's PTX), so the backend may
+    launch it with programmatic dependent launch; a kernel that does not wait must keep it false,
+    or it would run alongside the kernel before it."""
 
-    def __init__(self, name: str, module, function, block: int, grid_fn, launch=None, entries=None):
-        self.name, self.module, self.function = name, module, function
+    def __init__(self, name: str, module, function, block: int, grid_fn, launch=None, entries=None,
+                 pdl: bool = False):
+        self.name, self.module, self.function, self.pdl = name, module, function, pdl
         self.block = (block, 1, 1)
         self.shared_bytes = 0
         self._grid_fn = grid_fn
@@ -168,6 +173,14 @@ class CUDABackend(Backend):
             self.stream_wait_value = bool(self._attr(_driver.CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS))
         except DeviceError:  # an older driver that does not know the attribute
             self.stream_wait_value = False
+        #: programmatic dependent launch (compute capability 9.0+, cuLaunchKernelEx): each kernel may
+        #: start while the previous one of its stream ends; the shaders wait for it in-kernel
+        #: (xi_grid_begin, shaders/xi_common.cuh). XINFER_CUDA_PDL=0 turns it off.
+        self.pdl = (self.compute_capability >= (9, 0) and os.environ.get("XINFER_CUDA_PDL", "1") != "0"
+                    and hasattr(lib, "cuLaunchKernelEx"))
+        self._pdl_attr = ffi.new("CUlaunchAttribute[1]")
+        self._pdl_attr[0].id = _driver.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        self._pdl_attr[0].value[0] = 1  # programmaticStreamSerializationAllowed
 
     # -- availability -----------------------------------------------------------------------------
     @staticmethod
@@ -271,8 +284,13 @@ class CUDABackend(Backend):
                 fn, b, shared = kernel.function, kernel.block, kernel.shared_bytes
             else:
                 b, shared = grid.block, grid.shared_bytes
-            status = lib.cuLaunchKernel(fn, grid[0], grid[1], grid[2], b[0], b[1], b[2],
-                                        shared, stream, params, ffi.NULL)
+            if self.pdl and kernel.pdl:
+                cfg = ffi.new("CUlaunchConfig *", (grid[0], grid[1], grid[2], b[0], b[1], b[2], shared,
+                                                   stream, self._pdl_attr, 1))
+                status = lib.cuLaunchKernelEx(cfg, fn, params, ffi.NULL)
+            else:
+                status = lib.cuLaunchKernel(fn, grid[0], grid[1], grid[2], b[0], b[1], b[2],
+                                            shared, stream, params, ffi.NULL)
             if status:
                 check(status, f"cuLaunchKernel({kernel.name}, grid={tuple(grid)})")
         elif kind == "copy":
@@ -340,15 +358,15 @@ class CUDABackend(Backend):
                                                    self.stage_max), f"cuFuncSetAttribute({name}_t)")
             launch = functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=self.stage_max,
                                        sms=self.multiprocessors, cc=self.compute_capability)
-            k = self._kernels[name] = CUDAKernel(name, mod[0], entries[""], 256, None, launch, entries)
+            k = self._kernels[name] = CUDAKernel(name, mod[0], entries[""], 256, None, launch, entries, pdl=True)
         elif name in ATTENTION:
             entries = self._entries(mod[0], name, attention_entries())
             launch = functools.partial(attention_launch, sms=self.multiprocessors)
-            k = self._kernels[name] = CUDAKernel(name, mod[0], entries[""], 256, None, launch, entries)
+            k = self._kernels[name] = CUDAKernel(name, mod[0], entries[""], 256, None, launch, entries, pdl=True)
         else:
             block, grid_fn = LAUNCH[name]
             k = self._kernels[name] = CUDAKernel(name, mod[0], fn[0], block,
-                                                 functools.partial(grid_fn, sms=self.multiprocessors))
+                                                 functools.partial(grid_fn, sms=self.multiprocessors), pdl=True)
         return k
 
     def _entries(self, module, name: str, suffixes) -> dict:

@@ -35,6 +35,8 @@ nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t *logSizeRet);
 nvrtcResult nvrtcGetProgramLog(nvrtcProgram prog, char *log);
 nvrtcResult nvrtcGetCUBINSize(nvrtcProgram prog, size_t *cubinSizeRet);
 nvrtcResult nvrtcGetCUBIN(nvrtcProgram prog, char *cubin);
+nvrtcResult nvrtcGetPTXSize(nvrtcProgram prog, size_t *ptxSizeRet);
+nvrtcResult nvrtcGetPTX(nvrtcProgram prog, char *ptx);
 """
 )
 
@@ -126,7 +128,19 @@ def compile_cubin(source: str, name: str, arch: str, headers: dict[str, str] | N
     return cubin
 
 
-def _compile(source: str, name: str, headers: dict[str, str], opts: tuple[str, ...]) -> bytes:
+def compile_ptx(source: str, name: str, arch: str, headers: dict[str, str] | None = None,
+                options: tuple[str, ...] = ()) -> str:
+    """Compile CUDA C ``source`` to PTX text for the virtual architecture ``arch`` (e.g.
+    ``"compute_90"``), uncached: for checks of the generated code (the backend loads cubins).
+
+    Raises:
+        KernelCompileError: NVRTC rejected the source (``.log`` holds its log).
+    """
+    opts = (f"--gpu-architecture={arch}", "--std=c++17", *options)
+    return _compile(source, name, dict(sorted((headers or {}).items())), opts, ptx=True).decode()
+
+
+def _compile(source: str, name: str, headers: dict[str, str], opts: tuple[str, ...], ptx: bool = False) -> bytes:
     lib = load()
     prog = ffi.new("nvrtcProgram *")
     keep = [ffi.new("char[]", s.encode()) for s in (*headers.values(), *headers.keys(), *opts)]
@@ -145,9 +159,10 @@ def _compile(source: str, name: str, headers: dict[str, str], opts: tuple[str, .
         if status != 0:
             msg = ffi.string(lib.nvrtcGetErrorString(status)).decode()
             raise KernelCompileError(f"{name}: {msg}", log)
-        _check(lib.nvrtcGetCUBINSize(prog[0], size), "nvrtcGetCUBINSize")
+        get_size, get = (lib.nvrtcGetPTXSize, lib.nvrtcGetPTX) if ptx else (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN)
+        _check(get_size(prog[0], size), "nvrtcGetPTXSize" if ptx else "nvrtcGetCUBINSize")
         out = ffi.new("char[]", size[0])
-        _check(lib.nvrtcGetCUBIN(prog[0], out), "nvrtcGetCUBIN")
-        return bytes(ffi.buffer(out, size[0]))
+        _check(get(prog[0], out), "nvrtcGetPTX" if ptx else "nvrtcGetCUBIN")
+        return bytes(ffi.buffer(out, size[0])).rstrip(b"\0") if ptx else bytes(ffi.buffer(out, size[0]))
     finally:
         lib.nvrtcDestroyProgram(prog)
