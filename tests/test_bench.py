@@ -190,3 +190,19 @@ def test_torch_step_matches_a_float64_reference_of_one_layer():
         assert got == want
         np.testing.assert_allclose(dec.k_cache[0, 0, :, pos].numpy(), k, rtol=1e-6, atol=1e-9)  # rope runs in float32
         tok = want
+
+
+def test_bench_runtime_quick_on_cpu(tmp_path):
+    """``bench runtime --quick`` runs end to end on the cpu backend: every row measured (finite,
+    positive medians, p10 <= median <= p90), the matrix row over its weight copies, and --json."""
+    out = tmp_path / "runtime.json"
+    assert bench_main.main(["runtime", "--device", "cpu", "--quick", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    names = [r["name"] for r in data["rows"]]
+    assert any(n.startswith("matmul_q4_1 4096x4096, 1 token, back to back") for n in names), names
+    assert any(n.startswith("fence round-trip, trivial kernel: await") for n in names), names
+    for r in data["rows"]:
+        assert math.isfinite(r["median"]) and r["median"] > 0, r
+        assert r["p10"] <= r["median"] <= r["p90"], r
+    assert set(data["ratios"]) == {"await_over_blocking", "await_over_to_thread", "await_over_synchronize",
+                                   "kernel_await_over_synchronize"}

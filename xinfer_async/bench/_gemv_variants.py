@@ -61,12 +61,18 @@ def make_weights(rng, dt, N, K):
 
 
 def variants(dt, quick):
+    """("mv1", R): the production T == 1 block (xi_mvc.cuh's xi_mv1_block: L2 prefetch of its rows,
+    the wait for the previous kernel, R rows a warp) at a forced R; (R, U, PF): xi_quant.cuh's
+    xi_matvec_kernel; ("mma", ...), ("smem", ...): the tensor-core and smem-staged designs."""
+    mv1 = [("mv1", 1, 0, 0), ("mv1", 2, 0, 0), ("mv1", 1, 8, 0), ("mv1", 1, 16, 0), ("mv1", 2, 8, 0)]
+    if dt in ("q8_0", "f16"):
+        mv1 = [v for v in mv1 if v[1] * v[2] <= 8]  # the raw words of a step within 48 registers
     if dt == "f16":
         v = [(1, 2, 0), (2, 2, 0), ("smem", 1, 16, 0), ("smem", 2, 16, 0)]
     else:
         v = [(1, 4, 0), (2, 4, 0), (1, 8, 1), ("mma", 1, 4, 0), ("smem", 1, 32, 0), ("smem", 2, 32, 0),
              ("smem", 1, 64, 0), ("smem", 2, 64, 0), ("smem", 4, 32, 0)]
-    return v[:3] if quick else v
+    return mv1 if quick else mv1 + v
 
 
 def main(argv=None) -> int:
@@ -88,18 +94,26 @@ def main(argv=None) -> int:
 
     kernels = {}  # dt -> [(label, kernel)]
     for dt in ENUM:
-        src = ['#include "xi_quant.cuh"']
+        src = ['#include "xi_mvc.cuh"']
         names = []
         for v in variants(dt, quick):
-            mma, sm = v[0] == "mma", v[0] == "smem"
+            mma, sm, mv1 = v[0] == "mma", v[0] == "smem", v[0] == "mv1"
             R, U, PF = v[1:] if isinstance(v[0], str) else v
+            if mv1:
+                nm = f"mv_{dt}_mv1_R{R}_U{U}"
+                names.append((nm, R))
+                src.append(f'extern "C" __global__ void __launch_bounds__(256, 4) {nm}(const uint8_t *__restrict__ w, '
+                           f'const float *__restrict__ x, float *__restrict__ y, xi_matmul_c c) '
+                           f'{{ const XiMvcArgs a{{w, x, nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f}}; '
+                           f'xi_mv1_block<{ENUM[dt]}, {R}, false, false, {U}>(a); }}')
+                continue
             nm = f"mv_{dt}_{'M' if mma else 'S' if sm else 'R'}{R}_U{U}_P{PF}"
             names.append((nm, 16 * R / 8 if mma else R))
             body = (f"xi_matvec_mma_kernel<{ENUM[dt]}, {R}, {U}, {PF}>" if mma else f"xi_matvec_s_kernel<{ENUM[dt]}, {R}, {U}>"
                     if sm else f"xi_matvec_kernel<{ENUM[dt]}, {R}, {U}, {PF}>")
             src.append(f'extern "C" __global__ void __launch_bounds__(256) {nm}(const uint8_t *__restrict__ w, '
                        f'const float *__restrict__ x, float *__restrict__ y, xi_matmul_c c) '
-                       f'{{ {body}(w, x, y, c); }}')
+                       f'{{ xi_grid_begin(); {body}(w, x, y, c); }}')
         cubin = _nvrtc.compile_cubin("\n".join(src), f"gemv_{dt}.cu", be.arch, headers, driver_version=be.driver_version)
         mod = ffi.new("CUmodule *")
         check(lib.cuModuleLoadData(mod, cubin), "cuModuleLoadData")
@@ -108,7 +122,7 @@ def main(argv=None) -> int:
             fn = ffi.new("CUfunction *")
             check(lib.cuModuleGetFunction(fn, mod[0], nm.encode()), nm)
             lst.append((nm[3 + len(dt):], CUDAKernel(nm, mod[0], fn[0], 256,
-                                                      lambda c, R=R: (max(1, -(-c["N"] // int(8 * R))), 1, 1))))
+                                                      lambda c, R=R: (max(1, -(-c["N"] // int(8 * R))), 1, 1), pdl=True)))
         kernels[dt] = lst
 
     def dispatch(k, w, x, y, N, K, acc=0, T=1):
@@ -159,8 +173,9 @@ def main(argv=None) -> int:
     for dt in ("q4_1", "q4_0", "q8_0"):
         shapes += [(dt, 960, 576), (dt, 576, 576), (dt, 3072, 576), (dt, 576, 1536)]
     shapes += [("q8_0", 49152, 576)]
+    shapes += [("q4_1", 2048, 2048), ("q4_1", 512, 2048), ("q4_1", 2048, 8192)]  # Llama-3.2-1B's
     if quick:
-        shapes = shapes[:4] + [("q4_1", 960, 576), ("q8_0", 49152, 576)]
+        shapes = shapes[:4] + [("q4_1", 960, 576), ("q4_1", 576, 1536), ("q8_0", 49152, 576)] + shapes[-3:]
     def graph_ms(cmds, reps=9) -> float:
         """Median ms of one replay of a graph of ``cmds`` (the first two replays left out)."""
         g = be.capture(cmds)
