@@ -5,23 +5,29 @@
 #include <unistd.h>
 #include "xinfer_native.h"
 
+/* *p = max(*p, v), atomically; p may be NULL */
+static void store_max(int64_t *p, int64_t v)
+{
+    if (!p) return;
+    int64_t old = __atomic_load_n(p, __ATOMIC_ACQUIRE);
+    while (old < v &&
+           !__atomic_compare_exchange_n(p, &old, v, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        /* old reloaded by the failed CAS */
+    }
+}
+
 void xi_fence_signal(void *p)
 {
     xi_signal *s = (xi_signal *)p;
     if (!s) return;
-    /* Read every field before the store: once a waiter sees the value it may release the
-     * signal struct, so the struct must not be touched after the store. */
+    /* Read every field before the stores: once the value is in *signalled the owner may release
+     * the struct, so it must not be touched after that. */
     const int fd = s->fd;
     const int64_t value = s->value;
-    int64_t *completed = s->completed;
-    if (completed) {
-        int64_t old = __atomic_load_n(completed, __ATOMIC_ACQUIRE);
-        while (old < value &&
-               !__atomic_compare_exchange_n(completed, &old, value, 0,
-                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-            /* old reloaded by the failed CAS */
-        }
-    }
+    int64_t *completed = s->completed, *signalled = s->signalled;
+    store_max(completed, value);
+    /* the release point: the owner frees the struct once *signalled reaches its value */
+    store_max(signalled, value);
     if (fd >= 0) {
         uint64_t one = 1;
         ssize_t r;

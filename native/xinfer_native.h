@@ -12,9 +12,11 @@ enum { XI_OK = 0, XI_EINVAL = 1, XI_ENOMEM = 2 };
 
 /* ---- fence ------------------------------------------------------------ */
 typedef struct {
-    int fd;               /* eventfd, written with 1 after the store */
+    int fd;               /* eventfd, written with 1 after the stores */
     int64_t *completed;   /* *completed = max(*completed, value), atomically */
     int64_t value;
+    int64_t *signalled;   /* then *signalled = max(*signalled, value): from here on the struct is
+                             not touched, so its owner may free it (NULL: no such store) */
 } xi_signal;
 
 void xi_fence_signal(void *s);

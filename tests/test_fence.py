@@ -175,3 +175,28 @@ async def test_waiters_of_a_closed_fence_get_closed_resource_error():
             while len(got) < 3:
                 await trio.sleep(0.01)
     assert got == [1, 1, 1]
+
+
+def test_a_signal_is_kept_until_its_callback_has_run():
+    """On cuda the GPU stores a completed value before the host callback of that list has read its
+    signal struct (the callback runs later, on the queue's signal stream), so a fence frees a
+    signal only once ``xi_fence_signal`` has passed its release point, whatever the completed
+    value says; the callbacks of earlier values free theirs as they run."""
+    from xinfer_async import _native
+    from xinfer_async.runtime._fence import Fence
+
+    fence = Fence("test fence")
+    try:
+        sigs = [fence._next_signal()[1] for _ in range(3)]
+        fence._completed[0] = 3  # what cuStreamWriteValue64 does: every list done on the GPU
+        fence._progress()
+        assert sorted(fence._pending) == [1, 2, 3]  # no callback has run: nothing may be freed
+        _native.lib.xi_fence_signal(sigs[0])
+        _native.lib.xi_fence_signal(sigs[1])
+        fence._progress()
+        assert sorted(fence._pending) == [3]
+        _native.lib.xi_fence_signal(sigs[2])
+        fence._progress()
+        assert fence._pending == {} and fence.completed_value == 3
+    finally:
+        fence.close()

@@ -55,6 +55,9 @@ class Fence:
         if counter is None:
             counter = (ffi.new("int64_t *", 0),) * 2
         self._completed, self._counter_keepalive = counter
+        #: the highest value whose xi_fence_signal has run to its release point: its signal struct
+        #: (and every earlier one) may be freed (on cuda the GPU stores completed values earlier)
+        self._signalled = ffi.new("int64_t *", 0)
         self._submitted = 0
         self._pending: dict[int, tuple[Any, Any]] = {}  # value -> (xi_signal*, keepalive)
         self._lock = threading.Lock()
@@ -93,18 +96,20 @@ class Fence:
         with self._lock:
             self._submitted += 1
             value = self._submitted
-            sig = self._ffi.new("xi_signal *", {"fd": self._fd, "completed": self._completed, "value": value})
+            sig = self._ffi.new("xi_signal *", {"fd": self._fd, "completed": self._completed, "value": value,
+                                                "signalled": self._signalled})
             self._pending[value] = (sig, keepalive)
         return value, sig
 
     def _progress(self) -> None:
-        done = self.completed_value
+        done = int(self._signalled[0])
         with self._lock:
-            # The signal of value ``done`` may still be in use: on cuda the stream itself stores
-            # the value (cuStreamWriteValue64) before its host callback runs. A queue runs its
-            # lists in order and a host callback blocks the stream's later work, so every signal
-            # below ``done`` has finished; the last one is released with the next completion.
-            for v in [v for v in self._pending if v < done]:
+            # A signal is freed once xi_fence_signal has passed its release point (the store into
+            # ``_signalled``), not when the value completes: on cuda the GPU stores the completed
+            # value (cuStreamWriteValue64) before the host callback, which runs later on another
+            # stream, has read the struct. Callbacks run in submission order, so every signal up
+            # to ``done`` is through.
+            for v in [v for v in self._pending if v <= done]:
                 del self._pending[v]
         for fn in self._listeners:
             fn()

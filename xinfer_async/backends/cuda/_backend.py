@@ -1,9 +1,11 @@
 """``CUDABackend`` / ``CUDAQueue``: the primitives of ``runtime/_backend.py`` on the CUDA driver API.
 
-Primitives only: memory is ``cuMemAlloc``, a queue is a non-blocking stream, a dispatch is
-``cuLaunchKernel`` of an NVRTC-compiled ``shaders/<name>.cu``, a GEMM is cuBLAS, a timestamp is a CUDA
-event, a captured command list is a CUDA graph, and a fence signal is the native C function
-``xi_fence_signal`` enqueued with ``cuLaunchHostFunc`` (no Python ever runs on a driver thread).
+Primitives only: memory is ``cuMemAlloc``, a queue is a non-blocking stream (plus one for its
+signals), a dispatch is ``cuLaunchKernelEx`` of an NVRTC-compiled ``shaders/<name>.cu``, a GEMM is
+cuBLAS, a timestamp is a CUDA event, a captured command list is a CUDA graph, and a fence signal is
+the GPU's store of the value into a mapped counter (``cuStreamWriteValue64``) followed by the native C
+function ``xi_fence_signal`` enqueued with ``cuLaunchHostFunc`` on the queue's signal stream (no
+Python ever runs on a driver thread).
 """
 
 from __future__ import annotations
@@ -482,14 +484,31 @@ class CUDABackend(Backend):
 
 
 class CUDAQueue(BackendQueue):
-    """A non-blocking CUDA stream. ``error`` holds the first :class:`DeviceError` a command raised."""
+    """A non-blocking CUDA stream (``stream``) for the work, and a second one (``signal_stream``)
+    for the fence's host callbacks: after each list the work stream records ``_done`` (an event)
+    and the signal stream waits for it, then runs ``xi_fence_signal``. So the work stream never
+    waits for a host callback (the driver's callback thread takes 25-60 us to run one, which would
+    sit between consecutive lists, e.g. the steps of a pipelined decode), while the callbacks still
+    run in order, each after its own list. ``error`` holds the first :class:`DeviceError` a command
+    raised."""
 
     def __init__(self, backend: CUDABackend):
         self._backend = backend
         self._lib = backend._lib
-        s = ffi.new("CUstream *")
+        s, s2, ev = ffi.new("CUstream *"), ffi.new("CUstream *"), ffi.new("CUevent *")
         check(self._lib.cuStreamCreate(s, _driver.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
         self.stream = s[0]
+        try:
+            check(self._lib.cuStreamCreate(s2, _driver.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+            try:
+                check(self._lib.cuEventCreate(ev, _driver.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+            except DeviceError:
+                self._lib.cuStreamDestroy_v2(s2[0])
+                raise
+        except DeviceError:
+            self._lib.cuStreamDestroy_v2(self.stream)
+            raise
+        self.signal_stream, self._done = s2[0], ev[0]
         self.error: DeviceError | None = None
         self.counter: MappedCounter | None = None  # set by CUDABackend.fence_counter
         self._closed = False
@@ -514,12 +533,18 @@ class CUDAQueue(BackendQueue):
                         check(status, "cuStreamWriteValue64")
                     except DeviceError as e:
                         self.error = e
-            # the signal follows everything enqueued so far; if even that fails, signal now from
-            # this thread (the C function, not Python), so no waiter hangs
+            # the signal follows everything enqueued so far (the signal stream waits for the work
+            # stream's event; a wait captures the event's latest record, so one event serves every
+            # list); if that fails, signal now from this thread (the C function, not Python), so
+            # no waiter hangs
             ptr = ffi.cast("void *", _address(signal))
-            status = self._lib.cuLaunchHostFunc(self.stream, backend._host_fn, ptr)
+            lib = self._lib
+            status = (lib.cuEventRecord(self._done, self.stream)
+                      or lib.cuStreamWaitEvent(self.signal_stream, self._done, 0)
+                      or lib.cuLaunchHostFunc(self.signal_stream, backend._host_fn, ptr))
             if status:
-                self._lib.cuStreamSynchronize(self.stream)
+                lib.cuStreamSynchronize(self.stream)
+                lib.cuStreamSynchronize(self.signal_stream)
                 if self.error is None:
                     try:
                         check(status, "cuLaunchHostFunc")
@@ -548,9 +573,10 @@ class CUDAQueue(BackendQueue):
             lib.cuEventDestroy_v2(ev[0])
 
     def synchronize(self) -> None:
-        """Block until this stream is idle."""
+        """Block until this queue is idle: its work, and the host callbacks that signal it."""
         self._backend.make_current()
         check(self._lib.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+        check(self._lib.cuStreamSynchronize(self.signal_stream), "cuStreamSynchronize")
 
     def close(self) -> None:
         if not self._closed:
@@ -560,8 +586,11 @@ class CUDAQueue(BackendQueue):
                 # a wait on a fence value that is never signalled would block forever: give up
                 # after 10 s, as the cpu queue thread's join does
                 deadline = time.monotonic() + 10.0
-                while self._lib.cuStreamQuery(self.stream) == _driver.CUDA_ERROR_NOT_READY:
-                    if time.monotonic() > deadline:
-                        return
-                    time.sleep(1e-4)
+                for stream in (self.stream, self.signal_stream):  # the callbacks touch the fence
+                    while self._lib.cuStreamQuery(stream) == _driver.CUDA_ERROR_NOT_READY:
+                        if time.monotonic() > deadline:
+                            return
+                        time.sleep(1e-4)
             self._lib.cuStreamDestroy_v2(self.stream)
+            self._lib.cuStreamDestroy_v2(self.signal_stream)
+            self._lib.cuEventDestroy_v2(self._done)

@@ -9,6 +9,7 @@ then on every checked call raises, whatever the driver returns.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import cffi
@@ -153,6 +154,12 @@ def load():
     if _lib is None:
         with _lock:
             if _lib is None:
+                # Streams share the device's hardware work queues (8 by default): a stream stalled
+                # in a wait (a queue's wait_for of a value not yet submitted, a signal stream
+                # waiting for its list) holds back every stream behind it on the same hardware
+                # queue. Each queue takes two streams, so ask for the most there are (read at
+                # cuInit; a value the user set, or a driver another library started, stands).
+                os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
                 _lib = ffi.dlopen("libcuda.so.1")
     return _lib
 
