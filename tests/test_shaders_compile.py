@@ -3,6 +3,7 @@
 Skips where NVRTC is absent (CI); on the H200 the cuda tests load every kernel anyway."""
 
 import os
+import re
 
 import pytest
 
@@ -28,13 +29,84 @@ def test_shader_compiles_for_sm90(name, tmp_path, monkeypatch):
     assert cubin[:4] == b"\x7fELF"
 
 
+#: PTX instructions that touch memory, synchronize or leave the kernel (predicate prefix allowed)
+_MEMOP = re.compile(r"^(@!?%\w+\s+)?(ld|ldu|st|atom|red|cp|tex|suld|sust|ldmatrix|stmatrix|multimem|bar|barrier|"
+                    r"ret|exit|prefetch|prefetchu|membar|fence|wmma|mma|call)\b")
+_BRANCH = re.compile(r"^(@!?%\w+\s+)?bra(?:\.uni)?\s+(\$\w+);")
+
+
+def unwaited_ops(entry_ptx: str) -> set[str]:
+    """The instructions of one PTX entry that some path from its start reaches before any
+    ``griddepcontrol.wait`` and that read or write memory, synchronize or return (parameter loads
+    and ``prefetch...L2`` aside): a forward must-analysis over the entry's branches; an indirect
+    branch (``brx.idx``) may go to any label."""
+    instrs, labels = [], {}
+    for line in entry_ptx.split("\n"):
+        line = line.split("//")[0].strip()
+        if not line or line.startswith(".") or line in ("{", "}"):
+            continue
+        if re.match(r"^\$\w+:$", line):
+            labels[line[:-1]] = len(instrs)
+            continue
+        instrs.append(line)
+    waited: list[bool | None] = [None] * (len(instrs) + 1)  # None: not reached yet
+    waited[0], work, bad = False, [0], set()
+    while work:
+        i = work.pop()
+        if i >= len(instrs):
+            continue
+        ins, before = instrs[i], waited[i]
+        after = before or ins.startswith("griddepcontrol.wait")
+        m = _MEMOP.match(ins)
+        if m and not before and not (m.group(2) == "ld" and ".param" in ins) \
+                and not (m.group(2) == "prefetch" and ".L2" in ins):
+            bad.add(ins)
+        b = _BRANCH.match(ins)
+        if b:
+            succ = [labels[b.group(2)]] + ([i + 1] if b.group(1) else [])
+        elif "brx.idx" in ins:
+            succ = list(labels.values())
+        elif re.match(r"^(@!?%\w+\s+)?(ret|exit)\b", ins):
+            succ = [i + 1] if ins.startswith("@") else []
+        else:
+            succ = [i + 1]
+        for j in succ:
+            new = after if waited[j] is None else (waited[j] and after)
+            if new != waited[j]:
+                waited[j] = new
+                work.append(j)
+    return bad
+
+
+def test_unwaited_ops_sees_every_path():
+    """The checker below flags a load or a return that one branch reaches before the wait, even when
+    another branch waits first (what a check of the text before the first wait would miss)."""
+    ptx = """{
+        ld.param.u32 %r1, [p];
+        setp.eq.s32 %p1, %r1, 0;
+        @%p1 bra $L__BB0_2;
+        griddepcontrol.wait;
+        ld.global.f32 %f1, [%rd1];
+        ret;
+    $L__BB0_2:
+        ld.global.f32 %f2, [%rd2];
+        griddepcontrol.wait;
+        ret;
+    }"""
+    assert unwaited_ops(ptx) == {"ld.global.f32 %f2, [%rd2];"}
+    assert unwaited_ops(ptx.replace("ld.global.f32 %f2, [%rd2];", "prefetch.global.L2 [%rd2];")) == set()
+    early_return = "{\n @%p1 bra $L1;\n griddepcontrol.wait;\n $L1:\n ret;\n}"
+    assert unwaited_ops(early_return) == {"ret;"}
+
+
 @pytest.mark.skipif(not HAVE_NVRTC, reason="NVRTC not installed (pip install -e '.[cuda]')")
 @pytest.mark.parametrize("name", SHADERS)
 def test_every_entry_waits_for_the_previous_kernel(name):
     """The backend launches every kernel with programmatic dependent launch on sm_90 (it may start
-    before the previous kernel of its stream ends), so each entry point must hold its threads at
-    ``griddepcontrol.wait`` (xi_grid_begin in shaders/xi_common.cuh) before it reads or writes a
-    buffer: an entry without one would race the kernel before it."""
+    before the previous kernel of its stream ends), so on every path through each entry point its
+    threads must reach ``griddepcontrol.wait`` (xi_grid_begin in shaders/xi_common.cuh) before they
+    read or write memory, synchronize or return: an entry that does not would race the kernel
+    before it, or let the next one run ahead of it."""
     d = shader_dir()
     headers = {h: open(os.path.join(d, h)).read() for h in os.listdir(d) if h.endswith(".cuh")}
     ptx = _nvrtc.compile_ptx(open(os.path.join(d, name)).read(), name, "compute_90", headers)
@@ -43,7 +115,5 @@ def test_every_entry_waits_for_the_previous_kernel(name):
     for body in entries:
         entry = body.split("(", 1)[0].strip()
         assert "griddepcontrol.wait" in body, f"{name}: entry {entry} never waits for the previous kernel"
-        # nothing but the parameter loads, the L2 prefetch and address arithmetic before the wait
-        before = body.split("griddepcontrol.wait", 1)[0]
-        for op in ("ld.global", "st.global", "atom.", "red.", "ld.shared", "st.shared", "bar.sync", "ret;"):
-            assert op not in before, f"{name}: entry {entry} has {op!r} before griddepcontrol.wait"
+        bad = unwaited_ops(body)
+        assert not bad, f"{name}: entry {entry} reaches {sorted(bad)[:4]} before griddepcontrol.wait"
