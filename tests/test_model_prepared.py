@@ -1,6 +1,8 @@
 """``model/_prepared.py``: PreparedModel slots (concurrency bound, isolation, persistent state,
 release after the fence)."""
 
+import time
+
 import numpy as np
 import pytest
 import trio
@@ -123,8 +125,11 @@ async def test_cancelled_run_frees_its_slot_only_after_the_fence(devices, autoju
         await devices.queue.wait_idle()
         # the slot comes back when its reclaiming task wakes from the fence; on cuda the GPU's store
         # of the completed value can land before the host callback that wakes that task, so
-        # wait_idle above may return first (no timeout here: the autojump clock would fire it)
-        await pm.wait_idle()
+        # wait_idle above may return first: give it real time (the autojump clock would not wait)
+        for _ in range(200):
+            if pm.statistics().busy == 0:
+                break
+            await trio.to_thread.run_sync(time.sleep, 0.005)
         assert pm.statistics().busy == 0
         x = m.sample()
         (z,) = await pm.run([x])  # the slot is usable again

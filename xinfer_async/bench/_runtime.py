@@ -6,7 +6,8 @@ Measures (warm-up excluded; medians with the p10-p90 spread and the p99):
   then ``fence.wait_blocking`` (the calling thread blocks), then ``trio.to_thread.run_sync`` of the
   blocking wait (what one would do without awaitable fences), then the backend's own blocking
   ``synchronize`` (cuda: ``cuCtxSynchronize``), in microseconds; and of a trivial kernel (``affine``,
-  64 elements) dispatched and submitted, awaited and synchronized;
+  64 elements) dispatched and submitted, awaited and synchronized, and (cuda) the same launch with no
+  runtime at all: through the driver, then a blocking ``cuStreamSynchronize``;
 - host cost of recording one dispatch of a tiny kernel (``affine``, 64 elements), and of recording
   plus submitting one replay of a captured graph of 64 such dispatches;
 - device throughput: ``rmsnorm`` (4096 x 4096 f32) and ``matmul_q4_1`` (4096 x 4096 weights, one
@@ -98,6 +99,28 @@ def _sync_wait(dev: Any) -> Callable:
     return wait
 
 
+def _raw_round_trips(dev: Any, record: Callable[[Any], None], n: int, warmup: int) -> list[float] | None:
+    """cuda only (else None): seconds of the dispatch ``record`` lowers to, launched straight through
+    the backend on the default queue's stream and waited for with a blocking ``cuStreamSynchronize``:
+    no executor, no fence (the issue's ~11 us reference, measured here)."""
+    be = dev.backend
+    if be.name != "cuda":
+        return None
+    ex = dev.executor()
+    record(ex)
+    cmd = next(c for c in ex.commands if c[0] == "dispatch")
+    stream = dev.queue._backend.stream
+    out = []
+    for i in range(warmup + n):
+        t0 = time.perf_counter()
+        be._enqueue(stream, cmd)
+        be._lib.cuStreamSynchronize(stream)
+        if i >= warmup:
+            out.append(time.perf_counter() - t0)
+    ex.reset()
+    return out
+
+
 async def _device_ms(dev: Any, record: Callable[[Any], None], n: int, warmup: int) -> list[float]:
     """Seconds of device time of ``record(executor)``, ``n`` samples after ``warmup``."""
     ex = dev.executor()
@@ -147,6 +170,10 @@ async def run(device: str = "auto", *, quick: bool = False) -> tuple[Any, _Table
         kt_await, kt_sync = (_stats(t, us) for t in ktrips)
         table.add("fence round-trip, trivial kernel: await fence.wait", "us", kt_await)
         table.add("fence round-trip, trivial kernel: device synchronize", "us", kt_sync)
+        raw = _raw_round_trips(dev, lambda e: e.dispatch(affine_k, [xk, yk], kconsts), reps, reps // 10)
+        if raw is not None:
+            table.add("trivial kernel, no runtime: launch + cuStreamSynchronize", "us", _stats(raw, us),
+                      note="the same launch straight through the driver")
         # the trio floor of an await: a value already reached, and one bare checkpoint
         done = dev.queue.fence.completed_value
         floor, ckpt = [], []

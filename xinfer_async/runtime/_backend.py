@@ -46,8 +46,9 @@ class BackendQueue(abc.ABC):
         thread waits; cuda: ``cuStreamWaitValue64`` on the mapped counter, see
         :meth:`Backend.fence_counter`)."""
 
-    def close(self) -> None:
-        """Stop accepting work; pending work completes first."""
+    def close(self) -> bool:
+        """Stop accepting work; pending work completes first. Returns False when it gave up waiting
+        for it (work stalled on a value that never comes): that work may still signal the fence."""
 
 
 class Backend(abc.ABC):

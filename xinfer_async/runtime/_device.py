@@ -13,7 +13,7 @@ from ..hal import DeviceError, DType, FenceTimeoutError, TensorDesc
 from ._allocator import CachingAllocator, size_class
 from ._backend import Backend
 from ._buffer import DeviceBuffer
-from ._queue import Queue
+from ._queue import Queue, abandon
 
 
 
@@ -95,7 +95,8 @@ class Device:
             if stuck and q.fence.completed_value < q.fence.submitted_value:
                 # its work is still pending: closing would wait on it (cpu: a 10 s thread join)
                 # and free the fence's eventfd and counter that work will still signal; the
-                # queue is leaked with that work's memory
+                # queue is leaked with that work's memory, for the life of the process
+                abandon(q)
                 continue
             q.close()
         self._closed = True

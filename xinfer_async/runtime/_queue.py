@@ -55,5 +55,20 @@ class Queue:
         await self.fence.wait(self.fence.submitted_value)
 
     def close(self) -> None:
-        self._backend.close()
+        """Close the backend queue (its pending work first), then the fence. Where the backend gave
+        up on work still pending, the queue and its fence are kept for the life of the process:
+        that work may still signal the fence, whose signal structs, counters and eventfd must
+        outlive it."""
+        if self._backend.close() is False:
+            abandon(self)
+            return
         self.fence.close()
+
+
+#: queues whose work was still pending when they were closed (see ``Queue.close``)
+_ABANDONED: list[Queue] = []
+
+
+def abandon(queue: Queue) -> None:
+    """Keep ``queue`` (its fence and the signals its pending work may still run) alive for good."""
+    _ABANDONED.append(queue)

@@ -101,9 +101,10 @@ class CPUQueue(BackendQueue):
     def wait_for(self, other: BackendQueue, value: int) -> None:
         self._items.put(("wait", other, value))
 
-    def close(self) -> None:
+    def close(self) -> bool:
         self._items.put(None)
         self._thread.join(timeout=10)
+        return not self._thread.is_alive()
 
     def _run(self) -> None:
         while True:

@@ -179,7 +179,7 @@ class CUDABackend(Backend):
         #: start while the previous one of its stream ends; the shaders wait for it in-kernel
         #: (xi_grid_begin, shaders/xi_common.cuh). XINFER_CUDA_PDL=0 turns it off.
         self.pdl = (self.compute_capability >= (9, 0) and os.environ.get("XINFER_CUDA_PDL", "1") != "0"
-                    and hasattr(lib, "cuLaunchKernelEx"))
+                    and self.driver_version >= 12030 and hasattr(lib, "cuLaunchKernelEx"))  # 12.3: in graphs too
         self._pdl_attr = ffi.new("CUlaunchAttribute[1]")
         self._pdl_attr[0].id = _driver.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
         self._pdl_attr[0].value[0] = 1  # programmaticStreamSerializationAllowed
@@ -538,16 +538,21 @@ class CUDAQueue(BackendQueue):
             # list); if that fails, signal now from this thread (the C function, not Python), so
             # no waiter hangs
             ptr = ffi.cast("void *", _address(signal))
-            lib = self._lib
-            status = (lib.cuEventRecord(self._done, self.stream)
-                      or lib.cuStreamWaitEvent(self.signal_stream, self._done, 0)
-                      or lib.cuLaunchHostFunc(self.signal_stream, backend._host_fn, ptr))
+            lib, status, what = self._lib, 0, ""
+            for what, call, args in (("cuEventRecord", lib.cuEventRecord, (self._done, self.stream)),
+                                     ("cuStreamWaitEvent", lib.cuStreamWaitEvent, (self.signal_stream, self._done, 0)),
+                                     ("cuLaunchHostFunc", lib.cuLaunchHostFunc, (self.signal_stream, backend._host_fn, ptr))):
+                status = call(*args)
+                if status:
+                    break
             if status:
+                # the callbacks already queued run first (or never, in a lost context, whose
+                # driver drops them), so signalling here frees no struct a callback will still read
                 lib.cuStreamSynchronize(self.stream)
                 lib.cuStreamSynchronize(self.signal_stream)
                 if self.error is None:
                     try:
-                        check(status, "cuLaunchHostFunc")
+                        check(status, what)
                     except DeviceError as e:
                         self.error = e
                 backend._host_fn(ptr)
@@ -578,19 +583,20 @@ class CUDAQueue(BackendQueue):
         check(self._lib.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
         check(self._lib.cuStreamSynchronize(self.signal_stream), "cuStreamSynchronize")
 
-    def close(self) -> None:
+    def close(self) -> bool:
         if not self._closed:
             self._closed = True
             self._backend.make_current()
             if _driver.lost is None:
                 # a wait on a fence value that is never signalled would block forever: give up
-                # after 10 s, as the cpu queue thread's join does
+                # after 10 s, as the cpu queue thread's join does (the streams are left alone)
                 deadline = time.monotonic() + 10.0
                 for stream in (self.stream, self.signal_stream):  # the callbacks touch the fence
                     while self._lib.cuStreamQuery(stream) == _driver.CUDA_ERROR_NOT_READY:
                         if time.monotonic() > deadline:
-                            return
+                            return False
                         time.sleep(1e-4)
             self._lib.cuStreamDestroy_v2(self.stream)
             self._lib.cuStreamDestroy_v2(self.signal_stream)
             self._lib.cuEventDestroy_v2(self._done)
+        return True
