@@ -19,13 +19,19 @@ except OSError:
 SHADERS = sorted(f for f in os.listdir(shader_dir()) if f.endswith(".cu"))
 
 
+def _source_and_headers(name: str) -> tuple[str, dict[str, str]]:
+    """``shaders/<name>`` and every ``.cuh`` it may include, as NVRTC takes them."""
+    d = shader_dir()
+    headers = {h: open(os.path.join(d, h)).read() for h in os.listdir(d) if h.endswith(".cuh")}
+    return open(os.path.join(d, name)).read(), headers
+
+
 @pytest.mark.skipif(not HAVE_NVRTC, reason="NVRTC not installed (pip install -e '.[cuda]')")
 @pytest.mark.parametrize("name", SHADERS)
 def test_shader_compiles_for_sm90(name, tmp_path, monkeypatch):
     monkeypatch.setenv("XINFER_CACHE_DIR", str(tmp_path))  # compile, never read a cached cubin
-    d = shader_dir()
-    headers = {h: open(os.path.join(d, h)).read() for h in os.listdir(d) if h.endswith(".cuh")}
-    cubin = _nvrtc.compile_cubin(open(os.path.join(d, name)).read(), name, "sm_90", headers)
+    source, headers = _source_and_headers(name)
+    cubin = _nvrtc.compile_cubin(source, name, "sm_90", headers)
     assert cubin[:4] == b"\x7fELF"
 
 
@@ -107,9 +113,8 @@ def test_every_entry_waits_for_the_previous_kernel(name):
     threads must reach ``griddepcontrol.wait`` (xi_grid_begin in shaders/xi_common.cuh) before they
     read or write memory, synchronize or return: an entry that does not would race the kernel
     before it, or let the next one run ahead of it."""
-    d = shader_dir()
-    headers = {h: open(os.path.join(d, h)).read() for h in os.listdir(d) if h.endswith(".cuh")}
-    ptx = _nvrtc.compile_ptx(open(os.path.join(d, name)).read(), name, "compute_90", headers)
+    source, headers = _source_and_headers(name)
+    ptx = _nvrtc.compile_ptx(source, name, "compute_90", headers)
     entries = ptx.split(".entry ")[1:]
     assert entries, f"{name}: no entry point in the PTX"
     for body in entries:

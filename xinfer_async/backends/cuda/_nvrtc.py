@@ -159,10 +159,11 @@ def _compile(source: str, name: str, headers: dict[str, str], opts: tuple[str, .
         if status != 0:
             msg = ffi.string(lib.nvrtcGetErrorString(status)).decode()
             raise KernelCompileError(f"{name}: {msg}", log)
-        get_size, get = (lib.nvrtcGetPTXSize, lib.nvrtcGetPTX) if ptx else (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN)
-        _check(get_size(prog[0], size), "nvrtcGetPTXSize" if ptx else "nvrtcGetCUBINSize")
+        kind = "PTX" if ptx else "CUBIN"
+        _check(getattr(lib, f"nvrtcGet{kind}Size")(prog[0], size), f"nvrtcGet{kind}Size")
         out = ffi.new("char[]", size[0])
-        _check(get(prog[0], out), "nvrtcGetPTX" if ptx else "nvrtcGetCUBIN")
-        return bytes(ffi.buffer(out, size[0])).rstrip(b"\0") if ptx else bytes(ffi.buffer(out, size[0]))
+        _check(getattr(lib, f"nvrtcGet{kind}")(prog[0], out), f"nvrtcGet{kind}")
+        data = bytes(ffi.buffer(out, size[0]))
+        return data.rstrip(b"\0") if ptx else data  # PTX text ends in a NUL
     finally:
         lib.nvrtcDestroyProgram(prog)
