@@ -23,6 +23,10 @@
 // and high nibbles of qs word c); the k order inside a block is permuted the same way in A and B,
 // so its 8 elements 4c..4c+3, 16+4c..16+4c+3 are its k positions c and c + 4 of the 4 k-steps, and
 // its B elements are x's float4s at 4c and 16 + 4c of token g.
+//
+// One token (xi_tc_one, where the launch gives it the shared memory: K up to about 5600): the same
+// sums with the token's hi and lo as B's columns 0 and 1 (4 mmas a block instead of 8), h split once
+// a CTA into shared memory while the first weight loads are in flight.
 #pragma once
 #include "xi_mvc.cuh"
 
@@ -73,10 +77,11 @@ template <> struct XiTc<XI_Q4_1> {
     // e 0..3: low nibbles of bytes 4c..4c+3 (elements 4c..4c+3); 4..7: high nibbles (16+4c..16+4c+3);
     // as floats through 2^23 + v (exact, and cheaper than an integer conversion)
     static __device__ __forceinline__ void codes(const Raw &r, float q[8]) {
+        const uint32_t lo = r.qs & 0x0F0F0F0Fu, hi = (r.qs >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            q[j] = __uint_as_float(0x4B000000u | ((r.qs >> (8 * j)) & 15u)) - 8388608.0f;
-            q[4 + j] = __uint_as_float(0x4B000000u | ((r.qs >> (8 * j + 4)) & 15u)) - 8388608.0f;
+            q[j] = xi_byte_f(lo, j);
+            q[4 + j] = xi_byte_f(hi, j);
         }
     }
     static __device__ __forceinline__ float d(const Raw &r) { return xi_h2f((uint16_t)(r.dm & 0xffff)); }
@@ -91,10 +96,11 @@ template <> struct XiTc<XI_Q8_0> {
         return Raw{xi_tc_w32h(blk + 2 + 4 * c, al), xi_tc_w32h(blk + 18 + 4 * c, al), d};
     }
     static __device__ __forceinline__ void codes(const Raw &r, float q[8]) {  // 2^23 + 128 + v, exact
+        const uint32_t lo = r.lo ^ 0x80808080u, hi = r.hi ^ 0x80808080u;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            q[j] = __uint_as_float(0x4B000000u | (((r.lo >> (8 * j)) & 255u) ^ 128u)) - 8388736.0f;
-            q[4 + j] = __uint_as_float(0x4B000000u | (((r.hi >> (8 * j)) & 255u) ^ 128u)) - 8388736.0f;
+            q[j] = __int_as_float(__byte_perm(lo, 0x4B000000u, 0x7540 | j)) - 8388736.0f;
+            q[4 + j] = __int_as_float(__byte_perm(hi, 0x4B000000u, 0x7540 | j)) - 8388736.0f;
         }
     }
     static __device__ __forceinline__ float d(const Raw &r) { return xi_h2f((uint16_t)r.dm); }
@@ -116,6 +122,14 @@ __device__ __forceinline__ float4 xi_tc_ld4(const float *p, bool al) {
     return al ? __ldg(reinterpret_cast<const float4 *>(p)) : make_float4(p[0], p[1], p[2], p[3]);
 }
 __device__ __forceinline__ float xi_tc_hi(float v) { return __uint_as_float(__float_as_uint(v) & 0xffffe000u); }
+// A block's part added to a (row, token) sum: acc + (d * (Ch + Cl) (+ m * xs for q4_1)), each
+// operation rounded on its own (no contraction left to the compiler), the same in every entry.
+template <int TYPE>
+__device__ __forceinline__ float xi_tc_acc(float acc, float d, float ch, float cl, float m, float xs) {
+    float part = __fmul_rn(d, __fadd_rn(ch, cl));
+    if (TYPE == XI_Q4_1) part = __fmaf_rn(m, xs, part);
+    return __fadd_rn(acc, part);
+}
 
 
 // The kernel body: grid (ceil(N / 16), ceil(T / (8 TL))), S = xi_tc_segs(K / 32) warps a CTA (warp s:
@@ -244,11 +258,8 @@ __device__ __forceinline__ void xi_tc_body(const XiMvcArgs &a) {
                     }
                     // C: c0 (row g, token 2c), c1 (g, 2c + 1), c2 (g + 8, 2c), c3 (g + 8, 2c + 1)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float part = dd[q][e >> 1] * (Ch[e] + Cl[e]);
-                        if (TYPE == XI_Q4_1) part += mm[q][e >> 1] * ((e & 1) ? xs1 : xs0);
-                        acc[q][j][e] += part;
-                    }
+                    for (int e = 0; e < 4; e++)
+                        acc[q][j][e] = xi_tc_acc<TYPE>(acc[q][j][e], dd[q][e >> 1], Ch[e], Cl[e], mm[q][e >> 1], (e & 1) ? xs1 : xs0);
                 }
             }
         }
@@ -278,11 +289,159 @@ __device__ __forceinline__ void xi_tc_body(const XiMvcArgs &a) {
     }
 }
 
-// The entries' bodies: 8 tokens a CTA (T <= 8), and 32 (16 with GLU) at T > 8. Separate entries, so
-// each gets its own registers.
+// Dynamic shared bytes of xi_tc_one for nb blocks of K and NR weight regions (1, or 2 with GLU):
+// h split into hi and lo in B-fragment order (nb x 256 bytes), the segment sums (S x NR x 16
+// floats) and the block sums of h (nb floats). backends/cuda/_launch.py repeats this (tc1_shared).
+__host__ __device__ constexpr int xi_tc1_shared(int nb, int nr) { return xi_tc_segs(nb) * nr * 64 + nb * 4 + nb * 256; }
+__device__ __forceinline__ unsigned xi_dynamic_smem() {
+    unsigned v;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+    return v;
+}
+
+// T == 1, the same sums as xi_tc_body's (bit for bit: every (row, block) part and the segment sums
+// in the same order), laid out for one token: the token's hi and lo are B's columns 0 and 1, so a
+// block is 4 mmas (not 8 a tile), and thread (g, 0) holds row g's Ch, Cl in c0, c1 (row g + 8's in
+// c2, c3). The CTA first issues the raw loads of its first U blocks a warp, then, while they are in
+// flight, splits h once into shared memory (threads 4b..4b+3 take block b: hi, lo and the block sum
+// xi_tc_body takes, (s0 + s1) + (s2 + s3)), so no warp converts x per block. Needs
+// xi_tc1_shared(nb, NR) bytes of dynamic shared memory.
+template <int TYPE, bool NORM, bool GLU, int U>
+__device__ __forceinline__ void xi_tc_one(const XiMvcArgs &a) {
+    typedef XiTc<TYPE> M;
+    constexpr int NR = GLU ? 2 : 1;
+    extern __shared__ __align__(16) float xi_tc_red[];
+    __shared__ float inv_s;
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int nb = a.K >> 5, S = xi_tc_segs(nb), sb = xi_tc_seg_blocks(nb), nt = 32 * S;
+    const int n0 = blockIdx.x * 16;
+    if (n0 >= a.N) return;
+    float4 *bpart = reinterpret_cast<float4 *>(xi_tc_red);  // [b][hi, lo][c][2]
+    float *red = xi_tc_red + nb * 64, *xsum = red + S * NR * 16;
+    const bool xal = (((size_t_)a.x) & 15) == 0 && (!NORM || (((size_t_)a.norm) & 15) == 0);
+    const bool wal = (((size_t_)a.w) & (TYPE == XI_Q4_1 ? 3 : 1)) == 0;
+    const size_t_ rb = (size_t_)nb * M::BYTES;
+    const uint8_t *rows[NR][2];
+#pragma unroll
+    for (int q = 0; q < NR; q++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int n = n0 + g + 8 * h;
+            rows[q][h] = a.w + (size_t_)(q * a.N + (n < a.N ? n : a.N - 1)) * rb;
+        }
+    const int b0 = wi * sb, b1 = b0 + sb < nb ? b0 + sb : nb;
+    typename M::Raw raw[U][NR][2];
+    auto load = [&](int bc) {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (bc + u < b1)
+#pragma unroll
+                for (int q = 0; q < NR; q++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) raw[u][q][h] = M::load(rows[q][h] + (size_t_)(bc + u) * M::BYTES, c, wal);
+    };
+    if (b0 < b1) load(b0);
+    if (NORM) {
+        if (wi == 0) {
+            const float v = xi_tc_tok_inv(a.x, a.K, a.eps, xal);
+            if (lane == 0) inv_s = v;
+        }
+        __syncthreads();
+    }
+    for (int base = 0; base < 4 * nb; base += nt) {  // the split of h, block b by threads 4b..4b+3
+        const int i = base + threadIdx.x, b = i >> 2;
+        float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
+        if (i < 4 * nb) {
+            lo = xi_tc_ld4(a.x + b * 32 + 4 * c, xal);
+            hi = xi_tc_ld4(a.x + b * 32 + 16 + 4 * c, xal);
+            if (NORM) {
+                lo = xi_blk_norm(lo, inv_s, xi_tc_ld4(a.norm + b * 32 + 4 * c, xal));
+                hi = xi_blk_norm(hi, inv_s, xi_tc_ld4(a.norm + b * 32 + 16 + 4 * c, xal));
+            }
+        }
+        if (TYPE == XI_Q4_1) {
+            float sm = xi_blk_sum(lo, hi);
+            sm += __shfl_xor_sync(0xffffffffu, sm, 1);
+            sm += __shfl_xor_sync(0xffffffffu, sm, 2);
+            if (i < 4 * nb && c == 0) xsum[b] = sm;
+        }
+        if (i < 4 * nb) {
+            const float h[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            float bh[8], bl[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                bh[e] = xi_tc_hi(h[e]);
+                bl[e] = h[e] - bh[e];
+            }
+            float4 *o = bpart + (size_t_)b * 16 + 2 * c;
+            o[0] = make_float4(bh[0], bh[1], bh[2], bh[3]);
+            o[1] = make_float4(bh[4], bh[5], bh[6], bh[7]);
+            o[8] = make_float4(bl[0], bl[1], bl[2], bl[3]);
+            o[9] = make_float4(bl[4], bl[5], bl[6], bl[7]);
+        }
+    }
+    __syncthreads();
+    float acc[NR][2];
+#pragma unroll
+    for (int q = 0; q < NR; q++) acc[q][0] = acc[q][1] = 0.0f;
+    for (int bc = b0; bc < b1; bc += U) {
+        if (bc != b0) load(bc);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int b = bc + u;
+            if (b >= b1) break;
+            float bv[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};  // column g of B: h's hi (g 0), lo (g 1)
+            if (g < 2) {
+                const float4 *p = bpart + (size_t_)b * 16 + 8 * g + 2 * c;
+                const float4 v0 = p[0], v1 = p[1];
+                bv[0] = v0.x; bv[1] = v0.y; bv[2] = v0.z; bv[3] = v0.w;
+                bv[4] = v1.x; bv[5] = v1.y; bv[6] = v1.z; bv[7] = v1.w;
+            }
+            const float xs = TYPE == XI_Q4_1 ? xsum[b] : 0.0f;
+#pragma unroll
+            for (int q = 0; q < NR; q++) {
+                float q0[8], q1[8];
+                M::codes(raw[u][q][0], q0);
+                M::codes(raw[u][q][1], q1);
+                float C[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    const float A[4] = {q0[2 * s], q1[2 * s], q0[2 * s + 1], q1[2 * s + 1]};
+                    xi_tc_mma(C, A, bv[2 * s], bv[2 * s + 1]);
+                }
+                acc[q][0] = xi_tc_acc<TYPE>(acc[q][0], M::d(raw[u][q][0]), C[0], C[1], M::m(raw[u][q][0]), xs);
+                acc[q][1] = xi_tc_acc<TYPE>(acc[q][1], M::d(raw[u][q][1]), C[2], C[3], M::m(raw[u][q][1]), xs);
+            }
+        }
+    }
+    if (c == 0)
+#pragma unroll
+        for (int q = 0; q < NR; q++) {
+            red[(wi * NR + q) * 16 + g] = acc[q][0];
+            red[(wi * NR + q) * 16 + g + 8] = acc[q][1];
+        }
+    __syncthreads();
+    if (threadIdx.x < 16 && n0 + threadIdx.x < a.N) {  // the segment sums in segment order, as xi_tc_body
+        const int r = threadIdx.x;
+        float sg = red[r], su = GLU ? red[16 + r] : 0.0f;
+        for (int s = 1; s < S; s++) {
+            sg += red[(s * NR) * 16 + r];
+            if (GLU) su += red[(s * NR + 1) * 16 + r];
+        }
+        float *yo = a.y + n0 + r;
+        if (GLU) *yo = sg / (1.0f + expf(-sg)) * su;
+        else *yo = a.accumulate ? *yo + sg : sg;
+    }
+}
+
+// The entries' bodies: 8 tokens a CTA (T <= 8; xi_tc_one at T == 1 where the launch gave it its
+// shared memory), and 32 (16 with GLU) at T > 8. Separate entries, so each gets its own registers.
 template <int TYPE, bool NORM, bool GLU>
 __device__ __forceinline__ void xi_tc_kernel(const XiMvcArgs &a) {
-    xi_tc_body<TYPE, NORM, GLU, 1>(a);
+    if (a.T == 1 && xi_dynamic_smem() >= (unsigned)xi_tc1_shared(a.K >> 5, GLU ? 2 : 1))
+        xi_tc_one<TYPE, NORM, GLU, GLU ? 4 : 8>(a);  // the launch gave it the bytes (_launch.tc_launch)
+    else
+        xi_tc_body<TYPE, NORM, GLU, 1>(a);
 }
 template <int TYPE, bool NORM, bool GLU>
 __device__ __forceinline__ void xi_tc_kernel_t(const XiMvcArgs &a) {

@@ -431,7 +431,11 @@ def test_errors(be):
             g = k.launch_grid(dict(T=T, N=N, K=576, accumulate=0, eps=1e-5))
             assert g == (N // 16, -(-T // (8 if T <= 8 else tok)), 1) and g.block == (5 * 32, 1, 1)
             assert g.function == k.entries[entry]
-            assert g.shared_bytes == 5 * (2 if glu else 1) * tiles * 512  # segment sums: segments x regions x tiles
+            regions = 2 if glu else 1
+            if T == 1:  # the one-token body: h's hi and lo (256 bytes a block), the segment sums, the block sums
+                assert g.shared_bytes == 18 * 256 + 5 * regions * 64 + 18 * 4
+            else:  # the segment sums: segments x regions x tiles
+                assert g.shared_bytes == 5 * regions * tiles * 512
     out = be.load_kernel("matmul_q8_0")
     assert out.launch_grid(dict(T=64, N=960, K=576, accumulate=0)).function == out.entries["_t"]  # narrow: xi_mvt
     # attention: a head a block while T * n_kv < the SMs; past that, the kv head's query heads (up to 4) a

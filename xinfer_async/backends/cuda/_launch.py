@@ -123,13 +123,28 @@ def tc_weight(dt: str, n: int, k: int, glu: bool, sms: int, cc: tuple[int, int])
     return (glu and waves <= 1) or (tiles >= 4 * sms and waves <= 6)
 
 
+#: the most dynamic shared bytes the one-token tensor-core body (xi_tc_one) is given: under the
+#: 48 KB a block has without opting in, less 1 KB for the entry's static shared memory
+TC1_SHARED_MAX = 47 * 1024
+
+
+def tc1_shared(nb: int, glu: bool) -> int:
+    """Dynamic shared bytes of the one-token tensor-core body (``xi_tc1_shared``): h split into hi
+    and lo (256 bytes a block), the segment sums (64 bytes a segment and region), the block sums."""
+    return nb * 256 + tc_segs(nb) * (2 if glu else 1) * 64 + nb * 4
+
+
 def tc_launch(c: dict, glu: bool) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, shared bytes, entry suffix) of the tensor-core kernel: ``_tc`` at T <= 8 (8 tokens
     a block), ``_tct`` above (32 tokens, 16 with GLU); a block of ``tc_segs`` warps a tile of 16 rows;
-    shared: the segment sums (segments x regions x tiles of 8 tokens x 512 bytes)."""
-    t = c["T"]
-    segs, tok = tc_segs(c["K"] // 32), 8 if t <= 8 else 16 if glu else 32
+    shared: the segment sums (segments x regions x tiles of 8 tokens x 512 bytes), and at T == 1
+    ``tc1_shared`` where that is at most ``TC1_SHARED_MAX`` (K up to about 5600): the entry then runs
+    its one-token body (xi_tc_one: the same sums, with h split once a block in shared memory)."""
+    t, nb = c["T"], c["K"] // 32
+    segs, tok = tc_segs(nb), 8 if t <= 8 else 16 if glu else 32
     shared = segs * (2 if glu else 1) * _cdiv(min(t, tok), 8) * 512
+    if t == 1 and tc1_shared(nb, glu) <= TC1_SHARED_MAX:
+        shared = tc1_shared(nb, glu)
     return (_cdiv(c["N"], 16), _cdiv(t, tok), 1), (32 * segs, 1, 1), shared, "_tc" if t <= 8 else "_tct"
 
 
