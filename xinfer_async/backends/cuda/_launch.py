@@ -111,10 +111,11 @@ def tc_weight(dt: str, n: int, k: int, glu: bool, sms: int, cc: tuple[int, int])
 
     Measured on the H200 (bench/_gemv_variants.py, us a launch): at 64 tokens it takes 40-55 % off
     those kernels (SmolLM2's gate/up 24 -> 14, its q8_0 49152 x 576 output 293 -> 131); at one token
-    its blocks (a warp per K segment of 16 rows) are latency-bound: +1.5 on that gate/up, +14 on that
-    output layer, +11 on a 4096 x 4096 weight (2 waves); a Llama-3.2-1B decode step took 1.48 ms with
-    its gate/up (4 waves) on it, 1.09 ms without (and with the 8-warp attention); on narrow weights it
-    gains under 10 % at 64 tokens."""
+    its blocks (a warp per K segment of 16 rows) are latency-bound, even with the one-token body
+    (xi_tc_one, us a launch against the float kernel): 3.34 / 2.35 on a 3072 x 576 q4_1 weight, 32.2
+    / 15.8 on that output layer, 14.6 / 7.7 on a 4096 x 4096 q4_1 weight; a Llama-3.2-1B decode step
+    took 1.48 ms with its gate/up (4 waves) on it, 1.09 ms without (before the one-token body, and with
+    the 8-warp attention); on narrow weights it gains under 10 % at 64 tokens."""
     if dt not in TC_TYPES or cc < (8, 0):
         return False
     tiles, segs = _cdiv(n, 16), tc_segs(k // 32)
