@@ -17,7 +17,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_matmul_swiglu_q8_0_
 }
 // the tensor-core kernel (xi_tc.cuh) for the weights the backend gives it (_launch.tc_weight), at
 // every T: 8 tokens a block (T <= 8), and up to 16 a block at T > 8; bit-identical a row.
-extern "C" __global__ void __maxnreg__(104) rmsnorm_matmul_swiglu_q8_0_tc(const uint8_t *__restrict__ w, const float *__restrict__ x,
+extern "C" __global__ void __maxnreg__(112) rmsnorm_matmul_swiglu_q8_0_tc(const uint8_t *__restrict__ w, const float *__restrict__ x,
                                                                          const float *__restrict__ norm, float *__restrict__ y,
                                                                          xi_rmsnorm_matmul_swiglu_c c) {
     xi_grid_begin();

@@ -24,9 +24,9 @@
 // so its 8 elements 4c..4c+3, 16+4c..16+4c+3 are its k positions c and c + 4 of the 4 k-steps, and
 // its B elements are x's float4s at 4c and 16 + 4c of token g.
 //
-// One token (xi_tc_one, where the launch gives it the shared memory: K up to about 5600): the same
-// sums with the token's hi and lo as B's columns 0 and 1 (4 mmas a block instead of 8), h split once
-// a CTA into shared memory while the first weight loads are in flight.
+// One token (xi_tc_one, where the launch gives it the shared memory: K up to 5792, 5664 with GLU):
+// the same sums with the token's hi and lo as B's columns 0 and 1 (4 mmas a block instead of 8), h
+// split once a CTA into shared memory while the first weight loads are in flight.
 #pragma once
 #include "xi_mvc.cuh"
 
@@ -77,6 +77,14 @@ template <> struct XiTc<XI_Q4_1> {
     // e 0..3: low nibbles of bytes 4c..4c+3 (elements 4c..4c+3); 4..7: high nibbles (16+4c..16+4c+3);
     // as floats through 2^23 + v (exact, and cheaper than an integer conversion)
     static __device__ __forceinline__ void codes(const Raw &r, float q[8]) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            q[j] = __uint_as_float(0x4B000000u | ((r.qs >> (8 * j)) & 15u)) - 8388608.0f;
+            q[4 + j] = __uint_as_float(0x4B000000u | ((r.qs >> (8 * j + 4)) & 15u)) - 8388608.0f;
+        }
+    }
+    // the same values through PRMT (fewer instructions, another register schedule: xi_tc_one's)
+    static __device__ __forceinline__ void codes_prmt(const Raw &r, float q[8]) {
         const uint32_t lo = r.qs & 0x0F0F0F0Fu, hi = (r.qs >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -96,6 +104,13 @@ template <> struct XiTc<XI_Q8_0> {
         return Raw{xi_tc_w32h(blk + 2 + 4 * c, al), xi_tc_w32h(blk + 18 + 4 * c, al), d};
     }
     static __device__ __forceinline__ void codes(const Raw &r, float q[8]) {  // 2^23 + 128 + v, exact
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            q[j] = __uint_as_float(0x4B000000u | (((r.lo >> (8 * j)) & 255u) ^ 128u)) - 8388736.0f;
+            q[4 + j] = __uint_as_float(0x4B000000u | (((r.hi >> (8 * j)) & 255u) ^ 128u)) - 8388736.0f;
+        }
+    }
+    static __device__ __forceinline__ void codes_prmt(const Raw &r, float q[8]) {
         const uint32_t lo = r.lo ^ 0x80808080u, hi = r.hi ^ 0x80808080u;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -132,6 +147,38 @@ __device__ __forceinline__ float xi_tc_acc(float acc, float d, float ch, float c
 }
 
 
+// A CTA's 16-row tile of the weights at row n0 (and of the up half with GLU): thread (g, c) reads rows
+// g and g + 8 (a row past N reads row N - 1; its results are never stored) through load, U blocks'
+// raw bytes from block bc on, below b1, in one memory round trip. Both bodies below read through it.
+template <int TYPE, int NR, int U>
+struct XiTcTile {
+    typedef XiTc<TYPE> M;
+    typedef typename M::Raw Raw;
+    const uint8_t *rows[NR][2];
+    int c;
+    bool wal;
+    __device__ __forceinline__ XiTcTile(const XiMvcArgs &a, int n0, int g, int c_) : c(c_) {
+        wal = (((size_t_)a.w) & (TYPE == XI_Q4_1 ? 3 : 1)) == 0;
+        const size_t_ rb = (size_t_)(a.K >> 5) * M::BYTES;
+#pragma unroll
+        for (int q = 0; q < NR; q++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int n = n0 + g + 8 * h;
+                rows[q][h] = a.w + (size_t_)(q * a.N + (n < a.N ? n : a.N - 1)) * rb;
+            }
+    }
+    __device__ __forceinline__ void load(Raw (&raw)[U][NR][2], int bc, int b1) const {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (bc + u < b1)
+#pragma unroll
+                for (int q = 0; q < NR; q++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) raw[u][q][h] = M::load(rows[q][h] + (size_t_)(bc + u) * M::BYTES, c, wal);
+    }
+};
+
 // The kernel body: grid (ceil(N / 16), ceil(T / (8 TL))), S = xi_tc_segs(K / 32) warps a CTA (warp s:
 // the blocks of segment s of row tile blockIdx.x, for the CTA's up to 8 TL tokens, read from global
 // memory), S x (1 or 2) x tiles x 512 bytes of dynamic shared memory (the segment sums; tiles: of 8
@@ -149,28 +196,10 @@ __device__ __forceinline__ void xi_tc_body(const XiMvcArgs &a) {
     if (n0 >= a.N || tg0 >= a.T) return;  // the whole CTA
     const int tn = a.T - tg0 < TOK ? a.T - tg0 : TOK, tiles = (tn + 7) / 8;
     const bool xal = (((size_t_)a.x) & 15) == 0 && (!NORM || (((size_t_)a.norm) & 15) == 0);
-    const bool wal = (((size_t_)a.w) & (TYPE == XI_Q4_1 ? 3 : 1)) == 0;
-    const size_t_ rb = (size_t_)nb * M::BYTES;
-    const uint8_t *rows[NR][2];
-#pragma unroll
-    for (int q = 0; q < NR; q++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int n = n0 + g + 8 * h;
-            rows[q][h] = a.w + (size_t_)(q * a.N + (n < a.N ? n : a.N - 1)) * rb;
-        }
+    const XiTcTile<TYPE, NR, U> tile(a, n0, g, c);
     const int b0 = wi * sb, b1 = b0 + sb < nb ? b0 + sb : nb;
     typename M::Raw raw[U][NR][2];
-    auto load = [&](int bc) {  // the raw bytes of up to U blocks from bc (one memory round trip)
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (bc + u < b1)
-#pragma unroll
-                for (int q = 0; q < NR; q++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) raw[u][q][h] = M::load(rows[q][h] + (size_t_)(bc + u) * M::BYTES, c, wal);
-    };
-    if (b0 < b1) load(b0);  // the first loads go out before the tokens' rmsnorm scales are taken
+    if (b0 < b1) tile.load(raw, b0, b1);  // the first loads go out before the tokens' rmsnorm scales are taken
     if (NORM) {
         for (int t = wi; t < tn; t += S) {
             const float v = xi_tc_tok_inv(a.x + (size_t_)(tg0 + t) * a.K, a.K, a.eps, xal);
@@ -186,7 +215,7 @@ __device__ __forceinline__ void xi_tc_body(const XiMvcArgs &a) {
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[q][j][e] = 0.0f;
     for (int bc = b0; bc < b1; bc += U) {
-        if (bc != b0) load(bc);
+        if (bc != b0) tile.load(raw, bc, b1);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int b = bc + u;
@@ -246,7 +275,7 @@ __device__ __forceinline__ void xi_tc_body(const XiMvcArgs &a) {
 #pragma unroll
                 for (int e = 0; e < 8; e++) {
                     bh[e] = xi_tc_hi(h[e]);
-                    bl[e] = h[e] - bh[e];
+                    bl[e] = __fsub_rn(h[e], bh[e]);  // rounded alone: never fused with the norm's product
                 }
 #pragma unroll
                 for (int q = 0; q < NR; q++) {
@@ -319,28 +348,10 @@ __device__ __forceinline__ void xi_tc_one(const XiMvcArgs &a) {
     float4 *bpart = reinterpret_cast<float4 *>(xi_tc_red);  // [b][hi, lo][c][2]
     float *red = xi_tc_red + nb * 64, *xsum = red + S * NR * 16;
     const bool xal = (((size_t_)a.x) & 15) == 0 && (!NORM || (((size_t_)a.norm) & 15) == 0);
-    const bool wal = (((size_t_)a.w) & (TYPE == XI_Q4_1 ? 3 : 1)) == 0;
-    const size_t_ rb = (size_t_)nb * M::BYTES;
-    const uint8_t *rows[NR][2];
-#pragma unroll
-    for (int q = 0; q < NR; q++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int n = n0 + g + 8 * h;
-            rows[q][h] = a.w + (size_t_)(q * a.N + (n < a.N ? n : a.N - 1)) * rb;
-        }
+    const XiTcTile<TYPE, NR, U> tile(a, n0, g, c);
     const int b0 = wi * sb, b1 = b0 + sb < nb ? b0 + sb : nb;
     typename M::Raw raw[U][NR][2];
-    auto load = [&](int bc) {
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (bc + u < b1)
-#pragma unroll
-                for (int q = 0; q < NR; q++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) raw[u][q][h] = M::load(rows[q][h] + (size_t_)(bc + u) * M::BYTES, c, wal);
-    };
-    if (b0 < b1) load(b0);
+    if (b0 < b1) tile.load(raw, b0, b1);
     if (NORM) {
         if (wi == 0) {
             const float v = xi_tc_tok_inv(a.x, a.K, a.eps, xal);
@@ -371,7 +382,7 @@ __device__ __forceinline__ void xi_tc_one(const XiMvcArgs &a) {
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 bh[e] = xi_tc_hi(h[e]);
-                bl[e] = h[e] - bh[e];
+                bl[e] = __fsub_rn(h[e], bh[e]);  // rounded alone: never fused with the norm's product
             }
             float4 *o = bpart + (size_t_)b * 16 + 2 * c;
             o[0] = make_float4(bh[0], bh[1], bh[2], bh[3]);
@@ -385,7 +396,7 @@ __device__ __forceinline__ void xi_tc_one(const XiMvcArgs &a) {
 #pragma unroll
     for (int q = 0; q < NR; q++) acc[q][0] = acc[q][1] = 0.0f;
     for (int bc = b0; bc < b1; bc += U) {
-        if (bc != b0) load(bc);
+        if (bc != b0) tile.load(raw, bc, b1);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int b = bc + u;
@@ -401,8 +412,8 @@ __device__ __forceinline__ void xi_tc_one(const XiMvcArgs &a) {
 #pragma unroll
             for (int q = 0; q < NR; q++) {
                 float q0[8], q1[8];
-                M::codes(raw[u][q][0], q0);
-                M::codes(raw[u][q][1], q1);
+                M::codes_prmt(raw[u][q][0], q0);
+                M::codes_prmt(raw[u][q][1], q1);
                 float C[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
                 for (int s = 0; s < 4; s++) {
@@ -439,7 +450,9 @@ __device__ __forceinline__ void xi_tc_one(const XiMvcArgs &a) {
 template <int TYPE, bool NORM, bool GLU>
 __device__ __forceinline__ void xi_tc_kernel(const XiMvcArgs &a) {
     if (a.T == 1 && xi_dynamic_smem() >= (unsigned)xi_tc1_shared(a.K >> 5, GLU ? 2 : 1))
-        xi_tc_one<TYPE, NORM, GLU, GLU ? 4 : 8>(a);  // the launch gave it the bytes (_launch.tc_launch)
+        // the launch gave it the bytes (_launch.tc_launch); U: every block of a segment of 8 in one
+        // round trip, fewer with GLU's two regions (within the entries' registers, no spills)
+        xi_tc_one<TYPE, NORM, GLU, GLU ? 2 : 8>(a);
     else
         xi_tc_body<TYPE, NORM, GLU, 1>(a);
 }

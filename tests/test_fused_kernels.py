@@ -161,9 +161,10 @@ T_RUNS = [1, 5, 8, 13, 21, 64]
 #: and wide (4, 2 + 2: from 2048 weight rows, or T > 16) paths, odd N; K = 3584: tokens too large
 #: to stage in shared memory; x offset 1: unaligned, every T's element-by-element path. q4_1 and
 #: q8_0 run xi_tc.cuh's tensor-core kernel with GLU, and at N = 8500 (4 row tiles an SM on the H200);
-#: K = 2304: its 72 blocks in 15 segments of 5, the last of 2
+#: K = 2304: its 72 blocks in 15 segments of 5, the last of 2; (576, 8500, 1): its one-token body
+#: (xi_tc_one) without GLU over 5 segments, x unaligned
 ROW_KN = [(576, 37, 0), (1536, 70, 0), (576, 1030, 0), (96, 2049, 0), (96, 8500, 0), (2304, 37, 0), (3584, 37, 0),
-          (576, 37, 1)]
+          (576, 37, 1), (576, 8500, 1)]
 
 
 @pytest.mark.parametrize("K,N,xoff", ROW_KN)

@@ -22,14 +22,13 @@ time without DRAM).
 
 from __future__ import annotations
 
-import math
 import os
 import struct
 import sys
 
 import numpy as np
 
-from ._gemv_variants import PEAK, make_weights, wbytes_of
+from ._gemv_variants import PEAK, graph_replay_ms, l2_cold_copies, make_weights, wbytes_of
 
 SOURCE = r'''
 #include "xi_mvc.cuh"
@@ -318,19 +317,10 @@ def main(argv=None) -> int:
         for p in (pw, px, pq, pd, py):
             be.free(p)
 
-    e0, e1 = be.create_timestamp(), be.create_timestamp()
+    stamps = be.create_timestamp(), be.create_timestamp()
 
-    def graph_us(cl, n, reps=11):
-        g = be.capture(cl)
-        ms = []
-        for _ in range(reps):
-            be._enqueue(q.stream, ("timestamp", e0))
-            be._enqueue(q.stream, ("graph", g))
-            be._enqueue(q.stream, ("timestamp", e1))
-            q.synchronize()
-            ms.append(be.elapsed_ms(e0, e1))
-        be.destroy_graph(g)
-        return float(np.median(ms[2:])) * 1e3 / n
+    def graph_us(cl, n):  # us a launch of a graph of n launches
+        return graph_replay_ms(be, q, stamps, cl, 11) * 1e3 / n
 
     px, pq, pd, py = be.alloc(8192 * 4), be.alloc(8192), be.alloc(8192 // 4), be.alloc(65536 * 4)
     be.write(px, rng.standard_normal(8192).astype(np.float32).view(np.uint8))
@@ -341,14 +331,7 @@ def main(argv=None) -> int:
     print(f"{'shape':>11s} " + " ".join(f"{n:>24s}" for n in names))
     for N, K in SHAPES:
         wb = wbytes_of("q4_1", N, K)
-        stride = -(-wb // 256) * 256
-        copies = int(min(256, max(8, math.ceil(256e6 / stride))))
-        big = be.alloc(stride * copies)
-        raw, _ = make_weights(rng, "q4_1", N, K)
-        be.write(big, raw)
-        for i in range(1, copies):
-            be._enqueue(q.stream, ("copy", big + i * stride, big, wb))
-        q.synchronize()
+        big, stride, copies = l2_cold_copies(be, q, rng, "q4_1", N, K, 256)
         cells = []
         for nm in names:
             cold = graph_us([cm for i in range(copies) for cm in cmds(nm, big + i * stride, px, pq, pd, py, N, K)], copies)

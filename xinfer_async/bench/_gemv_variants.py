@@ -61,6 +61,36 @@ def make_weights(rng, dt, N, K):
     return raw.reshape(-1), vals.reshape(N, K)
 
 
+def graph_replay_ms(be, q, stamps, cmds, reps=9) -> float:
+    """Median ms of one replay of a CUDA graph of ``cmds`` on queue ``q`` between the two timestamps
+    ``stamps`` (the first two replays left out)."""
+    g = be.capture(cmds)
+    ms = []
+    for _ in range(reps):
+        be._enqueue(q.stream, ("timestamp", stamps[0]))
+        be._enqueue(q.stream, ("graph", g))
+        be._enqueue(q.stream, ("timestamp", stamps[1]))
+        q.synchronize()
+        ms.append(be.elapsed_ms(*stamps))
+    be.destroy_graph(g)
+    return float(np.median(ms[2:]))
+
+
+def l2_cold_copies(be, q, rng, dt, N, K, most):
+    """(address, stride, copies): up to ``most`` copies (at least 8) of one random (N, K) weight
+    filling ~256 MB, so a graph that reads each once reads them L2-cold."""
+    wb = wbytes_of(dt, N, K)
+    stride = -(-wb // 256) * 256
+    copies = int(min(most, max(8, math.ceil(256e6 / stride))))
+    big = be.alloc(stride * copies)
+    raw, _ = make_weights(rng, dt, N, K)
+    be.write(big, raw)
+    for i in range(1, copies):
+        be._enqueue(q.stream, ("copy", big + i * stride, big, wb))
+    q.synchronize()
+    return big, stride, copies
+
+
 def variants(dt, quick):
     """("mv1", R): the production T == 1 block (xi_mvc.cuh's xi_mv1_block: L2 prefetch of its rows,
     the wait for the previous kernel, R rows a warp) at a forced R; (R, U, PF): xi_quant.cuh's
@@ -192,31 +222,10 @@ def main(argv=None) -> int:
     if quick:
         shapes = shapes[:4] + [("q4_1", 960, 576), ("q4_1", 576, 1536), ("q8_0", 49152, 576)] + shapes[-3:]
     def graph_ms(cmds, reps=9) -> float:
-        """Median ms of one replay of a graph of ``cmds`` (the first two replays left out)."""
-        g = be.capture(cmds)
-        ms = []
-        for _ in range(reps):
-            be._enqueue(q.stream, ("timestamp", e0))
-            be._enqueue(q.stream, ("graph", g))
-            be._enqueue(q.stream, ("timestamp", e1))
-            q.synchronize()
-            ms.append(be.elapsed_ms(e0, e1))
-        be.destroy_graph(g)
-        return float(np.median(ms[2:]))
+        return graph_replay_ms(be, q, (e0, e1), cmds, reps)
 
     def weight_copies(dt, N, K, most):
-        """(address, stride, copies): copies of one random (N, K) weight filling ~256 MB, so a graph
-        that reads each once reads them L2-cold."""
-        wb = wbytes_of(dt, N, K)
-        stride = -(-wb // 256) * 256
-        copies = int(min(most, max(8, math.ceil(256e6 / stride))))
-        big = be.alloc(stride * copies)
-        raw, _ = make_weights(rng, dt, N, K)
-        be.write(big, raw)
-        for i in range(1, copies):
-            be._enqueue(q.stream, ("copy", big + i * stride, big, wb))
-        q.synchronize()
-        return big, stride, copies
+        return l2_cold_copies(be, q, rng, dt, N, K, most)
 
     table = []
     for dt, N, K in shapes:

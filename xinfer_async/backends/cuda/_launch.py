@@ -99,7 +99,7 @@ def tc_segs(nb: int) -> int:
     return max(1, -(-nb // per))
 
 
-_TC_REGS = {False: 96, True: 104}  # registers a thread of the `_tc` entries (their __maxnreg__), by GLU
+_TC_REGS = {False: 96, True: 112}  # registers a thread of the `_tc` entries (their __maxnreg__), by GLU
 
 
 def tc_weight(dt: str, n: int, k: int, glu: bool, sms: int, cc: tuple[int, int]) -> bool:
@@ -139,8 +139,8 @@ def tc_launch(c: dict, glu: bool) -> tuple[tuple[int, int, int], tuple[int, int,
     """(grid, block, shared bytes, entry suffix) of the tensor-core kernel: ``_tc`` at T <= 8 (8 tokens
     a block), ``_tct`` above (32 tokens, 16 with GLU); a block of ``tc_segs`` warps a tile of 16 rows;
     shared: the segment sums (segments x regions x tiles of 8 tokens x 512 bytes), and at T == 1
-    ``tc1_shared`` where that is at most ``TC1_SHARED_MAX`` (K up to about 5600): the entry then runs
-    its one-token body (xi_tc_one: the same sums, with h split once a block in shared memory)."""
+    ``tc1_shared`` where that is at most ``TC1_SHARED_MAX`` (K up to 5792, 5664 with GLU): the entry
+    then runs its one-token body (xi_tc_one: the same sums, with h split once a block in shared memory)."""
     t, nb = c["T"], c["K"] // 32
     segs, tok = tc_segs(nb), 8 if t <= 8 else 16 if glu else 32
     shared = segs * (2 if glu else 1) * _cdiv(min(t, tok), 8) * 512
@@ -156,7 +156,7 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
 
     - ``tc_weight``: the tensor-core kernel (shaders/xi_tc.cuh), ``_tc`` at T <= 8 (8 tokens a block)
       and ``_tct`` above (32, 16 with GLU): a block of ``tc_segs`` warps a tile of 16 rows; shared:
-      the segment sums;
+      the segment sums (``tc_launch``; at T == 1 also h split for the one-token body);
     - else T > 8: ``_t``, the register-tiled kernel (shaders/xi_mvt.cuh), 8 warps of ``mvt_rows``
       rows by 8 tokens a block, tokens staged in ``mvt_stage_bytes`` (``stage_max``: the device's);
     - else the first entry (shaders/xi_mvc.cuh), 256 threads (``_matmul_grid``, ``_fused_grid``)."""
