@@ -1,16 +1,4 @@
-#include "xi_mvt.cuh"
+#include "xi_entries.cuh"
 // w (2N, K) f16 (gate rows, then up rows), x (T, K) f32, norm (K) f32 -> y (T, N) f32:
 // silu(gate . h) * (up . h) with h = rmsnorm(x) * norm (xi_mvc.cuh).
-extern "C" __global__ void __launch_bounds__(256, 4) rmsnorm_matmul_swiglu_f16(const uint8_t *__restrict__ w, const float *__restrict__ x,
-                                                                         const float *__restrict__ norm, float *__restrict__ y,
-                                                                         xi_rmsnorm_matmul_swiglu_c c) {
-    const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, 0, c.eps};
-    xi_mvc_kernel<XI_F16, true, true>(a);
-}
-// the same at T > XI_MVT_MIN_T: the register-tiled kernel (xi_mvt.cuh), bit-identical a row.
-extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_matmul_swiglu_f16_t(const uint8_t *__restrict__ w, const float *__restrict__ x,
-                                                            const float *__restrict__ norm, float *__restrict__ y, xi_rmsnorm_matmul_swiglu_c c) {
-    xi_grid_begin();
-    const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, 0, c.eps};
-    xi_mvt_kernel<XI_F16, true, true>(a);
-}
+XI_SWIGLU_ENTRIES(f16, XI_F16)
