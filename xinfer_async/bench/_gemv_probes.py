@@ -230,6 +230,7 @@ __device__ __forceinline__ void bx(const uint8_t *__restrict__ w, const float *_
 extern "C" __global__ void __launch_bounds__(256, 2) probe_bf16x3(const uint8_t *__restrict__ w, const float *__restrict__ x, float *__restrict__ y, xi_matmul_c c) { bx<2>(w, x, y, c); }
 '''
 
+#: (N, K); the probes handle no other shapes than such: N % 16 == 0, K % 256 == 0
 SHAPES = [(4096, 4096), (2048, 2048), (2048, 8192)]
 
 
@@ -246,6 +247,7 @@ def main(argv=None) -> int:
     cubin = _nvrtc.compile_cubin(SOURCE, "gemv_probes.cu", be.arch, headers, driver_version=be.driver_version)
     mod = ffi.new("CUmodule *")
     check(lib.cuModuleLoadData(mod, cubin), "cuModuleLoadData")
+
     def bx_shared(K):  # bx_shared in SOURCE
         return 16 * ((((K // 32) * 20 + 15) & ~15) + 16) + (K // 32) * 196 + 512
 
