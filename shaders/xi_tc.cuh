@@ -137,6 +137,25 @@ __device__ __forceinline__ float4 xi_tc_ld4(const float *p, bool al) {
     return al ? __ldg(reinterpret_cast<const float4 *>(p)) : make_float4(p[0], p[1], p[2], p[3]);
 }
 __device__ __forceinline__ float xi_tc_hi(float v) { return __uint_as_float(__float_as_uint(v) & 0xffffe000u); }
+// A thread's 8 values of h (lo: elements 4c..4c+3, hi: 16+4c..16+4c+3) as B's hi and lo parts:
+// hi with its low 13 mantissa bits cleared, lo = h - hi rounded alone (never fused with the norm's
+// product). Both bodies split through this, so their B values agree bit for bit.
+__device__ __forceinline__ void xi_tc_split(float4 lo, float4 hi, float bh[8], float bl[8]) {
+    const float h[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        bh[e] = xi_tc_hi(h[e]);
+        bl[e] = __fsub_rn(h[e], bh[e]);
+    }
+}
+// q4_1's block sum of h over the row quad (lanes 4k..4k+3, all of the warp's lanes taking part):
+// each lane's xi_blk_sum, then (s0 + s1) + (s2 + s3), the same bits in each lane of the quad.
+__device__ __forceinline__ float xi_tc_quad_sum(float4 lo, float4 hi) {
+    float sm = xi_blk_sum(lo, hi);
+    sm += __shfl_xor_sync(0xffffffffu, sm, 1);
+    sm += __shfl_xor_sync(0xffffffffu, sm, 2);
+    return sm;
+}
 // A block's part added to a (row, token) sum: acc + (d * (Ch + Cl) (+ m * xs for q4_1)), each
 // operation rounded on its own (no contraction left to the compiler), the same in every entry.
 template <int TYPE>
@@ -264,19 +283,12 @@ __device__ __forceinline__ void xi_tc_body(const XiMvcArgs &a) {
                 }
                 float xs0 = 0.0f, xs1 = 0.0f;  // q4_1: the block sums of h of tokens 8 j + 2c and 8 j + 2c + 1
                 if (TYPE == XI_Q4_1) {
-                    float sm = xi_blk_sum(lo, hi);
-                    sm += __shfl_xor_sync(0xffffffffu, sm, 1);
-                    sm += __shfl_xor_sync(0xffffffffu, sm, 2);
+                    const float sm = xi_tc_quad_sum(lo, hi);
                     xs0 = __shfl_sync(0xffffffffu, sm, 8 * c);
                     xs1 = __shfl_sync(0xffffffffu, sm, 8 * c + 4);
                 }
-                const float h[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
                 float bh[8], bl[8];
-#pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    bh[e] = xi_tc_hi(h[e]);
-                    bl[e] = __fsub_rn(h[e], bh[e]);  // rounded alone: never fused with the norm's product
-                }
+                xi_tc_split(lo, hi, bh, bl);
 #pragma unroll
                 for (int q = 0; q < NR; q++) {
                     float Ch[4] = {0.0f, 0.0f, 0.0f, 0.0f}, Cl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -371,19 +383,12 @@ __device__ __forceinline__ void xi_tc_one(const XiMvcArgs &a) {
             }
         }
         if (TYPE == XI_Q4_1) {
-            float sm = xi_blk_sum(lo, hi);
-            sm += __shfl_xor_sync(0xffffffffu, sm, 1);
-            sm += __shfl_xor_sync(0xffffffffu, sm, 2);
+            const float sm = xi_tc_quad_sum(lo, hi);
             if (i < 4 * nb && c == 0) xsum[b] = sm;
         }
         if (i < 4 * nb) {
-            const float h[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
             float bh[8], bl[8];
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                bh[e] = xi_tc_hi(h[e]);
-                bl[e] = __fsub_rn(h[e], bh[e]);  // rounded alone: never fused with the norm's product
-            }
+            xi_tc_split(lo, hi, bh, bl);
             float4 *o = bpart + (size_t_)b * 16 + 2 * c;
             o[0] = make_float4(bh[0], bh[1], bh[2], bh[3]);
             o[1] = make_float4(bh[4], bh[5], bh[6], bh[7]);
