@@ -91,6 +91,24 @@ def l2_cold_copies(be, q, rng, dt, N, K, most):
     return big, stride, copies
 
 
+def read_source(dt):
+    """CUDA C of ``mv_<dt>_read``, the ceiling: a kernel with ``matmul_DT``'s parameters that reads the
+    (N, K) weight's bytes once, 16 bytes a thread and 5 loads in flight, and computes nothing (grid
+    ``read_grid``)."""
+    return (f'extern "C" __global__ void __launch_bounds__(256) mv_{dt}_read(const uint4 *__restrict__ w, '
+            f'const float *__restrict__ x, float *__restrict__ y, xi_matmul_c c) {{ xi_grid_begin(); '
+            f'const long long n16 = (long long)XiQ<{ENUM[dt]}>::row_bytes(c.K) * c.N / 16, '
+            f'i0 = (long long)blockIdx.x * 1280 + threadIdx.x; uint4 v[5]; '
+            f'for (int i = 0; i < 5; i++) v[i] = i0 + 256 * i < n16 ? __ldg(w + i0 + 256 * i) : make_uint4(0, 0, 0, 0); '
+            f'unsigned a = 0; for (int i = 0; i < 5; i++) a ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w; '
+            f'if (a == 0x9e3779b9u) y[0] = x[0]; }}')
+
+
+def read_grid(dt, N, K):
+    """Blocks of ``mv_<dt>_read`` (1280 16-byte loads a block)."""
+    return (max(1, -(-wbytes_of(dt, N, K) // 20480)), 1, 1)
+
+
 def variants(dt, quick):
     """("mv1", R): the production T == 1 block (xi_mvc.cuh's xi_mv1_block: L2 prefetch of its rows,
     the wait for the previous kernel, R rows a warp) at a forced R; (R, U, PF): xi_quant.cuh's
@@ -145,14 +163,7 @@ def main(argv=None) -> int:
             src.append(f'extern "C" __global__ void __launch_bounds__(256) {nm}(const uint8_t *__restrict__ w, '
                        f'const float *__restrict__ x, float *__restrict__ y, xi_matmul_c c) '
                        f'{{ xi_grid_begin(); {body}(w, x, y, c); }}')
-        # the ceiling: the weight's bytes read once, 16 bytes a thread and 5 loads in flight, nothing computed
-        src.append(f'extern "C" __global__ void __launch_bounds__(256) mv_{dt}_read(const uint4 *__restrict__ w, '
-                   f'const float *__restrict__ x, float *__restrict__ y, xi_matmul_c c) {{ xi_grid_begin(); '
-                   f'const long long n16 = (long long)XiQ<{ENUM[dt]}>::row_bytes(c.K) * c.N / 16, '
-                   f'i0 = (long long)blockIdx.x * 1280 + threadIdx.x; uint4 v[5]; '
-                   f'for (int i = 0; i < 5; i++) v[i] = i0 + 256 * i < n16 ? __ldg(w + i0 + 256 * i) : make_uint4(0, 0, 0, 0); '
-                   f'unsigned a = 0; for (int i = 0; i < 5; i++) a ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w; '
-                   f'if (a == 0x9e3779b9u) y[0] = x[0]; }}')
+        src.append(read_source(dt))
         cubin = _nvrtc.compile_cubin("\n".join(src), f"gemv_{dt}.cu", be.arch, headers, driver_version=be.driver_version)
         mod = ffi.new("CUmodule *")
         check(lib.cuModuleLoadData(mod, cubin), "cuModuleLoadData")
@@ -164,8 +175,7 @@ def main(argv=None) -> int:
                                                       lambda c, R=R: (max(1, -(-c["N"] // int(8 * R))), 1, 1), pdl=True)))
         fn = ffi.new("CUfunction *")
         check(lib.cuModuleGetFunction(fn, mod[0], f"mv_{dt}_read".encode()), "read")
-        lst.append(("read", CUDAKernel("read", mod[0], fn[0], 256, lambda c: (max(1, -(-wbytes_of(dt, c["N"], c["K"]) // 20480)), 1, 1),
-                                       pdl=True)))
+        lst.append(("read", CUDAKernel("read", mod[0], fn[0], 256, lambda c, dt=dt: read_grid(dt, c["N"], c["K"]), pdl=True)))
         kernels[dt] = lst
 
     def dispatch(k, w, x, y, N, K, acc=0, T=1):
