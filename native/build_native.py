@@ -6,7 +6,9 @@ Used two ways:
   * developer shortcut: ``python native/build_native.py`` builds the extension in
     place into ``xinfer_async/`` from any current directory.
 
-The cdef is native/xinfer_native.h with every preprocessor line removed.
+The cdef is native/xinfer_native.h with its ``#include "xi_kernels.h"`` replaced by that file (the
+structs and prototypes generated from xinfer_async/ops/_kernels.py) and every comment and
+preprocessor line removed.
 """
 import os
 import re
@@ -37,6 +39,8 @@ def _rel(path):
 def _cdef_text():
     with open(os.path.join(_HERE, "xinfer_native.h")) as f:
         text = f.read()
+    with open(os.path.join(_HERE, "xi_kernels.h")) as f:
+        text = text.replace('#include "xi_kernels.h"', f.read())
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
 

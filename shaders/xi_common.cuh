@@ -1,6 +1,5 @@
 // Shared definitions of the CUDA kernels (shaders/*.cu), compiled by NVRTC for the device's own arch.
-// Constants structs: identical to native/xinfer_native.h (packed 4-byte fields, KERNELS.md order),
-// passed by value as the last kernel parameter.
+// Constants structs: xi_kernels.cuh, generated from the declarations in xinfer_async/ops/_kernels.py.
 #pragma once
 
 typedef signed char int8_t;
@@ -12,22 +11,7 @@ typedef long long int64_t;
 typedef unsigned long long uint64_t;
 typedef unsigned long long size_t_;
 
-struct xi_affine_c { int32_t n; float a; float b; };
-struct xi_add_c { int32_t n; };
-struct xi_rmsnorm_c { int32_t rows; int32_t dim; float eps; };
-struct xi_rope_c { int32_t rows; int32_t n_head; int32_t head_dim; int32_t row_stride; float theta; };
-struct xi_swiglu_c { int32_t rows; int32_t n; int32_t in_stride; };
-struct xi_softmax_c { int32_t rows; int32_t n; };
-struct xi_attention_c { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t ctx; int32_t q_stride; float scale; };
-struct xi_attention_batched_c { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t rows; int32_t q_stride; float scale; };
-struct xi_kv_store_c { int32_t T; int32_t width; int32_t ctx; int32_t src_stride; };
-struct xi_get_rows_c { int32_t T; int32_t dim; int32_t vocab; };
-struct xi_matmul_c { int32_t T; int32_t N; int32_t K; int32_t accumulate; };
-struct xi_dequantize_c { int32_t n; };
-struct xi_rmsnorm_matmul_c { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; };
-struct xi_rmsnorm_matmul_swiglu_c { int32_t T; int32_t N; int32_t K; float eps; };
-struct xi_rope_kv_store_c { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; int32_t ctx; float theta; };
-struct xi_argmax_c { int32_t rows; int32_t n; };
+#include "xi_kernels.cuh"
 
 #define XI_INF __int_as_float(0x7f800000)
 #define XI_NAN __int_as_float(0x7fc00000)

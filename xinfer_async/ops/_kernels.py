@@ -1,87 +1,22 @@
-"""Kernel contracts, written once for every backend (see ``native/KERNELS.md``).
+"""The kernel declarations: one ``KernelSpec`` a kernel, written once for every backend.
 
-A ``KernelSpec`` names the kernel, its bindings (order, access, byte size as a function of the
-constants) and its constants layout (packed little-endian 4-byte fields).
+Each declaration gives the kernel's bindings (order, access, byte size as a function of the
+constants, shape for the docs), its constants (struct order and kind), their checks, its cuda launch
+geometry and its one-line contract. The C and CUDA constants structs, the C prototypes and the table
+of ``native/KERNELS.md`` are generated from here (``python -m xinfer_async.ops._codegen``); the
+bodies are ``native/kernels/*.c`` (``xi_k_<name>``) and ``shaders/<name>.cu``.
+
+Adding a kernel: one ``_declare(...)`` below, its C body, its ``.cu`` file, then run the generator.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import struct
 from typing import Callable
 
 from ..hal import Access, DType
+from ._spec import BindingSpec, Consts, CudaLaunch, KernelSpec, cdiv, flat, per_row
 
 R, W, RW = Access.READ, Access.WRITE, Access.READ_WRITE
-Consts = dict[str, int | float]
-
-
-@dataclasses.dataclass(frozen=True)
-class BindingSpec:
-    name: str
-    access: Access
-    nbytes: Callable[[Consts], int]
-
-
-@dataclasses.dataclass(frozen=True)
-class KernelSpec:
-    """The contract of one compute kernel.
-
-    Attributes:
-        name: the C symbol is ``xi_k_<name>``, the CUDA kernel ``<name>``.
-        bindings: in call order.
-        constants: ``(field, "i" | "f")`` in struct order.
-        check: extra validation of the constants; returns an error message or ``None``.
-    """
-
-    name: str
-    bindings: tuple[BindingSpec, ...]
-    constants: tuple[tuple[str, str], ...]
-    check: Callable[[Consts], str | None] = lambda c: None
-
-    @property
-    def source_name(self) -> str:
-        return self.name
-
-    def pack(self, constants) -> tuple[bytes, Consts]:
-        """Pack constants (a dict, or a sequence in struct order) into the struct bytes.
-
-        Raises:
-            ValueError: a missing, unknown, negative or inconsistent constant (named).
-            TypeError: a float given for an int field.
-        """
-        names = [n for n, _ in self.constants]
-        if constants is None:
-            constants = {}
-        if not isinstance(constants, dict):
-            constants = list(constants)
-            if len(constants) != len(names):
-                raise ValueError(f"{self.name}: expected {len(names)} constants {names}, got {len(constants)}")
-            constants = dict(zip(names, constants))
-        unknown = set(constants) - set(names)
-        if unknown:
-            raise ValueError(f"{self.name}: unknown constants {sorted(unknown)}; expected {names}")
-        values: Consts = {}
-        for n, kind in self.constants:
-            if n not in constants:
-                raise ValueError(f"{self.name}: constant {n!r} is missing")
-            v = constants[n]
-            if kind == "i":
-                if isinstance(v, float) and not v.is_integer():
-                    raise TypeError(f"{self.name}: constant {n}={v!r} must be an integer")
-                v = int(v)
-                if v < 0:
-                    raise ValueError(f"{self.name}: constant {n}={v} must be >= 0")
-                if v >= 2**31:
-                    raise ValueError(f"{self.name}: constant {n}={v} does not fit in int32")
-            else:
-                v = float(v)
-            values[n] = v
-        msg = self.check(values)
-        if msg:
-            raise ValueError(f"{self.name}: {msg}")
-        fmt = "<" + "".join(k for _, k in self.constants)
-        return struct.pack(fmt, *(values[n] for n, _ in self.constants)), values
 
 
 def _f32(expr: Callable[[Consts], int]) -> Callable[[Consts], int]:
@@ -95,10 +30,6 @@ def _strided(rows: str, stride: str, width: Callable[[Consts], int]) -> Callable
 def _stride_ok(rows: str, stride: str, width: Callable[[Consts], int]):
     return lambda c: (f"{stride}={c[stride]} is smaller than the row width {width(c)}"
                       if c[rows] > 1 and c[stride] < width(c) else None)
-
-
-def _spec(name, bindings, constants, check=lambda c: None) -> KernelSpec:
-    return KernelSpec(name, tuple(BindingSpec(*b) for b in bindings), tuple(constants), check)
 
 
 def _all(*checks):
@@ -115,59 +46,94 @@ def _all(*checks):
 KERNELS: dict[str, KernelSpec] = {}
 
 
-def _register(spec: KernelSpec) -> None:
-    KERNELS[spec.name] = spec
+def _declare(name: str, bindings, constants, *, cuda: CudaLaunch, doc: str, check=lambda c: None,
+             struct: str = "") -> None:
+    """Declare kernel ``name``: ``bindings`` as ``(name, access, shape, nbytes)``, ``constants`` as
+    ``"field"`` (int32) or ``"field:f32"`` (float), in struct order."""
+    if name in KERNELS:
+        raise ValueError(f"kernel {name!r} is declared twice")
+    consts = tuple((f[:-4], "f") if f.endswith(":f32") else (f, "i") for f in constants)
+    KERNELS[name] = KernelSpec(name, tuple(BindingSpec(n, a, nb, shape) for n, a, shape, nb in bindings), consts,
+                               check, struct, cuda, doc)
 
 
-_register(_spec("affine", [("x", R, _f32(lambda c: c["n"])), ("y", W, _f32(lambda c: c["n"]))],
-                [("n", "i"), ("a", "f"), ("b", "f")]))
-_register(_spec("add", [("a", R, _f32(lambda c: c["n"])), ("b", R, _f32(lambda c: c["n"])),
-                        ("y", W, _f32(lambda c: c["n"]))], [("n", "i")]))
-_register(_spec("rmsnorm", [("x", R, _f32(lambda c: c["rows"] * c["dim"])), ("w", R, _f32(lambda c: c["dim"])),
-                            ("y", W, _f32(lambda c: c["rows"] * c["dim"]))],
-                [("rows", "i"), ("dim", "i"), ("eps", "f")]))
+_declare("affine", [("x", R, "(n)", _f32(lambda c: c["n"])), ("y", W, "(n)", _f32(lambda c: c["n"]))],
+         ["n", "a:f32", "b:f32"], cuda=flat(lambda c: c["n"]), doc="y = a*x + b")
+_declare("add", [("a", R, "(n)", _f32(lambda c: c["n"])), ("b", R, "(n)", _f32(lambda c: c["n"])),
+                 ("y", W, "(n)", _f32(lambda c: c["n"]))],
+         ["n"], cuda=flat(lambda c: c["n"]), doc="y = a + b")
+_declare("rmsnorm", [("x", R, "(rows, dim)", _f32(lambda c: c["rows"] * c["dim"])),
+                     ("w", R, "(dim)", _f32(lambda c: c["dim"])),
+                     ("y", W, "(rows, dim)", _f32(lambda c: c["rows"] * c["dim"]))],
+         ["rows", "dim", "eps:f32"], cuda=per_row("rows"), doc="y = x / sqrt(mean(x^2) + eps) * w")
 _rope_width = lambda c: c["n_head"] * c["head_dim"]  # noqa: E731
-_register(_spec("rope", [("x", RW, _strided("rows", "row_stride", _rope_width)), ("pos", R, _f32(lambda c: c["rows"]))],
-                [("rows", "i"), ("n_head", "i"), ("head_dim", "i"), ("row_stride", "i"), ("theta", "f")],
-                _all(_stride_ok("rows", "row_stride", _rope_width),
-                     lambda c: f"head_dim={c['head_dim']} must be even" if c["head_dim"] % 2 else None)))
-_register(_spec("swiglu", [("gate", R, _strided("rows", "in_stride", lambda c: c["n"])),
-                           ("up", R, _strided("rows", "in_stride", lambda c: c["n"])),
-                           ("y", W, _f32(lambda c: c["rows"] * c["n"]))],
-                [("rows", "i"), ("n", "i"), ("in_stride", "i")], _stride_ok("rows", "in_stride", lambda c: c["n"])))
-_register(_spec("softmax", [("x", R, _f32(lambda c: c["rows"] * c["n"])), ("y", W, _f32(lambda c: c["rows"] * c["n"]))],
-                [("rows", "i"), ("n", "i")]))
+_declare("rope", [("x", RW, "(rows, n_head, head_dim)", _strided("rows", "row_stride", _rope_width)),
+                  ("pos", R, "(rows) i32", _f32(lambda c: c["rows"]))],
+         ["rows", "n_head", "head_dim", "row_stride", "theta:f32"],
+         check=_all(_stride_ok("rows", "row_stride", _rope_width),
+                    lambda c: f"head_dim={c['head_dim']} must be even" if c["head_dim"] % 2 else None),
+         cuda=flat(lambda c: c["rows"] * c["n_head"] * (c["head_dim"] // 2)),
+         doc="adjacent pairs (x[2i], x[2i+1]) of each head rotated by pos[r] * theta^(-2i/head_dim) (GGUF "
+             "\"normal\" layout); row r starts at r*row_stride; rows with pos < 0 untouched")
+_declare("swiglu", [("gate", R, "", _strided("rows", "in_stride", lambda c: c["n"])),
+                    ("up", R, "", _strided("rows", "in_stride", lambda c: c["n"])),
+                    ("y", W, "(rows, n)", _f32(lambda c: c["rows"] * c["n"]))],
+         ["rows", "n", "in_stride"], check=_stride_ok("rows", "in_stride", lambda c: c["n"]),
+         cuda=flat(lambda c: c["rows"] * c["n"]), doc="y[r,i] = silu(gate[r*in_stride+i]) * up[r*in_stride+i]")
+_declare("softmax", [("x", R, "(rows, n)", _f32(lambda c: c["rows"] * c["n"])),
+                     ("y", W, "(rows, n)", _f32(lambda c: c["rows"] * c["n"]))],
+         ["rows", "n"], cuda=per_row("rows"), doc="row-wise, max subtracted first")
 _q_width = lambda c: c["n_head"] * c["head_dim"]  # noqa: E731
 _kv = _f32(lambda c: c["ctx"] * c["n_kv"] * c["head_dim"])
-_register(_spec("attention", [("q", R, _strided("T", "q_stride", _q_width)), ("k", R, _kv), ("v", R, _kv),
-                              ("pos", R, _f32(lambda c: c["T"])), ("out", W, _f32(lambda c: c["T"] * _q_width(c)))],
-                [("T", "i"), ("n_head", "i"), ("n_kv", "i"), ("head_dim", "i"), ("ctx", "i"), ("q_stride", "i"), ("scale", "f")],
-                _all(_stride_ok("T", "q_stride", _q_width),
-                     lambda c: (f"n_head={c['n_head']} is not a multiple of n_kv={c['n_kv']}"
-                                if c["n_kv"] == 0 or c["n_head"] % c["n_kv"] else None))))
+_gqa_ok = lambda c: (f"n_head={c['n_head']} is not a multiple of n_kv={c['n_kv']}"  # noqa: E731
+                     if c["n_kv"] == 0 or c["n_head"] % c["n_kv"] else None)
+_ATTENTION = CudaLaunch(family="attention")
+_declare("attention", [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
+                       ("k", R, "(ctx, n_kv, hd)", _kv), ("v", R, "(ctx, n_kv, hd)", _kv),
+                       ("pos", R, "(T) i32", _f32(lambda c: c["T"])),
+                       ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))],
+         ["T", "n_head", "n_kv", "head_dim", "ctx", "q_stride", "scale:f32"],
+         check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok), cuda=_ATTENTION,
+         doc="query row t (starting at t*q_stride) attends keys 0..pos[t] inclusive; query head h reads kv head "
+             "h / (n_head / n_kv); softmax with max subtracted; pos[t] < 0 gives a zero row")
 _kv_rows = _f32(lambda c: c["rows"] * c["n_kv"] * c["head_dim"])
-_register(_spec("attention_batched", [("q", R, _strided("T", "q_stride", _q_width)), ("k", R, _kv_rows), ("v", R, _kv_rows),
-                                      ("first", R, _f32(lambda c: c["T"])), ("last", R, _f32(lambda c: c["T"])),
-                                      ("out", W, _f32(lambda c: c["T"] * _q_width(c)))],
-                [("T", "i"), ("n_head", "i"), ("n_kv", "i"), ("head_dim", "i"), ("rows", "i"), ("q_stride", "i"), ("scale", "f")],
-                _all(_stride_ok("T", "q_stride", _q_width),
-                     lambda c: (f"n_head={c['n_head']} is not a multiple of n_kv={c['n_kv']}"
-                                if c["n_kv"] == 0 or c["n_head"] % c["n_kv"] else None))))
-_register(_spec("kv_store", [("src", R, _strided("T", "src_stride", lambda c: c["width"])),
-                             ("cache", RW, _f32(lambda c: c["ctx"] * c["width"])), ("pos", R, _f32(lambda c: c["T"]))],
-                [("T", "i"), ("width", "i"), ("ctx", "i"), ("src_stride", "i")],
-                _stride_ok("T", "src_stride", lambda c: c["width"])))
+_declare("attention_batched", [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
+                               ("k", R, "(rows, n_kv, hd)", _kv_rows), ("v", R, "(rows, n_kv, hd)", _kv_rows),
+                               ("first", R, "(T) i32", _f32(lambda c: c["T"])),
+                               ("last", R, "(T) i32", _f32(lambda c: c["T"])),
+                               ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))],
+         ["T", "n_head", "n_kv", "head_dim", "rows", "q_stride", "scale:f32"],
+         check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok), cuda=_ATTENTION,
+         doc="query row t attends key rows first[t]..last[t] inclusive (last clamped to rows - 1); first[t] < 0 or "
+             "last[t] < first[t] gives a zero row; otherwise the math and accumulation order of `attention` with "
+             "pos = last - first over the cache starting at row first[t] (bit-identical): one launch serves several "
+             "sequences' caches stacked in one allocation")
+_declare("kv_store", [("src", R, "(T, width)", _strided("T", "src_stride", lambda c: c["width"])),
+                      ("cache", RW, "(ctx, width)", _f32(lambda c: c["ctx"] * c["width"])),
+                      ("pos", R, "(T) i32", _f32(lambda c: c["T"]))],
+         ["T", "width", "ctx", "src_stride"], check=_stride_ok("T", "src_stride", lambda c: c["width"]),
+         cuda=flat(lambda c: c["T"] * c["width"]),
+         doc="cache[pos[t], :] = src[t*src_stride : t*src_stride+width]; rows with pos outside [0, ctx) skipped")
 _qkv_width = lambda c: (c["n_head"] + 2 * c["n_kv"]) * c["head_dim"]  # noqa: E731  q, k and v heads of a row
 _kv_cache = _f32(lambda c: c["ctx"] * c["n_kv"] * c["head_dim"])
-_register(_spec("rope_kv_store", [("qkv", RW, _strided("T", "row_stride", _qkv_width)), ("pos", R, _f32(lambda c: c["T"])),
-                                  ("row", R, _f32(lambda c: c["T"])), ("k_cache", RW, _kv_cache), ("v_cache", RW, _kv_cache)],
-                [("T", "i"), ("n_head", "i"), ("n_kv", "i"), ("head_dim", "i"), ("row_stride", "i"), ("ctx", "i"),
-                 ("theta", "f")],
-                _all(_stride_ok("T", "row_stride", _qkv_width),
-                     lambda c: f"head_dim={c['head_dim']} must be even" if c["head_dim"] % 2 else None)))
-_register(_spec("argmax", [("x", R, _f32(lambda c: c["rows"] * c["n"])), ("out", W, _f32(lambda c: c["rows"]))],
-                [("rows", "i"), ("n", "i")], lambda c: "n must be >= 1" if c["n"] < 1 and c["rows"] else None))
+_declare("rope_kv_store", [("qkv", RW, "(T, row_stride)", _strided("T", "row_stride", _qkv_width)),
+                           ("pos", R, "(T) i32", _f32(lambda c: c["T"])), ("row", R, "(T) i32", _f32(lambda c: c["T"])),
+                           ("k_cache", RW, "(ctx, n_kv*hd)", _kv_cache), ("v_cache", RW, "(ctx, n_kv*hd)", _kv_cache)],
+         ["T", "n_head", "n_kv", "head_dim", "row_stride", "ctx", "theta:f32"],
+         check=_all(_stride_ok("T", "row_stride", _qkv_width),
+                    lambda c: f"head_dim={c['head_dim']} must be even" if c["head_dim"] % 2 else None),
+         # a block a token; 128 threads, a thread a rotated pair (or a v pair) of its q, k and v heads
+         cuda=CudaLaunch(128, lambda c, sms: (max(1, c["T"]), cdiv((c["n_head"] + 2 * c["n_kv"]) * (c["head_dim"] // 2), 128), 1)),
+         doc="row t starts at t*row_stride and holds n_head q heads, n_kv k heads, n_kv v heads; if pos[t] >= 0 its q "
+             "and k heads are rotated as `rope` does by pos[t]; then, rows with row[t] outside [0, ctx) skipped, "
+             "k_cache[row[t]] = its (rotated) k heads and v_cache[row[t]] = its v heads: bit-identical to `rope` "
+             "(q, n_head) + `rope` (k, n_kv) + `kv_store` (k) + `kv_store` (v) with pos = row")
+_declare("argmax", [("x", R, "(rows, n)", _f32(lambda c: c["rows"] * c["n"])),
+                    ("out", W, "(rows) i32", _f32(lambda c: c["rows"]))],
+         ["rows", "n"], check=lambda c: "n must be >= 1" if c["n"] < 1 and c["rows"] else None,
+         cuda=per_row("rows", block=1024), doc="index of the largest value; the lowest index on ties")
 
+#: the weight types of the ``_DT`` kernel families (``dequantize_DT``: the block types among them)
 WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1)
 
 
@@ -176,33 +142,50 @@ def _blocks(dt: DType, key: str):
                       if c[key] % dt.block_size else None)
 
 
+def _matrix(dt: DType, rows: int = 1):
+    """Bytes of a (rows * N, K) matrix of ``dt``."""
+    return lambda c: dt.nbytes(rows * c["N"] * c["K"])
+
+
+_K32 = "; K a multiple of 32 for block types"
 for _dt in WEIGHT_DTYPES:
-    _register(_spec(f"get_rows_{_dt.label}",
-                    [("table", R, (lambda d: lambda c: d.nbytes(c["vocab"] * c["dim"]))(_dt)),
-                     ("ids", R, _f32(lambda c: c["T"])), ("out", W, _f32(lambda c: c["T"] * c["dim"]))],
-                    [("T", "i"), ("dim", "i"), ("vocab", "i")], _blocks(_dt, "dim")))
-    _register(_spec(f"matmul_{_dt.label}",
-                    [("w", R, (lambda d: lambda c: d.nbytes(c["N"] * c["K"]))(_dt)),
-                     ("x", R, _f32(lambda c: c["T"] * c["K"])), ("y", RW, _f32(lambda c: c["T"] * c["N"]))],
-                    [("T", "i"), ("N", "i"), ("K", "i"), ("accumulate", "i")], _blocks(_dt, "K")))
-    _register(_spec(f"rmsnorm_matmul_{_dt.label}",
-                    [("w", R, (lambda d: lambda c: d.nbytes(c["N"] * c["K"]))(_dt)),
-                     ("x", R, _f32(lambda c: c["T"] * c["K"])), ("norm", R, _f32(lambda c: c["K"])),
-                     ("y", RW, _f32(lambda c: c["T"] * c["N"]))],
-                    [("T", "i"), ("N", "i"), ("K", "i"), ("accumulate", "i"), ("eps", "f")], _blocks(_dt, "K")))
-    _register(_spec(f"rmsnorm_matmul_swiglu_{_dt.label}",
-                    [("w", R, (lambda d: lambda c: d.nbytes(2 * c["N"] * c["K"]))(_dt)),
-                     ("x", R, _f32(lambda c: c["T"] * c["K"])), ("norm", R, _f32(lambda c: c["K"])),
-                     ("y", W, _f32(lambda c: c["T"] * c["N"]))],
-                    [("T", "i"), ("N", "i"), ("K", "i"), ("eps", "f")], _blocks(_dt, "K")))
+    _d = _dt.label
+    _declare(f"get_rows_{_d}", [("table", R, "(vocab, dim) DT", (lambda d: lambda c: d.nbytes(c["vocab"] * c["dim"]))(_dt)),
+                                ("ids", R, "(T) i32", _f32(lambda c: c["T"])),
+                                ("out", W, "(T, dim)", _f32(lambda c: c["T"] * c["dim"]))],
+             ["T", "dim", "vocab"], check=_blocks(_dt, "dim"), struct="get_rows", cuda=per_row("T"),
+             doc="out[t] = dequantize(table[ids[t]]); an id outside [0, vocab) gives a NaN row")
+    _declare(f"matmul_{_d}", [("w", R, "(N, K) DT", _matrix(_dt)), ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
+                              ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
+             ["T", "N", "K", "accumulate"], check=_blocks(_dt, "K"), struct="matmul",
+             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "matmul"))),
+             doc="y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] * x[t,k]" + _K32)
+    _declare(f"rmsnorm_matmul_{_d}", [("w", R, "(N, K) DT", _matrix(_dt)),
+                                      ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
+                                      ("norm", R, "(K)", _f32(lambda c: c["K"])),
+                                      ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
+             ["T", "N", "K", "accumulate", "eps:f32"], check=_blocks(_dt, "K"), struct="rmsnorm_matmul",
+             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "rmsnorm_matmul"))),
+             doc="y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] * h[t,k] with h = `rmsnorm`(x, norm, eps): "
+                 "`rmsnorm` then `matmul_DT` in one kernel" + _K32)
+    _declare(f"rmsnorm_matmul_swiglu_{_d}", [("w", R, "(2N, K) DT", _matrix(_dt, 2)),
+                                             ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
+                                             ("norm", R, "(K)", _f32(lambda c: c["K"])),
+                                             ("y", W, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
+             ["T", "N", "K", "eps:f32"], check=_blocks(_dt, "K"), struct="rmsnorm_matmul_swiglu",
+             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "rmsnorm_matmul_swiglu"))),
+             doc="h = `rmsnorm`(x, norm, eps); gate[t,n] = sum_k w[n,k] * h[t,k], up[t,n] = sum_k w[N+n,k] * h[t,k] "
+                 "(rows [0, N) of w the gate matrix, [N, 2N) the up matrix); y = silu(gate) * up: `rmsnorm`, "
+                 "`matmul_DT` into (T, 2N), then `swiglu` with in_stride = 2N" + _K32)
     if _dt.is_quantized:
-        _register(_spec(f"dequantize_{_dt.label}",
-                        [("src", R, (lambda d: lambda c: d.nbytes(c["n"]))(_dt)), ("dst", W, _f32(lambda c: c["n"]))],
-                        [("n", "i")], _blocks(_dt, "n")))
+        _declare(f"dequantize_{_d}", [("src", R, "(n / block)", (lambda d: lambda c: d.nbytes(c["n"]))(_dt)),
+                                      ("dst", W, "(n)", _f32(lambda c: c["n"]))],
+                 ["n"], check=_blocks(_dt, "n"), struct="dequantize", cuda=flat(lambda c: c["n"]),
+                 doc="float32 values of a block-quantized array")
 
 
 def kernel_spec(name: str) -> KernelSpec:
-    """The contract of kernel ``name``.
+    """The declaration of kernel ``name``.
 
     Raises:
         ValueError: no such kernel (the message lists them).
