@@ -8,7 +8,7 @@ import re
 import pytest
 
 from xinfer_async.backends.cuda import _nvrtc
-from xinfer_async.backends.cuda._backend import shader_dir
+from xinfer_async.backends.cuda._kernel import shader_dir
 
 try:
     _nvrtc.load()

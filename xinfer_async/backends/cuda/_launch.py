@@ -1,19 +1,17 @@
-"""Launch configuration of each CUDA kernel in ``shaders/``: block size, static shared memory, and
-the grid as a function of the constants (a dict keyed by the KERNELS.md field names)."""
+"""The launcher families of the CUDA kernels with several entry points (``FAMILIES``: the matrix
+kernels and attention): entry, grid, block and dynamic shared bytes as a function of the constants
+(a dict keyed by the declared field names) and of the device. A kernel's declaration
+(``ops/_kernels.py``) names its family; the one-entry kernels declare their block and grid there."""
 
 from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable
 
 
 def _cdiv(a: int, b: int) -> int:
     return max(1, -(-a // b))
-
-
-_MAX_GRID_X = 2**31 - 1
-
-
-def _flat(total: int, sms: int) -> tuple[int, int, int]:
-    # the kernels loop grid-stride, so any grid works; cap it at 64 blocks per SM's worth of work
-    return (min(_cdiv(total, 256), sms * 64), 1, 1)
 
 
 _BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}  # 32 elements
@@ -183,8 +181,7 @@ def attention_grid(c: dict, sms: int) -> tuple[int, int, int]:
     return (t, n_kv, _cdiv(group, ATT_GMAX) if t * n_kv >= sms else group)
 
 
-#: the attention kernels, launched by ``attention_launch``; their entries, by head_dim at most
-ATTENTION = ("attention", "attention_batched")
+#: the entries of an attention kernel, by head_dim at most
 _ATT_ENTRIES = ((64, ""), (128, "_d4"), (256, "_d8"))
 
 
@@ -201,28 +198,40 @@ def attention_launch(c: dict, sms: int) -> tuple[tuple[int, int, int], tuple[int
     return attention_grid(c, sms), (256, 1, 1), 0, suffix
 
 
-#: name -> (block, grid(constants, SM count) -> (x, y, z))
-LAUNCH = {
-    "affine": (256, lambda c, sms: _flat(c["n"], sms)),
-    "add": (256, lambda c, sms: _flat(c["n"], sms)),
-    "rmsnorm": (256, lambda c, sms: (max(1, c["rows"]), 1, 1)),
-    "rope": (256, lambda c, sms: _flat(c["rows"] * c["n_head"] * (c["head_dim"] // 2), sms)),
-    "swiglu": (256, lambda c, sms: _flat(c["rows"] * c["n"], sms)),
-    "softmax": (256, lambda c, sms: (max(1, c["rows"]), 1, 1)),
-    "argmax": (1024, lambda c, sms: (max(1, c["rows"]), 1, 1)),
-    "kv_store": (256, lambda c, sms: _flat(c["T"] * c["width"], sms)),
-    "rope_kv_store": (128, lambda c, sms: (max(1, c["T"]), _cdiv((c["n_head"] + 2 * c["n_kv"]) * (c["head_dim"] // 2), 128), 1)),
-}
-#: the matrix kernels: name -> (dtype, kind); launched by ``matmul_launch``, entries name + suffix
-MATMUL = {}
-for _dt in ("f32", "f16", "q8_0", "q4_0", "q4_1"):
-    LAUNCH[f"get_rows_{_dt}"] = (256, lambda c, sms: (max(1, c["T"]), 1, 1))
-    for _kind in ("matmul", "rmsnorm_matmul", "rmsnorm_matmul_swiglu"):
-        MATMUL[f"{_kind}_{_dt}"] = (_dt, _kind)
-for _dt in ("q8_0", "q4_0", "q4_1"):
-    LAUNCH[f"dequantize_{_dt}"] = (256, lambda c, sms: _flat(c["n"], sms))
-
-
 def matmul_entries(dt: str) -> tuple[str, ...]:
     """The entry suffixes of a matrix kernel's shader: ``""``, ``"_t"`` (and ``"_tc"``, ``"_tct"``)."""
     return ("", "_t") + (("_tc", "_tct") if dt in TC_TYPES else ())
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """How a kernel of a launcher family is launched on one device.
+
+    Attributes:
+        entries: the suffixes of its shader's entry points (``""`` first).
+        launch: constants -> (grid, block, dynamic shared bytes, entry suffix).
+        opt_in: entry suffix -> the dynamic shared bytes past 48 KB the entry must opt in to
+            (``cuFuncSetAttribute``) when it is loaded.
+    """
+
+    entries: tuple[str, ...]
+    launch: Callable[[dict], tuple[tuple[int, int, int], tuple[int, int, int], int, str]]
+    opt_in: dict[str, int]
+
+
+def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
+    """matmul_DT, rmsnorm_matmul_DT, rmsnorm_matmul_swiglu_DT (``params``: ``dt``, ``kind``):
+    ``matmul_launch``; the ``_t`` entry stages tokens in up to ``stage_max`` dynamic shared bytes."""
+    dt, kind = params["dt"], params["kind"]
+    return Family(matmul_entries(dt),
+                  functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc),
+                  {"_t": stage_max} if stage_max > 48 * 1024 else {})
+
+
+def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
+    """attention, attention_batched: ``attention_launch``."""
+    return Family(attention_entries(), functools.partial(attention_launch, sms=sms), {})
+
+
+#: family name (``CudaLaunch.family`` of a declaration) -> (params, sms=, stage_max=, cc=) -> ``Family``
+FAMILIES: dict[str, Callable[..., Family]] = {"matmul": _matmul_family, "attention": _attention_family}

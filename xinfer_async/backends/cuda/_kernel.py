@@ -1,0 +1,141 @@
+"""CUDA kernels: ``CUDAKernel`` (a loaded ``shaders/<name>.cu``) and ``load_kernel``, which compiles a
+declared kernel (``ops/_kernels.py``) with NVRTC and sets up its launch from the declaration's
+``cuda`` geometry: one entry point with a block and a grid, or a launcher family of ``_launch.py``
+(``FAMILIES``) that picks among several entry points for each launch."""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import TYPE_CHECKING
+
+from ...ops import KernelSpec, kernel_spec
+from . import _driver, _nvrtc
+from ._driver import check, ffi
+from ._launch import FAMILIES
+
+if TYPE_CHECKING:
+    from ._backend import CUDABackend
+
+
+def shader_dir() -> str:
+    """Where ``<name>.cu`` files live: ``$XINFER_SHADERS``, else the repository's ``shaders/``, else the
+    package's ``xinfer_async/shaders`` (package data)."""
+    if os.environ.get("XINFER_SHADERS"):
+        return os.environ["XINFER_SHADERS"]
+    pkg = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for d in (os.path.join(os.path.dirname(pkg), "shaders"), os.path.join(pkg, "shaders")):
+        if os.path.isdir(d):
+            return d
+    return os.path.join(os.path.dirname(pkg), "shaders")
+
+
+class LaunchGrid(tuple):
+    """A grid ``(x, y, z)`` (a plain tuple of ints) that also names the block size and the dynamic
+    shared memory it is launched with."""
+
+    def __new__(cls, grid, block=(1, 1, 1), shared_bytes=0, function=None):
+        self = super().__new__(cls, (int(grid[0]), int(grid[1]), int(grid[2])))
+        self.block, self.shared_bytes, self.function = block, shared_bytes, function
+        return self
+
+
+class CUDAKernel:
+    """A loaded kernel: ``extern "C" <name>`` of ``shaders/<source>.cu``, launched with ``block``
+    threads and ``shared_bytes`` of dynamic shared memory. A kernel of a launcher family (the matrix
+    and attention kernels) has several entry points in its shader (``entries``: suffix ->
+    CUfunction); ``launch`` (constants -> (grid, block, shared bytes, suffix), e.g.
+    ``_launch.matmul_launch``) picks one for each launch.
+    ``pdl``: every entry point waits for the previous kernel in-kernel (``xi_grid_begin``, true of
+    all of ``shaders/``: tests/test_shaders_compile.py checks each entry's PTX), so the backend may
+    launch it with programmatic dependent launch; a kernel that does not wait must keep it false,
+    or it would run alongside the kernel before it."""
+
+    def __init__(self, name: str, module, function, block: int, grid_fn, launch=None, entries=None,
+                 pdl: bool = False):
+        self.name, self.module, self.function, self.pdl = name, module, function, pdl
+        self.block = (block, 1, 1)
+        self.shared_bytes = 0
+        self._grid_fn = grid_fn
+        self._launch, self.entries = launch, entries or {"": function}
+
+    def launch_grid(self, constants: dict) -> "LaunchGrid":
+        """The grid ``(x, y, z)`` of blocks for the constants (a dict of the declared fields), as
+        the runtime puts it in ``("dispatch", ...)``; it also carries ``.block``, ``.shared_bytes``
+        and ``.function``: the entry point these constants launch."""
+        if self._launch is not None:
+            grid, block, shared, suffix = self._launch(constants)
+            return LaunchGrid(grid, block, shared, self.entries[suffix])
+        return LaunchGrid(self._grid_fn(constants), self.block, self.shared_bytes, self.function)
+
+    def launch_config(self, constants: dict) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
+        """``(grid, block, shared_bytes)`` for the constants; ``grid`` is the ``LaunchGrid`` (it names
+        the entry point, so the triple launches what ``launch_grid`` does)."""
+        g = self.launch_grid(constants)
+        return g, g.block, g.shared_bytes
+
+    def __repr__(self) -> str:
+        return f"CUDAKernel({self.name!r}, block={self.block[0]})"
+
+
+def _compile(backend: "CUDABackend", source_name: str, name: str) -> bytes:
+    d = shader_dir()
+    path = os.path.join(d, f"{source_name}.cu")
+    try:
+        with open(path) as f:
+            source = f.read()
+    except OSError as e:
+        raise ValueError(f"no shader for kernel {name!r}: {e}") from None
+    headers = {}
+    for h in sorted(os.listdir(d)):
+        if h.endswith(".cuh"):
+            with open(os.path.join(d, h)) as f:
+                headers[h] = f.read()
+    return _nvrtc.compile_cubin(source, f"{source_name}.cu", backend.arch, headers,
+                                options=(f"-DXI_MVT_STAGE_MAX={backend.stage_max}",),
+                                driver_version=backend.driver_version)
+
+
+def _entries(lib, module, name: str, suffixes) -> dict:
+    """suffix -> CUfunction of ``name + suffix`` in ``module``, for each suffix."""
+    out = {}
+    for suffix in suffixes:
+        fn = ffi.new("CUfunction *")
+        check(lib.cuModuleGetFunction(fn, module, (name + suffix).encode()), f"cuModuleGetFunction({name + suffix})")
+        out[suffix] = fn[0]
+    return out
+
+
+def load_kernel(backend: "CUDABackend", spec: KernelSpec | str) -> CUDAKernel:
+    """Compile ``shaders/<spec.source_name>.cu`` for ``backend``'s device and look up its entry
+    points; ``spec`` is a declaration (``ops.KernelSpec``) or the name of one.
+
+    Raises:
+        KernelCompileError: NVRTC rejected the source (``.log`` has the log).
+        ValueError: an unknown kernel name, no cuda launch geometry in the declaration, or no
+            shader file for it.
+    """
+    if isinstance(spec, str):
+        spec = kernel_spec(spec)
+    name, launch = spec.name, spec.cuda
+    if launch is None:
+        raise ValueError(f"no CUDA launch configuration for kernel {name!r}")
+    if launch.family and launch.family not in FAMILIES:
+        raise ValueError(f"kernel {name!r}: unknown CUDA launcher family {launch.family!r}; "
+                         f"known: {', '.join(sorted(FAMILIES))}")
+    cubin = _compile(backend, spec.source_name, name)
+    backend.make_current()
+    lib = backend._lib
+    mod, fn = ffi.new("CUmodule *"), ffi.new("CUfunction *")
+    check(lib.cuModuleLoadData(mod, cubin), f"cuModuleLoadData({spec.source_name}.cu)")
+    check(lib.cuModuleGetFunction(fn, mod[0], name.encode()), f"cuModuleGetFunction({name})")
+    if not launch.family:
+        return CUDAKernel(name, mod[0], fn[0], launch.block,
+                          functools.partial(launch.grid, sms=backend.multiprocessors), pdl=True)
+    family = FAMILIES[launch.family](dict(launch.params), sms=backend.multiprocessors,
+                                     stage_max=backend.stage_max, cc=backend.compute_capability)
+    entries = _entries(lib, mod[0], name, family.entries)
+    for suffix, nbytes in family.opt_in.items():  # dynamic shared memory past 48 KB is opt-in
+        check(lib.cuFuncSetAttribute(entries[suffix], _driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     nbytes), f"cuFuncSetAttribute({name}{suffix})")
+    return CUDAKernel(name, mod[0], entries[""], 256, None, family.launch, entries, pdl=True)
