@@ -194,3 +194,36 @@ def test_close_with_work_that_never_completes_returns_within_its_timeout():
     assert time.monotonic() - t0 < 5.0
     assert not dev.queue.fence._closed  # its pending work may still signal it
     assert gate.fence._closed  # the idle queue is closed as usual
+
+
+# -- the kernels a device is handed --------------------------------------------------------
+
+def test_device_builds_kernels_with_the_factory_it_is_handed():
+    from xinfer_async.backends.cpu._backend import CPUBackend
+    from xinfer_async.ops import ComputeKernel
+    from xinfer_async.runtime import Device
+
+    made = []
+
+    def factory(device, name):
+        made.append(name)
+        return ComputeKernel(device, name)
+
+    with Device(CPUBackend(), kernels=factory) as dev:
+        k = dev.kernel("affine")
+        assert dev.kernel("affine") is k and made == ["affine"]  # built once per device
+        assert k.name == "affine" and k.device is dev
+        with pytest.raises(ValueError, match=r"^unknown kernel 'nope'; known kernels: add, affine, "):
+            dev.kernel("nope")
+
+
+def test_device_checks_its_backend_and_kernels():
+    from xinfer_async.backends.cpu._backend import CPUBackend
+    from xinfer_async.runtime import Device
+
+    with pytest.raises(TypeError, match=r"^kernels must be a callable \(device, name\) -> kernel, got str$"):
+        Device(CPUBackend(), kernels="affine")
+    with pytest.raises(TypeError, match=r"^backend must be a hal.Backend, got object$"):
+        Device(object(), kernels=lambda d, n: None)
+    with pytest.raises(TypeError, match="kernels"):
+        Device(CPUBackend())  # handed explicitly, never installed by an import

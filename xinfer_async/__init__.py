@@ -13,7 +13,6 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from .hal import (
     Access as Access,
     Buffer as Buffer,
-    Device as DeviceProtocol,
     DeviceError as DeviceError,
     DeviceOutOfMemoryError as DeviceOutOfMemoryError,
     DType as DType,
@@ -31,6 +30,7 @@ from .runtime import (
     CapturedGraph as CapturedGraph,
     CommandListPool as CommandListPool,
     Device as Device,
+    Device as DeviceProtocol,  # the former hal protocol's name, kept for compatibility
     DeviceBuffer as DeviceBuffer,
     Executor as Executor,
     Fence as Fence,

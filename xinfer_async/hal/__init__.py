@@ -1,5 +1,7 @@
-"""Hardware abstraction layer: types, states, protocols and errors shared by every backend."""
+"""Hardware abstraction layer: the interface a backend implements (``Backend``, ``BackendQueue``,
+lowered ``Command``s), and the types, states, protocols and errors every backend shares."""
 
+from ._backend import Backend as Backend, BackendQueue as BackendQueue, Command as Command
 from ._desc import TensorDesc as TensorDesc
 from ._dtype import DType as DType
 from ._errors import (
@@ -11,5 +13,5 @@ from ._errors import (
     ValidationError as ValidationError,
     XinferError as XinferError,
 )
-from ._protocols import Buffer as Buffer, Device as Device
+from ._protocols import Buffer as Buffer
 from ._state import Access as Access, ResourceState as ResourceState

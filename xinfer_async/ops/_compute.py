@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..runtime._buffer import as_view
+from ..runtime._device import Device
 from ._kernels import kernel_spec
 
 
@@ -16,7 +17,13 @@ class ComputeKernel:
         handle: the backend's compiled kernel.
     """
 
-    def __init__(self, device: Any, name: str):
+    def __init__(self, device: Device, name: str):
+        """The declared kernel ``name`` (``ops/_kernels.py``) loaded by ``device``'s backend.
+
+        Raises:
+            ValueError: no kernel has that name.
+            KernelCompileError: its source does not compile.
+        """
         self.device = device
         self.spec = kernel_spec(name)
         self.name = name

@@ -7,13 +7,14 @@ from typing import Any
 
 from ..hal import Access, DType, ValidationError
 from ..runtime._buffer import as_view
+from ..runtime._device import Device
 
 
 class Operator:
     """Lifecycle base: ``compile()`` builds the backend handle, ``initialize(cl)`` records any
     one-time setup, ``bind(...)`` checks the buffers, ``dispatch(cl)`` records the operation."""
 
-    def __init__(self, device: Any):
+    def __init__(self, device: Device):
         self.device = device
         self.handle: Any = None
         self._bound: list | None = None
@@ -40,7 +41,7 @@ class Gemm(Operator):
 
     DTYPES = (DType.f32, DType.f16, DType.bf16)
 
-    def __init__(self, device: Any, m: int, n: int, k: int, dtype: Any = "f32", trans_b: bool = False):
+    def __init__(self, device: Device, m: int, n: int, k: int, dtype: Any = "f32", trans_b: bool = False):
         super().__init__(device)
         self.dtype = DType.parse(dtype)
         if self.dtype not in self.DTYPES:
@@ -51,7 +52,7 @@ class Gemm(Operator):
         self.m, self.n, self.k, self.trans_b = int(m), int(n), int(k), bool(trans_b)
 
     @classmethod
-    def create(cls, device: Any, m: int, n: int, k: int, dtype: Any = "f32", trans_b: bool = False) -> "Gemm":
+    def create(cls, device: Device, m: int, n: int, k: int, dtype: Any = "f32", trans_b: bool = False) -> "Gemm":
         return cls(device, m, n, k, dtype, trans_b)
 
     def compile(self) -> "Gemm":

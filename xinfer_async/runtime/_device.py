@@ -5,36 +5,44 @@ from __future__ import annotations
 import collections
 import threading
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from ..hal import DeviceError, DType, FenceTimeoutError, TensorDesc
+from ..hal import Backend, DeviceError, DType, FenceTimeoutError, TensorDesc
 from ._allocator import CachingAllocator, size_class
-from ._backend import Backend
 from ._buffer import DeviceBuffer
 from ._queue import Queue, abandon
 
+#: ``(device, name) -> kernel``: what ``Device.kernel`` builds a kernel with (``ops.ComputeKernel``)
+KernelFactory = Callable[["Device", str], Any]
 
 
 class Device:
     """A device: memory, queues with timeline fences, a pool of command lists, kernels, timers.
 
-    Backends subclass it only to pick their ``Backend`` (``CPUDevice``, ``CUDADevice``); everything
-    here is backend-neutral.
+    Backends subclass it only to pick their ``Backend`` and hand it the kernels (``CPUDevice``,
+    ``CUDADevice``); everything here is backend-neutral.
 
     Args:
-        backend: the primitives.
+        backend: the primitives (a ``hal.Backend``).
+        kernels: ``(device, name) -> kernel``, what ``kernel(name)`` builds a kernel with (the
+            backends' devices pass ``ops.ComputeKernel``; ``ops`` builds on this layer, so this layer
+            does not import it).
         command_lists: size of the ``command_lists`` pool.
         validate: run the validation layer on recorded commands (state, lifetime, hazards).
+
+    Raises:
+        TypeError: ``backend`` is not a ``hal.Backend`` or ``kernels`` is not callable.
     """
 
-    #: ``(device, name) -> ComputeKernel``; installed by ``xinfer_async.ops`` when it is imported
-    #: (``ops`` builds on this layer, so this layer does not import it)
-    kernel_factory: Any = None
-
-    def __init__(self, backend: Backend, *, command_lists: int = 8, validate: bool = True):
+    def __init__(self, backend: Backend, *, kernels: KernelFactory, command_lists: int = 8, validate: bool = True):
+        if not isinstance(backend, Backend):
+            raise TypeError(f"backend must be a hal.Backend, got {type(backend).__name__}")
+        if not callable(kernels):
+            raise TypeError(f"kernels must be a callable (device, name) -> kernel, got {type(kernels).__name__}")
         self.backend = backend
+        self.kernel_factory = kernels
         self.allocator = CachingAllocator(backend)
         self.name = backend.name
         self.description = getattr(backend, "description", backend.name)
@@ -153,7 +161,7 @@ class Device:
         """
         k = self._kernels.get(name)
         if k is None:
-            k = self._kernels[name] = Device.kernel_factory(self, name)
+            k = self._kernels[name] = self.kernel_factory(self, name)
         return k
 
     # -- memory ----------------------------------------------------------------------------

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..hal import DeviceError, XinferError
-from ._backend import BackendQueue
+from ..hal import BackendQueue, DeviceError, XinferError
 from ._fence import Fence
 
 

@@ -1,5 +1,6 @@
 """The cpu backend (the embedded default; runs everywhere, CI included)."""
 
+from ...ops import ComputeKernel
 from ...runtime._device import Device
 from ._backend import CPUBackend
 
@@ -14,4 +15,5 @@ class CPUDevice(Device):
     """
 
     def __init__(self, *, command_lists: int = 8, validate: bool = True, memory_limit_bytes: int | None = None):
-        super().__init__(CPUBackend(memory_limit_bytes), command_lists=command_lists, validate=validate)
+        super().__init__(CPUBackend(memory_limit_bytes), kernels=ComputeKernel, command_lists=command_lists,
+                         validate=validate)

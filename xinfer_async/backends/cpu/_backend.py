@@ -16,8 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ... import _native
-from ...hal import DeviceError, DeviceOutOfMemoryError, DType
-from ...runtime._backend import Backend, BackendQueue
+from ...hal import Backend, BackendQueue, DeviceError, DeviceOutOfMemoryError, DType
 
 ffi, lib = _native.ffi, _native.lib
 _ALIGN = 256

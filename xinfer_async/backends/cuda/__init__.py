@@ -3,6 +3,7 @@
 Importing this package needs no GPU and no CUDA library; they are opened when a device is made.
 """
 
+from ...ops import ComputeKernel
 from ...runtime._device import Device
 from ._backend import CUDABackend as CUDABackend, CUDAKernel as CUDAKernel, CUDAQueue as CUDAQueue
 
@@ -21,7 +22,7 @@ class CUDADevice(Device):
     """
 
     def __init__(self, ordinal: int = 0, *, command_lists: int = 8, validate: bool = True):
-        super().__init__(CUDABackend(ordinal), command_lists=command_lists, validate=validate)
+        super().__init__(CUDABackend(ordinal), kernels=ComputeKernel, command_lists=command_lists, validate=validate)
 
 
 __all__ = ["CUDABackend", "CUDADevice", "CUDAKernel", "CUDAQueue"]

@@ -14,8 +14,7 @@ import threading
 import weakref
 from typing import Any, Sequence
 
-from ...hal._errors import DeviceError
-from ...runtime._backend import Backend, Command
+from ...hal import Backend, Command, DeviceError
 from . import _driver
 from ._driver import check, ffi
 from ._graph import CUDAGraph, GraphCapture

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from ...runtime._backend import Command
+from ...hal import Command
 from . import _driver
 from ._driver import check, ffi
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ...hal._errors import DeviceError
-from ...runtime._backend import BackendQueue, Command
+from ...hal import BackendQueue, Command, DeviceError
 from . import _driver
 from ._driver import check, ffi
 from ._pinned import MappedCounter

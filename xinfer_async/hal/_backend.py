@@ -1,4 +1,5 @@
-"""The primitives a backend supplies, and nothing else.
+"""The interface a backend implements (``Backend``, ``BackendQueue``): the primitives it supplies,
+and nothing else. ``runtime.Device`` is built on one ``Backend``; code is typed against these classes.
 
 Policy (validation, resource-state tracking, pooling, deferred frees, fences, scheduling, error
 wrapping) lives in ``runtime/`` and ``model/``. A backend (``backends/cpu``, ``backends/cuda``)
@@ -105,8 +106,9 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def load_kernel(self, spec: Any) -> Any:
-        """Compile or look up the kernel ``spec`` (an ``ops.KernelSpec``); returns a handle for
-        ``("dispatch", ...)`` commands.
+        """Compile or look up the kernel ``spec`` (its declaration, an ``ops.KernelSpec``: the cpu
+        backend finds ``xi_k_<name>``, cuda compiles ``shaders/<name>.cu`` and takes the launch
+        geometry from ``spec.cuda``); returns a handle for ``("dispatch", ...)`` commands.
 
         Raises:
             KernelCompileError: the source does not compile (carries the log).
