@@ -114,6 +114,64 @@ _declare("kv_store", [("src", R, "(T, width)", _strided("T", "src_stride", lambd
          ["T", "width", "ctx", "src_stride"], check=_stride_ok("T", "src_stride", lambda c: c["width"]),
          cuda=flat(lambda c: c["T"] * c["width"]),
          doc="cache[pos[t], :] = src[t*src_stride : t*src_stride+width]; rows with pos outside [0, ctx) skipped")
+#: the weight types of the ``_DT`` kernel families (``dequantize_DT``: the block types among them)
+WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1)
+
+
+def _blocks(dt: DType, key: str):
+    return lambda c: (f"{key}={c[key]} is not a multiple of {dt.label}'s block size {dt.block_size}"
+                      if c[key] % dt.block_size else None)
+
+
+def _matrix(dt: DType, rows: int = 1):
+    """Bytes of a (rows * N, K) matrix of ``dt``."""
+    return lambda c: dt.nbytes(rows * c["N"] * c["K"])
+
+
+_K32 = "; K a multiple of 32 for block types"
+# A family a loop. The declaration order is the order of the generated structs, the order the
+# hand-written headers had (so the text the compilers see is unchanged): declare new kernels last.
+for _dt in WEIGHT_DTYPES:
+    _d = _dt.label
+    _declare(f"get_rows_{_d}", [("table", R, "(vocab, dim) DT", (lambda d: lambda c: d.nbytes(c["vocab"] * c["dim"]))(_dt)),
+                                ("ids", R, "(T) i32", _f32(lambda c: c["T"])),
+                                ("out", W, "(T, dim)", _f32(lambda c: c["T"] * c["dim"]))],
+             ["T", "dim", "vocab"], check=_blocks(_dt, "dim"), struct="get_rows", cuda=per_row("T"),
+             doc="out[t] = dequantize(table[ids[t]]); an id outside [0, vocab) gives a NaN row")
+for _dt in WEIGHT_DTYPES:
+    _d = _dt.label
+    _declare(f"matmul_{_d}", [("w", R, "(N, K) DT", _matrix(_dt)), ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
+                              ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
+             ["T", "N", "K", "accumulate"], check=_blocks(_dt, "K"), struct="matmul",
+             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "matmul"))),
+             doc="y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] * x[t,k]" + _K32)
+for _dt in [d for d in WEIGHT_DTYPES if d.is_quantized]:
+    _declare(f"dequantize_{_dt.label}", [("src", R, "(n / block)", (lambda d: lambda c: d.nbytes(c["n"]))(_dt)),
+                                         ("dst", W, "(n)", _f32(lambda c: c["n"]))],
+             ["n"], check=_blocks(_dt, "n"), struct="dequantize", cuda=flat(lambda c: c["n"]),
+             doc="float32 values of a block-quantized array")
+for _dt in WEIGHT_DTYPES:
+    _d = _dt.label
+    _declare(f"rmsnorm_matmul_{_d}", [("w", R, "(N, K) DT", _matrix(_dt)),
+                                      ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
+                                      ("norm", R, "(K)", _f32(lambda c: c["K"])),
+                                      ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
+             ["T", "N", "K", "accumulate", "eps:f32"], check=_blocks(_dt, "K"), struct="rmsnorm_matmul",
+             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "rmsnorm_matmul"))),
+             doc="y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] * h[t,k] with h = `rmsnorm`(x, norm, eps): "
+                 "`rmsnorm` then `matmul_DT` in one kernel" + _K32)
+for _dt in WEIGHT_DTYPES:
+    _d = _dt.label
+    _declare(f"rmsnorm_matmul_swiglu_{_d}", [("w", R, "(2N, K) DT", _matrix(_dt, 2)),
+                                             ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
+                                             ("norm", R, "(K)", _f32(lambda c: c["K"])),
+                                             ("y", W, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
+             ["T", "N", "K", "eps:f32"], check=_blocks(_dt, "K"), struct="rmsnorm_matmul_swiglu",
+             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "rmsnorm_matmul_swiglu"))),
+             doc="h = `rmsnorm`(x, norm, eps); gate[t,n] = sum_k w[n,k] * h[t,k], up[t,n] = sum_k w[N+n,k] * h[t,k] "
+                 "(rows [0, N) of w the gate matrix, [N, 2N) the up matrix); y = silu(gate) * up: `rmsnorm`, "
+                 "`matmul_DT` into (T, 2N), then `swiglu` with in_stride = 2N" + _K32)
+
 _qkv_width = lambda c: (c["n_head"] + 2 * c["n_kv"]) * c["head_dim"]  # noqa: E731  q, k and v heads of a row
 _kv_cache = _f32(lambda c: c["ctx"] * c["n_kv"] * c["head_dim"])
 _declare("rope_kv_store", [("qkv", RW, "(T, row_stride)", _strided("T", "row_stride", _qkv_width)),
@@ -132,56 +190,6 @@ _declare("argmax", [("x", R, "(rows, n)", _f32(lambda c: c["rows"] * c["n"])),
                     ("out", W, "(rows) i32", _f32(lambda c: c["rows"]))],
          ["rows", "n"], check=lambda c: "n must be >= 1" if c["n"] < 1 and c["rows"] else None,
          cuda=per_row("rows", block=1024), doc="index of the largest value; the lowest index on ties")
-
-#: the weight types of the ``_DT`` kernel families (``dequantize_DT``: the block types among them)
-WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1)
-
-
-def _blocks(dt: DType, key: str):
-    return lambda c: (f"{key}={c[key]} is not a multiple of {dt.label}'s block size {dt.block_size}"
-                      if c[key] % dt.block_size else None)
-
-
-def _matrix(dt: DType, rows: int = 1):
-    """Bytes of a (rows * N, K) matrix of ``dt``."""
-    return lambda c: dt.nbytes(rows * c["N"] * c["K"])
-
-
-_K32 = "; K a multiple of 32 for block types"
-for _dt in WEIGHT_DTYPES:
-    _d = _dt.label
-    _declare(f"get_rows_{_d}", [("table", R, "(vocab, dim) DT", (lambda d: lambda c: d.nbytes(c["vocab"] * c["dim"]))(_dt)),
-                                ("ids", R, "(T) i32", _f32(lambda c: c["T"])),
-                                ("out", W, "(T, dim)", _f32(lambda c: c["T"] * c["dim"]))],
-             ["T", "dim", "vocab"], check=_blocks(_dt, "dim"), struct="get_rows", cuda=per_row("T"),
-             doc="out[t] = dequantize(table[ids[t]]); an id outside [0, vocab) gives a NaN row")
-    _declare(f"matmul_{_d}", [("w", R, "(N, K) DT", _matrix(_dt)), ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
-                              ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
-             ["T", "N", "K", "accumulate"], check=_blocks(_dt, "K"), struct="matmul",
-             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "matmul"))),
-             doc="y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] * x[t,k]" + _K32)
-    _declare(f"rmsnorm_matmul_{_d}", [("w", R, "(N, K) DT", _matrix(_dt)),
-                                      ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
-                                      ("norm", R, "(K)", _f32(lambda c: c["K"])),
-                                      ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
-             ["T", "N", "K", "accumulate", "eps:f32"], check=_blocks(_dt, "K"), struct="rmsnorm_matmul",
-             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "rmsnorm_matmul"))),
-             doc="y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] * h[t,k] with h = `rmsnorm`(x, norm, eps): "
-                 "`rmsnorm` then `matmul_DT` in one kernel" + _K32)
-    _declare(f"rmsnorm_matmul_swiglu_{_d}", [("w", R, "(2N, K) DT", _matrix(_dt, 2)),
-                                             ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
-                                             ("norm", R, "(K)", _f32(lambda c: c["K"])),
-                                             ("y", W, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
-             ["T", "N", "K", "eps:f32"], check=_blocks(_dt, "K"), struct="rmsnorm_matmul_swiglu",
-             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "rmsnorm_matmul_swiglu"))),
-             doc="h = `rmsnorm`(x, norm, eps); gate[t,n] = sum_k w[n,k] * h[t,k], up[t,n] = sum_k w[N+n,k] * h[t,k] "
-                 "(rows [0, N) of w the gate matrix, [N, 2N) the up matrix); y = silu(gate) * up: `rmsnorm`, "
-                 "`matmul_DT` into (T, 2N), then `swiglu` with in_stride = 2N" + _K32)
-    if _dt.is_quantized:
-        _declare(f"dequantize_{_d}", [("src", R, "(n / block)", (lambda d: lambda c: d.nbytes(c["n"]))(_dt)),
-                                      ("dst", W, "(n)", _f32(lambda c: c["n"]))],
-                 ["n"], check=_blocks(_dt, "n"), struct="dequantize", cuda=flat(lambda c: c["n"]),
-                 doc="float32 values of a block-quantized array")
 
 
 def kernel_spec(name: str) -> KernelSpec:
