@@ -38,7 +38,6 @@ typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul
 typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_q4_1_c;
 typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; int32_t ctx; float theta; } xi_rope_kv_store_c;
 typedef struct { int32_t rows; int32_t n; } xi_argmax_c;
-typedef struct { int32_t n; float a; } xi_scale_c;
 
 /* kernels: b[i] = address of binding i, c = constants struct; 0, XI_EINVAL or XI_ENOMEM */
 int xi_k_affine(void *const *b, const void *c);
@@ -75,6 +74,5 @@ int xi_k_rmsnorm_matmul_swiglu_q4_0(void *const *b, const void *c);
 int xi_k_rmsnorm_matmul_swiglu_q4_1(void *const *b, const void *c);
 int xi_k_rope_kv_store(void *const *b, const void *c);
 int xi_k_argmax(void *const *b, const void *c);
-int xi_k_scale(void *const *b, const void *c);
 
 #endif

@@ -19,4 +19,3 @@ struct xi_rmsnorm_matmul_c { int32_t T; int32_t N; int32_t K; int32_t accumulate
 struct xi_rmsnorm_matmul_swiglu_c { int32_t T; int32_t N; int32_t K; float eps; };
 struct xi_rope_kv_store_c { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; int32_t ctx; float theta; };
 struct xi_argmax_c { int32_t rows; int32_t n; };
-struct xi_scale_c { int32_t n; float a; };

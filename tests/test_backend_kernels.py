@@ -51,13 +51,6 @@ async def test_affine_and_add(devices, rng):
     np.testing.assert_allclose(y, x.astype(np.float64) + z, rtol=RTOL, atol=1e-6)
 
 
-async def test_scale(devices, rng):
-    n = 1000
-    x = f32(rng, n)
-    (y,) = await run(devices, "scale", [x, nan(n)], [1], {"n": n, "a": 1.5})
-    np.testing.assert_allclose(y, 1.5 * x.astype(np.float64), rtol=RTOL, atol=1e-6)
-
-
 async def test_rmsnorm(devices, rng):
     rows, dim, eps = 5, 576, 1e-5
     x, w = f32(rng, rows, dim, scale=3.0), f32(rng, dim)

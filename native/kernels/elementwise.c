@@ -14,16 +14,6 @@ int xi_k_affine(void *const *b, const void *c)
     return XI_OK;
 }
 
-int xi_k_scale(void *const *b, const void *c)
-{
-    XI_C(xi_scale_c);
-    if (k->n < 0) return XI_EINVAL;
-    const float *x = (const float *)b[0];
-    float *y = (float *)b[1];
-    for (long i = 0; i < k->n; i++) y[i] = k->a * x[i];
-    return XI_OK;
-}
-
 int xi_k_add(void *const *b, const void *c)
 {
     XI_C(xi_add_c);

@@ -190,8 +190,6 @@ _declare("argmax", [("x", R, "(rows, n)", _f32(lambda c: c["rows"] * c["n"])),
                     ("out", W, "(rows) i32", _f32(lambda c: c["rows"]))],
          ["rows", "n"], check=lambda c: "n must be >= 1" if c["n"] < 1 and c["rows"] else None,
          cuda=per_row("rows", block=1024), doc="index of the largest value; the lowest index on ties")
-_declare("scale", [("x", R, "(n)", _f32(lambda c: c["n"])), ("y", W, "(n)", _f32(lambda c: c["n"]))],
-         ["n", "a:f32"], cuda=flat(lambda c: c["n"]), doc="y = a*x")
 
 
 def kernel_spec(name: str) -> KernelSpec:
