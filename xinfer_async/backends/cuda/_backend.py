@@ -24,7 +24,6 @@ from ._pinned import MappedCounter, PinnedPool
 from ._queue import CUDAQueue, fence_signal_fn
 
 _CUBLAS_WORKSPACE = 32 << 20
-_MIN_DRIVER = 12000
 #: importable from here too (bench/ and tests/ did): the kernel loader's names
 __all__ = ["CUDABackend", "CUDAKernel", "CUDAQueue", "CUDATimestamp", "LaunchGrid", "shader_dir"]
 
@@ -103,19 +102,7 @@ class CUDABackend(Backend):
     @staticmethod
     def is_available() -> tuple[bool, str]:
         """``(True, description)`` when a CUDA device can be opened, else ``(False, reason)``."""
-        try:
-            lib = _driver.load()
-        except OSError as e:
-            return False, f"libcuda.so.1 not found ({e})"
-        status = lib.cuInit(0)
-        if status:
-            return False, f"cuInit failed: {_driver.error_name(status)}"
-        ver, count = ffi.new("int *"), ffi.new("int *")
-        if lib.cuDriverGetVersion(ver) or ver[0] < _MIN_DRIVER:
-            return False, f"CUDA driver too old: version {ver[0]}, need {_MIN_DRIVER}"
-        if lib.cuDeviceGetCount(count) or count[0] == 0:
-            return False, "no CUDA device"
-        return True, f"{count[0]} CUDA device(s), driver {ver[0]}"
+        return _driver.availability()
 
     # -- helpers ----------------------------------------------------------------------------------
     def make_current(self) -> None:

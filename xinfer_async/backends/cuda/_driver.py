@@ -208,3 +208,24 @@ def raise_for(status: int, what: str):
 def call(what: str, fn, *args) -> None:
     """``check(fn(*args), what)``: for calls off the hot path."""
     check(fn(*args), what)
+
+
+#: the oldest driver (cuDriverGetVersion) the backend opens a device with
+MIN_DRIVER = 12000
+
+
+def availability() -> tuple[bool, str]:
+    """``(True, description)`` when a CUDA device can be opened, else ``(False, reason)``."""
+    try:
+        lib = load()
+    except OSError as e:
+        return False, f"libcuda.so.1 not found ({e})"
+    status = lib.cuInit(0)
+    if status:
+        return False, f"cuInit failed: {error_name(status)}"
+    ver, count = ffi.new("int *"), ffi.new("int *")
+    if lib.cuDriverGetVersion(ver) or ver[0] < MIN_DRIVER:
+        return False, f"CUDA driver too old: version {ver[0]}, need {MIN_DRIVER}"
+    if lib.cuDeviceGetCount(count) or count[0] == 0:
+        return False, "no CUDA device"
+    return True, f"{count[0]} CUDA device(s), driver {ver[0]}"
