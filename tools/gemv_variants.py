@@ -1,4 +1,8 @@
-"""T=1 matmul (matrix-vector) variants on the cuda backend: ``python -m xinfer_async.bench._gemv_variants``.
+"""T=1 matmul (matrix-vector) variants on the cuda backend: ``python tools/gemv_variants.py [--quick]``.
+
+A research tool, not part of the package: it drives the cuda backend's private modules (NVRTC,
+driver, launch geometry) directly, so it lives outside ``xinfer_async`` and may break when they
+change. Run it from the repository root with the package importable (``PYTHONPATH=$PWD``).
 
 Compiles ``xi_matvec_kernel<TYPE, R, U, PF>`` (shaders/xi_quant.cuh) for several R (rows a warp),
 U (8-block steps whose raw loads are issued at once) and PF (load hints) through our NVRTC path,
