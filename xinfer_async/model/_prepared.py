@@ -12,21 +12,8 @@ import numpy as np
 import trio
 
 from ..hal import ValidationError
+from ..runtime import Completion
 from ._graph import GraphAlloc, GraphTensor
-
-
-class Completion:
-    """The fence value of a submission: ``await completion.wait()``, ``is_complete()``."""
-
-    def __init__(self, queue: Any, value: int):
-        self.queue = queue
-        self.value = value
-
-    def is_complete(self) -> bool:
-        return self.queue.fence.completed_value >= self.value
-
-    async def wait(self) -> None:
-        await self.queue.fence.wait(self.value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,12 +25,18 @@ class DeviceTensor:
     completion: Completion | None
 
 
-class PendingRun:
-    """A submitted run of a slot whose outputs are not read yet (``Slot.start_run``): its command
-    list stays taken until ``result()`` or ``settle()``, so its readbacks stay valid."""
+class PendingRun(Completion):
+    """A submitted run of a slot whose outputs are not read yet (``Slot.start_run``): a
+    ``Completion`` at the run's fence value (``await run.wait()``, ``run.done()``) whose command
+    list stays taken until ``result()`` or ``settle()``, so its readbacks stay valid.
+
+    Attributes:
+        completion: the ``Completion`` it was made from (same queue and fence value).
+    """
 
     def __init__(self, slot: "Slot", plan: str | None, outputs: list[int], lease: Any, readbacks: list,
                  completion: Completion):
+        super().__init__(completion.queue, completion.value)
         self.slot, self.plan, self.outputs = slot, plan, outputs
         self.completion = completion
         self._lease, self._readbacks = lease, readbacks
@@ -52,7 +45,7 @@ class PendingRun:
         """Await the fence; the downloaded outputs (as ``Slot.run`` returns them). Gives the
         command list back, also when cancelled (the pool then takes it after the fence)."""
         try:
-            await self.completion.wait()
+            await self.wait()
             return self.slot.read_outputs(self._readbacks, self.plan, self.outputs)
         finally:
             await self.settle()
@@ -68,8 +61,8 @@ class PendingRun:
         """Await the fence and give the command list back (also when the wait is cancelled: the
         pool then takes it back after the fence). Idempotent."""
         try:
-            if not self.completion.is_complete():
-                await self.completion.wait()
+            if not self.done():
+                await self.wait()
         finally:
             await self.discard()
 
@@ -208,7 +201,7 @@ class Slot:
         """Submit a command list holding ``record_run``s of this slot; the slot is given back
         only after its fence (like ``run``'s). Returns the fence value."""
         value = ex.submit()
-        self._last = Completion(ex.queue, value)
+        self._last = ex.completion()
         self.prepared._runs += 1
         return value
 
@@ -283,8 +276,8 @@ class Slot:
         p = self._plan(plan)
         ex = self.device.executor(queue=self.prepared.queue)
         self.record_run(ex, inputs, plan, download=False)
-        value = ex.submit()
-        self._last = Completion(ex.queue, value)
+        ex.submit()
+        self._last = ex.completion()
         self.prepared._runs += 1
         return [DeviceTensor(t.desc, self.tensor_view(t), self._last) for t in p.outputs]
 
@@ -293,7 +286,8 @@ class Slot:
         ex = self.device.executor(queue=self.prepared.queue)
         for buf in self._buffers.values():
             ex.fill(buf, value)
-        self._last = Completion(ex.queue, ex.submit())
+        ex.submit()
+        self._last = ex.completion()
         await self._last.wait()
 
     async def reset_state(self) -> None:
@@ -363,7 +357,7 @@ class PreparedModel:
             # system tasks are cancelled when their trio.run ends; the slot must still come back
             # (a later run may use this model), and only after its fence: wait without trio
             try:
-                slot._last.queue.fence.wait_blocking(slot._last.value)
+                slot._last.wait_blocking()
             except Exception:
                 pass
             raise

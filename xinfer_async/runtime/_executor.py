@@ -21,6 +21,7 @@ import numpy as np
 
 from ..hal import Access, ResourceState, ValidationError
 from ._buffer import BufferView, DeviceBuffer, as_view
+from ._completion import Completion
 
 _S = ResourceState
 
@@ -30,20 +31,21 @@ class _Phase(enum.Enum):
     SUBMITTED = "submitted"
 
 
-class Readback:
-    """Host bytes that a recorded ``download`` fills; readable once its fence completes."""
+class Readback(Completion):
+    """Host bytes that a recorded ``download`` fills: a ``Completion`` (bound when the list is
+    submitted) whose bytes are readable once it is done."""
 
     def __init__(self, host: np.ndarray):
+        super().__init__()
         self._host = host
-        self._queue = None  # set by Executor.submit
-        self._value: int | None = None
 
     def ready(self) -> bool:
-        return self._value is not None and self._queue.fence.completed_value >= self._value
+        """Same as ``done()``: the bytes are readable."""
+        return self.done()
 
     def bytes(self) -> bytes:
         """Raises: ValidationError: the list was not submitted or its fence has not completed."""
-        if not self.ready():
+        if not self.done():
             raise ValidationError("readback is not ready: await the command list's fence first")
         return self._host.tobytes()
 
@@ -84,7 +86,7 @@ class Executor:
         # an int, the command (a graph replay) that wrote all of it (``_pending_of``)
         self._pending: dict[DeviceBuffer, Any] = {}
         self._host_io = False
-        self._readbacks: list[Readback] = []
+        self._completions: list[Completion] = []  # readbacks and tracked completions, bound at submit
         self._n_commands = 0
         self.transition_count = 0
         self.uav_barrier_count = 0
@@ -244,7 +246,7 @@ class Executor:
         self._host_io = True
         self._record(("download", s.address, host), [(BufferView(s.buffer, s.offset, n), Access.READ, _S.COPY_SOURCE, "src")])
         rb = Readback(host)
-        self._readbacks.append(rb)
+        self._completions.append(rb)
         return rb
 
     def dispatch(self, kernel: Any, bindings: Sequence[Any], constants: Any = None, grid: Any = None) -> None:
@@ -274,12 +276,12 @@ class Executor:
         self._record(command, [(v, a, _S.UNORDERED_ACCESS if a & Access.WRITE else _S.SHADER_READ, n)
                                for v, a, n in accesses])
 
-    def _track_completion(self) -> Readback:
-        """An empty ``Readback`` that becomes ``ready()`` when this recording's fence completes,
-        also after the list was reset (``GpuTimer`` uses it)."""
-        rb = Readback(np.empty(0, np.uint8))
-        self._readbacks.append(rb)
-        return rb
+    def _track_completion(self) -> Completion:
+        """A ``Completion`` of this recording, bound when it is submitted (it stays valid after the
+        list is reset; ``GpuTimer`` uses it)."""
+        c = Completion()
+        self._completions.append(c)
+        return c
 
     def timestamp(self) -> Any:
         """Record a device timestamp; returns the slot (read through ``GpuTimer``)."""
@@ -366,10 +368,20 @@ class Executor:
         for buf in self._used:
             buf.last_use[queue] = value
         self.fence_value = value
-        for rb in self._readbacks:
-            rb._queue, rb._value = self.queue, value
+        for c in self._completions:
+            c._bind(queue, value)
         self._phase = _Phase.SUBMITTED
         return value
+
+    def completion(self) -> Completion:
+        """The ``Completion`` of this list's submission.
+
+        Raises:
+            ValidationError: the list was not submitted.
+        """
+        if self.fence_value is None:
+            raise ValidationError("completion(): the command list was not submitted")
+        return Completion(self.queue, self.fence_value)
 
     async def wait(self) -> None:
         """Await the fence of this list's submission.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..hal import ValidationError
+from ._completion import Completion
 
 
 class GpuTimer:
@@ -14,7 +15,7 @@ class GpuTimer:
     def __init__(self, device: Any):
         self.device = device
         self._begin = self._end = None
-        self._done = None  # completes with the recording that holds the end timestamp
+        self._done: Completion | None = None  # of the recording that holds the end timestamp
 
     def begin(self, executor: Any) -> None:
         """Record the start timestamp into ``executor`` (recording)."""
@@ -42,6 +43,6 @@ class GpuTimer:
         """
         if self._begin is None or self._end is None:
             raise ValidationError("GpuTimer: record begin() and end() first")
-        if not self._done.ready():
+        if not self._done.done():
             raise ValidationError("GpuTimer: the command list's fence has not completed")
         return self.device.backend.elapsed_ms(self._begin, self._end)
