@@ -31,6 +31,8 @@ import sys
 
 import numpy as np
 
+from xinfer_async.hal._commands import DispatchCmd
+
 from gemv_variants import PEAK, graph_replay_ms, l2_cold_copies, make_weights, read_grid, read_source, wbytes_of
 
 SOURCE = r'''
@@ -254,16 +256,16 @@ def main(argv=None) -> int:
         c = struct.pack("<ii", N, K)
 
         def launch(k, grid, shared, bind):
-            return ("dispatch", ks[k], LaunchGrid(grid, (256, 1, 1), shared, ks[k].function), bind, c)
+            return DispatchCmd(ks[k], LaunchGrid(grid, (256, 1, 1), shared, ks[k].function), bind, c)
         if nm == "base":
-            return [("dispatch", base, base.launch_grid(dict(T=1, N=N, K=K, accumulate=0)), [w, x, y],
+            return [DispatchCmd(base, base.launch_grid(dict(T=1, N=N, K=K, accumulate=0)), [w, x, y],
                      struct.pack("<iiii", 1, N, K, 0))]
         if nm == "read":  # gemv_variants' ceiling, matmul_q4_1's parameters
-            return [("dispatch", ks["mv_q4_1_read"], LaunchGrid(read_grid("q4_1", N, K), (256, 1, 1), 0,
+            return [DispatchCmd(ks["mv_q4_1_read"], LaunchGrid(read_grid("q4_1", N, K), (256, 1, 1), 0,
                                                                  ks["mv_q4_1_read"].function),
                      [w, x, y], struct.pack("<iiii", 1, N, K, 0))]
         if nm == "bf16x3":
-            return [("dispatch", ks["probe_bf16x3"], LaunchGrid((N // 16, 1, 1), (256, 1, 1), bx_shared(K),
+            return [DispatchCmd(ks["probe_bf16x3"], LaunchGrid((N // 16, 1, 1), (256, 1, 1), bx_shared(K),
                                                                   ks["probe_bf16x3"].function),
                      [w, x, y], struct.pack("<iiii", 1, N, K, 0))]
         out = [launch("quant_x", (-(-(K // 32) // 8), 1, 1), 0, [x, xq, ds])] if nm == "quant+dp4a" else []

@@ -92,7 +92,7 @@ async def _bare(dev, g, weights, inp, out, runs: int, warmup: int, rng, replay: 
     n = out.desc.shape[1]
     wn, wm = (w.allocation.buffer for w in weights)
     xb, yb, zb = dev.alloc((rows, dim), "f32"), dev.alloc((rows, dim), "f32"), dev.alloc((rows, n), "f32")
-    consts = [g.commands[0][3], g.commands[1][3]]  # the constants the fragments recorded
+    consts = [g.commands[0].constants, g.commands[1].constants]  # the constants the fragments recorded
 
     def record_body(ex) -> None:
         ex.dispatch("rmsnorm", [xb, wn, yb], consts[0])

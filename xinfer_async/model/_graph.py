@@ -32,6 +32,42 @@ class GraphAlloc:
         return f"<GraphAlloc {self.kind} {self.nbytes} B>"
 
 
+#: bytes a graph command touches: ``(owner, offset, nbytes)``, the owner a ``GraphAlloc`` (a slot's
+#: own buffer) or a weight ``Allocation`` (the definition's buffer)
+Ref = tuple[Any, int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphFill:
+    """Fill ``ref`` with the float32 ``value``."""
+
+    ref: Ref
+    value: float
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphCopy:
+    """Copy ``src`` to ``dst`` (equal byte counts)."""
+
+    dst: Ref
+    src: Ref
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphDispatch:
+    """Launch kernel ``kernel`` (its name) on ``refs`` (binding order) with the constants dict
+    ``constants`` and ``grid`` blocks (``None``: the kernel's launch configuration)."""
+
+    kernel: str
+    refs: Sequence[Ref]
+    constants: dict
+    grid: tuple | None = None
+
+
+#: a command of a ``Graph``
+GraphCommand = GraphFill | GraphCopy | GraphDispatch
+
+
 @dataclasses.dataclass(frozen=True)
 class GraphTensor:
     """A tensor inside a graph: ``desc`` at byte ``offset`` of a graph allocation."""
@@ -52,7 +88,7 @@ class Graph:
     def __init__(self, definition: Any):
         self.definition = definition
         self.allocs: list[GraphAlloc] = []
-        self.commands: list[tuple] = []  # ("fill", ref, value) | ("copy", dst, src) | ("dispatch", name, refs, consts, grid)
+        self.commands: list[GraphCommand] = []
         self._state: dict[Allocation, GraphAlloc] = {}
         self._arena: GraphAlloc | None = None
 
@@ -210,7 +246,7 @@ class ModelFragment:
                 graph.allocs.append(ga)
                 mapping[a] = (ga, 0)
 
-        def ref(region: Region):
+        def ref(region: Region) -> Ref:
             a = region.allocation
             if a.is_weight:
                 return (a, region.offset, region.nbytes)
@@ -219,15 +255,15 @@ class ModelFragment:
 
         for cmd in self.commands:
             if isinstance(cmd, Fill):
-                graph.commands.append(("fill", ref(cmd.region), cmd.value))
+                graph.commands.append(GraphFill(ref(cmd.region), cmd.value))
             elif isinstance(cmd, Copy):
-                graph.commands.append(("copy", ref(cmd.dst), ref(cmd.src)))
+                graph.commands.append(GraphCopy(ref(cmd.dst), ref(cmd.src)))
             else:
                 from ._commands import unpack_arguments
                 from ..ops import kernel_spec
 
                 consts = unpack_arguments(kernel_spec(cmd.kernel.name), cmd.arguments)
-                graph.commands.append(("dispatch", cmd.kernel.name, [ref(b.region) for b in cmd.bindings], consts, cmd.grid))
+                graph.commands.append(GraphDispatch(cmd.kernel.name, [ref(b.region) for b in cmd.bindings], consts, cmd.grid))
 
         outs = []
         for io in self.outputs:

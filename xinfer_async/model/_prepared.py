@@ -13,7 +13,7 @@ import trio
 
 from ..hal import ValidationError
 from ..runtime import Completion
-from ._graph import GraphAlloc, GraphTensor
+from ._graph import GraphAlloc, GraphCopy, GraphDispatch, GraphFill, GraphTensor, Ref
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,20 +119,22 @@ class Slot:
     def _buffer(self, ga: GraphAlloc) -> Any:
         return self._buffers[ga.source if ga.kind == "state" else ga]
 
-    def _view(self, ref: tuple) -> Any:
+    def _view(self, ref: Ref) -> Any:
         owner, offset, nbytes = ref
         buf = owner.buffer if not isinstance(owner, GraphAlloc) else self._buffer(owner)
         return buf.view(offset, nbytes)
 
     def _record(self, ex: Any, plan: _Plan) -> None:
         for cmd in plan.graph.commands:
-            if cmd[0] == "fill":
-                ex.fill(self._view(cmd[1]), cmd[2])
-            elif cmd[0] == "copy":
-                ex.copy(self._view(cmd[1]), self._view(cmd[2]))
+            kind = type(cmd)
+            if kind is GraphDispatch:
+                ex.dispatch(self.device.kernel(cmd.kernel), [self._view(r) for r in cmd.refs], cmd.constants, cmd.grid)
+            elif kind is GraphFill:
+                ex.fill(self._view(cmd.ref), cmd.value)
+            elif kind is GraphCopy:
+                ex.copy(self._view(cmd.dst), self._view(cmd.src))
             else:
-                _, name, refs, consts, grid = cmd
-                ex.dispatch(self.device.kernel(name), [self._view(r) for r in refs], consts, grid)
+                raise TypeError(f"plan {plan.name!r}: not a graph command: {cmd!r}")
 
     def tensor_view(self, t: GraphTensor) -> Any:
         return self._buffer(t.alloc).view(t.offset, t.desc.nbytes)

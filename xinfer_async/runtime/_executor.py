@@ -1,7 +1,7 @@
 """``Executor``: a one-shot command list with resource-state tracking and the validation layer.
 
 Recording checks every command at once (bounds, lifetime, states, hazards) and lowers it to the
-backend's command tuples (``runtime/_backend.py``); ``submit`` hands them to a queue.
+backend's typed commands (``hal/_commands.py``); ``submit`` hands them to a queue.
 
 Resource states follow D3D12: a copy reads ``COPY_SOURCE`` and writes ``COPY_DEST``; a dispatch reads
 ``SHADER_READ`` and writes ``UNORDERED_ACCESS`` (a buffer already in ``UNORDERED_ACCESS`` may also be
@@ -20,6 +20,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..hal import Access, ResourceState, ValidationError
+from ..hal._commands import (Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, ReplayCmd, TimestampCmd,
+                            UploadCmd)
 from ._buffer import BufferView, DeviceBuffer, as_view
 from ._completion import Completion
 
@@ -78,7 +80,7 @@ class Executor:
     def _reset_state(self) -> None:
         self._phase = _Phase.RECORDING
         self._epoch = self.device.free_epoch  # every buffer recorded from here on was live then
-        self._lowered: list[tuple] = []
+        self._lowered: list[Command] = []
         self._keepalive: list[Any] = []
         self._used: dict[DeviceBuffer, None] = {}
         self._entry: dict[DeviceBuffer, ResourceState] = {}
@@ -93,7 +95,7 @@ class Executor:
         self.fence_value: int | None = None
 
     @property
-    def commands(self) -> Sequence[tuple]:
+    def commands(self) -> Sequence[Command]:
         """The lowered commands recorded so far (read-only view for inspection)."""
         return tuple(self._lowered)
 
@@ -179,7 +181,7 @@ class Executor:
             p = self._pending[buf] = ({}, {(0, buf.size_in_bytes): p})
         return p
 
-    def _record(self, command: tuple, accesses: Iterable[tuple[BufferView, Access, ResourceState, str]]) -> None:
+    def _record(self, command: Command, accesses: Iterable[tuple[BufferView, Access, ResourceState, str]]) -> None:
         self._check_recording()
         self._access(accesses)
         self._lowered.append(command)
@@ -200,7 +202,7 @@ class Executor:
         if d.buffer is s.buffer and d.offset < s.offset + n and s.offset < d.offset + n:
             raise ValueError("copy: src and dst ranges overlap")
         self._record(
-            ("copy", d.address, s.address, n),
+            CopyCmd(d.address, s.address, n),
             [(s, Access.READ, _S.COPY_SOURCE, "src"), (d, Access.WRITE, _S.COPY_DEST, "dst")],
         )
 
@@ -214,7 +216,7 @@ class Executor:
         d = as_view(dst, self.device, "dst")
         if d.nbytes % 4:
             raise ValueError(f"fill: dst has {d.nbytes} bytes, not a multiple of 4")
-        self._record(("fill", d.address, d.nbytes, _pattern(d.buffer.dtype.label, value)),
+        self._record(FillCmd(d.address, d.nbytes, _pattern(d.buffer.dtype.label, value)),
                      [(d, Access.WRITE, _S.COPY_DEST, "dst")])
 
     def upload(self, dst: Any, data: Any) -> None:
@@ -233,7 +235,7 @@ class Executor:
         host[:] = src
         self._keepalive.append(host)
         self._host_io = True
-        self._record(("upload", d.address, host), [(BufferView(d.buffer, d.offset, host.nbytes), Access.WRITE, _S.COPY_DEST, "dst")])
+        self._record(UploadCmd(d.address, host), [(BufferView(d.buffer, d.offset, host.nbytes), Access.WRITE, _S.COPY_DEST, "dst")])
 
     def download(self, src: Any, nbytes: int | None = None) -> Readback:
         """Copy ``src`` to host memory when the list executes; read the ``Readback`` after the fence."""
@@ -244,7 +246,7 @@ class Executor:
         host = self.device.backend.host_array(n)
         self._keepalive.append(host)
         self._host_io = True
-        self._record(("download", s.address, host), [(BufferView(s.buffer, s.offset, n), Access.READ, _S.COPY_SOURCE, "src")])
+        self._record(DownloadCmd(s.address, host), [(BufferView(s.buffer, s.offset, n), Access.READ, _S.COPY_SOURCE, "src")])
         rb = Readback(host)
         self._completions.append(rb)
         return rb
@@ -266,12 +268,12 @@ class Executor:
             kernel = self.device.kernel(kernel)
         views, accesses, packed, launch = kernel.bind(bindings, constants)
         self._record(
-            ("dispatch", kernel.handle, grid if grid is not None else launch, [v.address for v in views], packed),
+            DispatchCmd(kernel.handle, grid if grid is not None else launch, [v.address for v in views], packed),
             [(v, a, _S.UNORDERED_ACCESS if a & Access.WRITE else _S.SHADER_READ, f"binding {i} ({name})")
              for i, (v, a, name) in enumerate(accesses)],
         )
 
-    def record_operator(self, command: tuple, accesses: Sequence[tuple[BufferView, Access, str]]) -> None:
+    def record_operator(self, command: Command, accesses: Sequence[tuple[BufferView, Access, str]]) -> None:
         """Record a lowered vendor-library command (``Operator.dispatch`` calls this)."""
         self._record(command, [(v, a, _S.UNORDERED_ACCESS if a & Access.WRITE else _S.SHADER_READ, n)
                                for v, a, n in accesses])
@@ -287,7 +289,7 @@ class Executor:
         """Record a device timestamp; returns the slot (read through ``GpuTimer``)."""
         self._check_recording()
         ts = self.device.backend.create_timestamp()
-        self._lowered.append(("timestamp", ts))
+        self._lowered.append(TimestampCmd(ts))
         self._host_io = True
         self._n_commands += 1
         return ts
@@ -337,7 +339,7 @@ class Executor:
             used.update(dict.fromkeys(new))
             self._entry.update({buf: buf.state for buf in new})
         self.transition_count += sum(1 for buf, state in ge.items() if buf.state is not state)
-        self._lowered.append(("graph", graph.handle))
+        self._lowered.append(ReplayCmd(graph.handle))
         self._n_commands += 1
         last = self._n_commands - 1
         for buf, state in graph.exit.items():

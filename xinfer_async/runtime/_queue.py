@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..hal import DeviceError, XinferError
+from ..hal._commands import Command
 from ._backend import BackendQueue
 from ._fence import Fence
 
@@ -30,7 +31,7 @@ class Queue:
             return None
         return err if isinstance(err, XinferError) else DeviceError(str(err))
 
-    def submit_lowered(self, commands: Sequence[tuple], keepalive: Any = None) -> int:
+    def submit_lowered(self, commands: Sequence[Command], keepalive: Any = None) -> int:
         """Hand already-validated lowered commands to the backend; returns the fence value.
 
         ``keepalive`` (host arrays, signals) is held until that value completes.
