@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 
+from .. import _native
+from ..backends.cuda import CUDABackend
 from ..hal._commands import DispatchCmd, FillCmd, GemmCmd, ReplayCmd, TimestampCmd
 
 
@@ -26,9 +28,6 @@ def _stats(xs):
 
 
 def main(argv=None) -> int:
-    from xinfer_async import _native
-    from xinfer_async.backends.cuda import CUDABackend
-
     be = CUDABackend()
     q = be.create_queue()
     rows = []

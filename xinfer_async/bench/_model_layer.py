@@ -24,13 +24,14 @@ import time
 import numpy as np
 import trio
 
+from .._open import open_device
+from ..hal import Access, TensorDesc
+from ..model import Binding, Dispatch, Indices, IODesc, ModelContext, ModelSession
+
 EPS = 1e-5
 
 
 def _build(dev, rows: int, dim: int, n: int, rng):
-    from ..hal import Access, TensorDesc
-    from ..model import Binding, Dispatch, Indices, IODesc, ModelContext, ModelSession
-
     w_norm = rng.standard_normal(dim).astype(np.float32)
     W = rng.standard_normal((n, dim)).astype(np.float32)
     s = ModelSession(dev)
@@ -130,8 +131,6 @@ async def _bare(dev, g, weights, inp, out, runs: int, warmup: int, rng, replay: 
 
 
 async def _main(args) -> None:
-    from .. import open_device
-
     rng = np.random.default_rng(0)
     caps = [int(c) for c in args.capacities.split(",")]
     with open_device(args.device, command_lists=max(8, 4 * max(caps))) as dev:

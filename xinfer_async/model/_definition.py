@@ -8,6 +8,8 @@ from typing import Any, Sequence
 from ..hal import Access, ValidationError
 from ..ops import kernel_spec
 from ._commands import Copy, Dispatch, Fill, unpack_arguments
+from ._graph import Graph, ModelFragment
+from ._prepared import PreparedModel
 from ._region import Allocation, AllocationKind, IODesc, KernelId, Region
 
 
@@ -110,8 +112,6 @@ class ModelDefinition:
     # -- building --------------------------------------------------------------------------
     def fragment(self, commands: Sequence[Any], inputs: Sequence[IODesc], outputs: Sequence[IODesc]):
         """A validated, shape-specific fragment (see ``ModelFragment``)."""
-        from ._graph import ModelFragment
-
         self.validate_commands(commands)
         self.validate_io(inputs, "input")
         self.validate_io(outputs, "output")
@@ -123,8 +123,6 @@ class ModelDefinition:
 
     def graph(self):
         """A new, empty caller-owned ``Graph`` to record fragments into."""
-        from ._graph import Graph
-
         return Graph(self)
 
     def prepare_plans(self, plans: dict, capacity: int):
@@ -135,6 +133,4 @@ class ModelDefinition:
             plans: name -> ``(graph, graph_inputs, graph_outputs)``.
             capacity: number of slots.
         """
-        from ._prepared import PreparedModel
-
         return PreparedModel(self, plans, capacity)

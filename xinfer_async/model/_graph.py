@@ -13,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from ..hal import TensorDesc, ValidationError
-from ._commands import Copy, Dispatch, Fill
+from ..hal import Access, TensorDesc, ValidationError
+from ..ops import kernel_spec
+from ._commands import Copy, Dispatch, Fill, unpack_arguments
 from ._region import Allocation, AllocationKind, IODesc, Region
 
 _ALIGN = 256
@@ -156,9 +157,6 @@ class ModelFragment:
                     yield i, b.region
 
     def _written_allocations(self) -> set:
-        from ..hal import Access
-        from ..ops import kernel_spec
-
         out = set()
         for cmd in self.commands:
             if isinstance(cmd, Fill):
@@ -259,9 +257,6 @@ class ModelFragment:
             elif isinstance(cmd, Copy):
                 graph.commands.append(GraphCopy(ref(cmd.dst), ref(cmd.src)))
             else:
-                from ._commands import unpack_arguments
-                from ..ops import kernel_spec
-
                 consts = unpack_arguments(kernel_spec(cmd.kernel.name), cmd.arguments)
                 graph.commands.append(GraphDispatch(cmd.kernel.name, [ref(b.region) for b in cmd.bindings], consts, cmd.grid))
 

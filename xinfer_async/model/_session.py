@@ -6,6 +6,7 @@ from typing import Any
 
 from ..hal import TensorDesc, ValidationError
 from ..ops import kernel_spec
+from ._definition import ModelDefinition
 from ._region import Allocation, AllocationKind, KernelId, Placement, Region
 
 
@@ -109,8 +110,6 @@ class ModelSession:
         Raises:
             ValueError: ``context`` is on another device.
         """
-        from ._definition import ModelDefinition
-
         self._check_open()
         if context.device is not self.device:
             raise ValueError(

@@ -7,6 +7,8 @@ import itertools
 import weakref
 from typing import Any
 
+import numpy as np
+
 from ..hal import DType, ResourceState, TensorDesc, ValidationError
 
 _ids = itertools.count(1)
@@ -138,3 +140,18 @@ def as_view(obj: Any, device: Any, arg: str) -> BufferView:
     if view.buffer.freed:
         raise ValidationError(f"{arg}: buffer #{view.buffer.id} was freed (use after free)")
     return view
+
+
+def host_bytes(data: Any) -> np.ndarray:
+    """``data`` (a numpy array, made C-contiguous, or any bytes-like object) as flat ``uint8`` bytes.
+
+    Raises:
+        TypeError: ``data`` is neither.
+    """
+    if isinstance(data, np.ndarray):
+        arr = np.ascontiguousarray(data)
+        return arr.reshape(-1).view(np.uint8)
+    try:
+        return np.frombuffer(memoryview(data), np.uint8)
+    except TypeError:
+        raise TypeError(f"data must be a numpy array or bytes-like, got {type(data).__name__}") from None

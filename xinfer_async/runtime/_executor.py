@@ -22,7 +22,7 @@ import numpy as np
 from ..hal import Access, ResourceState, ValidationError
 from ..hal._commands import (Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, ReplayCmd, TimestampCmd,
                             UploadCmd)
-from ._buffer import BufferView, DeviceBuffer, as_view
+from ._buffer import BufferView, DeviceBuffer, as_view, host_bytes
 from ._completion import Completion
 
 _S = ResourceState
@@ -225,10 +225,8 @@ class Executor:
         Raises:
             ValueError: ``data`` is larger than ``dst``.
         """
-        from ._device import _host_bytes
-
         d = as_view(dst, self.device, "dst")
-        src = _host_bytes(data)
+        src = host_bytes(data)
         if src.nbytes > d.nbytes:
             raise ValueError(f"upload of {src.nbytes} bytes into dst of {d.nbytes} bytes")
         host = self.device.backend.host_array(src.nbytes)
