@@ -11,12 +11,16 @@ allocations map to one instance per slot, shared by every fragment and plan.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..hal import Access, TensorDesc, ValidationError
 from ..ops import kernel_spec
 from ._commands import Copy, Dispatch, Fill, unpack_arguments
 from ._region import Allocation, AllocationKind, IODesc, Region
+
+if TYPE_CHECKING:  # annotations only: the definition and prepared modules import this one
+    from ._definition import ModelDefinition
+    from ._prepared import PreparedModel
 
 _ALIGN = 256
 
@@ -35,7 +39,7 @@ class GraphAlloc:
 
 #: bytes a graph command touches: ``(owner, offset, nbytes)``, the owner a ``GraphAlloc`` (a slot's
 #: own buffer) or a weight ``Allocation`` (the definition's buffer)
-Ref = tuple[Any, int, int]
+Ref = tuple[GraphAlloc | Allocation, int, int]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +90,7 @@ class Graph:
     capacity)`` (or ``ModelDefinition.prepare_plans`` for several plans).
     """
 
-    def __init__(self, definition: Any):
+    def __init__(self, definition: ModelDefinition):
         self.definition = definition
         self.allocs: list[GraphAlloc] = []
         self.commands: list[GraphCommand] = []
@@ -123,7 +127,7 @@ class Graph:
         """Bytes a slot allocates for this graph (inputs, scratch, arena, state)."""
         return sum(a.nbytes for a in self.allocs)
 
-    def prepare(self, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor], capacity: int):
+    def prepare(self, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor], capacity: int) -> PreparedModel:
         """A ``PreparedModel`` with this graph as its one plan (``"default"``)."""
         return self.definition.prepare_plans({"default": (self, list(inputs), list(outputs))}, capacity)
 
@@ -132,8 +136,8 @@ class ModelFragment:
     """Validated, shape-specific commands with declared inputs and outputs
     (from ``ModelDefinition.fragment``)."""
 
-    def __init__(self, definition: Any, commands: tuple, inputs: tuple[IODesc, ...], outputs: tuple[IODesc, ...],
-                 reuse_scratch: bool = False):
+    def __init__(self, definition: ModelDefinition, commands: tuple[Fill | Copy | Dispatch, ...],
+                 inputs: tuple[IODesc, ...], outputs: tuple[IODesc, ...], reuse_scratch: bool = False):
         self.definition = definition
         self.commands = commands
         self.inputs = inputs
@@ -266,7 +270,7 @@ class ModelFragment:
             outs.append(GraphTensor(graph, ga, io.region.offset + delta, io.desc))
         return outs
 
-    def prepare(self, capacity: int):
+    def prepare(self, capacity: int) -> PreparedModel:
         """A ``PreparedModel`` of ``capacity`` slots running this fragment alone."""
         graph = Graph(self.definition)
         ins = [graph.input(io.desc) for io in self.inputs]

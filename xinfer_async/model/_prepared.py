@@ -6,22 +6,26 @@ from __future__ import annotations
 
 import dataclasses
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
 
 import numpy as np
 import trio
 
-from ..hal import ValidationError
-from ..runtime import Completion
-from ._graph import GraphAlloc, GraphCopy, GraphDispatch, GraphFill, GraphTensor, Ref
+from ..hal import TensorDesc, ValidationError
+from ..runtime import BufferView, CapturedGraph, Completion, DeviceBuffer, Executor, Readback
+from ._graph import Graph, GraphAlloc, GraphCopy, GraphDispatch, GraphFill, GraphTensor, Ref
+from ._region import Allocation
+
+if TYPE_CHECKING:  # annotations only: the definition module imports this one
+    from ._definition import ModelDefinition
 
 
 @dataclasses.dataclass(frozen=True)
 class DeviceTensor:
     """A tensor on the device: description, buffer view, and the ``Completion`` that writes it."""
 
-    desc: Any
-    view: Any
+    desc: TensorDesc
+    view: BufferView
     completion: Completion | None
 
 
@@ -79,7 +83,7 @@ class PreparedStatistics:
 
 
 class _Plan:
-    def __init__(self, name: str, graph: Any, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor]):
+    def __init__(self, name: str, graph: Graph, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor]):
         for t in list(inputs) + list(outputs):
             if t.graph is not graph:
                 raise ValidationError(f"plan {name!r}: a tensor of another graph")
@@ -97,7 +101,7 @@ class Slot:
         self.prepared = prepared
         self.index = index
         self.device = prepared.device
-        self._buffers: dict[Any, Any] = {}
+        self._buffers: dict[GraphAlloc | Allocation, DeviceBuffer] = {}  # state: by its Allocation
         for plan in prepared.plans.values():
             for ga in plan.graph.allocs:
                 key = ga.source if ga.kind == "state" else ga
@@ -105,7 +109,7 @@ class Slot:
                     # float32 elements, so fills take float values (NaN poisoning included)
                     self._buffers[key] = self.device.alloc(-(-ga.nbytes // 4), "f32")
         self._last: Completion | None = None
-        self._graphs: dict[str, Any] = {}
+        self._graphs: dict[str, CapturedGraph] = {}
         ex = self.device.executor(queue=prepared.queue)
         for buf in self._buffers.values():
             ex.fill(buf, 0.0)
@@ -116,15 +120,15 @@ class Slot:
             self._record(rec, plan)
             self._graphs[name] = rec.capture()
 
-    def _buffer(self, ga: GraphAlloc) -> Any:
+    def _buffer(self, ga: GraphAlloc) -> DeviceBuffer:
         return self._buffers[ga.source if ga.kind == "state" else ga]
 
-    def _view(self, ref: Ref) -> Any:
+    def _view(self, ref: Ref) -> BufferView:
         owner, offset, nbytes = ref
         buf = owner.buffer if not isinstance(owner, GraphAlloc) else self._buffer(owner)
         return buf.view(offset, nbytes)
 
-    def _record(self, ex: Any, plan: _Plan) -> None:
+    def _record(self, ex: Executor, plan: _Plan) -> None:
         for cmd in plan.graph.commands:
             kind = type(cmd)
             if kind is GraphDispatch:
@@ -136,7 +140,7 @@ class Slot:
             else:
                 raise TypeError(f"plan {plan.name!r}: not a graph command: {cmd!r}")
 
-    def tensor_view(self, t: GraphTensor) -> Any:
+    def tensor_view(self, t: GraphTensor) -> BufferView:
         return self._buffer(t.alloc).view(t.offset, t.desc.nbytes)
 
     @property
@@ -157,7 +161,7 @@ class Slot:
         except KeyError:
             raise ValueError(f"plan={plan!r} is not one of {sorted(plans)}") from None
 
-    def output_view(self, index: int, plan: str | None = None) -> Any:
+    def output_view(self, index: int, plan: str | None = None) -> BufferView:
         """The device view of output ``index`` of ``plan`` in this slot (valid until the next run
         of a plan that writes it), e.g. a ``device_inputs`` source of the next run."""
         p = self._plan(plan)
@@ -312,7 +316,8 @@ class PreparedModel:
     its last submission's fence completes, also when its holder is cancelled.
     """
 
-    def __init__(self, definition: Any, plans: dict, capacity: int):
+    def __init__(self, definition: ModelDefinition, plans: dict[str, tuple[Graph, list[GraphTensor], list[GraphTensor]]],
+                 capacity: int):
         if not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
         if not plans:
@@ -433,7 +438,7 @@ class PreparedModel:
             self._lot.unpark_all()
 
 
-def _check_input(i: int, data: Any, desc: Any) -> Any:
+def _check_input(i: int, data: Any, desc: TensorDesc) -> Any:
     if isinstance(data, np.ndarray):
         nt = desc.dtype.numpy_type
         if nt is not None and data.dtype != np.dtype(nt):
@@ -452,7 +457,7 @@ def _check_input(i: int, data: Any, desc: Any) -> Any:
     return data
 
 
-def _as_array(readback: Any, desc: Any) -> np.ndarray:
+def _as_array(readback: Readback, desc: TensorDesc) -> np.ndarray:
     nt = desc.dtype.numpy_type
     if nt is None:
         return np.frombuffer(readback.bytes(), np.uint8).copy()

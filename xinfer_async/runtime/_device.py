@@ -12,7 +12,7 @@ import numpy as np
 from ..hal import DeviceError, DType, FenceTimeoutError, TensorDesc
 from ._allocator import CachingAllocator, size_class
 from ._backend import Backend
-from ._buffer import DeviceBuffer, as_view, host_bytes
+from ._buffer import BufferView, DeviceBuffer, as_view, host_bytes
 from ._executor import Executor
 from ._pool import CommandListPool
 from ._queue import Queue, abandon
@@ -133,11 +133,11 @@ class Device:
             self._pool = CommandListPool(self, self._pool_size)
         return self._pool
 
-    def executor(self, **kwargs) -> Any:
+    def executor(self, **kwargs) -> Executor:
         """A new one-shot command list (``Executor``); see its arguments."""
         return Executor(self, **kwargs)
 
-    def timer(self) -> Any:
+    def timer(self) -> GpuTimer:
         """A ``GpuTimer`` for this device."""
         return GpuTimer(self)
 
@@ -231,7 +231,7 @@ class Device:
         self._wait_unused(view.buffer)
         self.backend.write(view.address + offset, memoryview(host))
 
-    def download(self, buffer: Any) -> bytes:
+    def download(self, buffer: DeviceBuffer | BufferView) -> bytes:
         """The buffer's bytes, after any submitted work that uses it has completed.
 
         Raises:

@@ -15,7 +15,7 @@ unordered hazard.
 from __future__ import annotations
 
 import enum
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
@@ -24,6 +24,10 @@ from ..hal._commands import (Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd
                             UploadCmd)
 from ._buffer import BufferView, DeviceBuffer, as_view, host_bytes
 from ._completion import Completion
+from ._queue import Queue
+
+if TYPE_CHECKING:  # annotations only: the device module imports this one
+    from ._device import Device
 
 _S = ResourceState
 
@@ -71,7 +75,7 @@ class Executor:
         fence_value: the queue fence value of the submission (``None`` before ``submit``).
     """
 
-    def __init__(self, device: Any, *, queue: Any = None, auto_barriers: bool = True):
+    def __init__(self, device: Device, *, queue: Queue | None = None, auto_barriers: bool = True):
         self.device = device
         self.queue = queue if queue is not None else device.queue
         self.auto_barriers = auto_barriers
@@ -109,7 +113,7 @@ class Executor:
             self._used[buf] = None
             self._entry[buf] = buf.state
 
-    def ensure_state(self, buffer: Any, state: ResourceState) -> bool:
+    def ensure_state(self, buffer: DeviceBuffer | BufferView, state: ResourceState) -> bool:
         """Record a transition barrier if ``buffer`` is not in ``state``; returns whether one was
         recorded. A transition orders every earlier access to the buffer before later ones."""
         self._check_recording()
@@ -122,7 +126,7 @@ class Executor:
         self._pending.pop(buf, None)
         return True
 
-    def uav_barrier(self, buffer: Any) -> None:
+    def uav_barrier(self, buffer: DeviceBuffer | BufferView) -> None:
         """Order every earlier access to ``buffer`` before later ones (cpu and one cuda stream:
         ordering only, no device work)."""
         self._check_recording()
@@ -188,7 +192,7 @@ class Executor:
         self._n_commands += 1
 
     # -- commands --------------------------------------------------------------------------
-    def copy(self, dst: Any, src: Any, nbytes: int | None = None) -> None:
+    def copy(self, dst: DeviceBuffer | BufferView, src: DeviceBuffer | BufferView, nbytes: int | None = None) -> None:
         """Copy ``nbytes`` (default: all of ``src``) from ``src`` to ``dst`` (buffers or views).
 
         Raises:
@@ -206,7 +210,7 @@ class Executor:
             [(s, Access.READ, _S.COPY_SOURCE, "src"), (d, Access.WRITE, _S.COPY_DEST, "dst")],
         )
 
-    def fill(self, dst: Any, value: float | int) -> None:
+    def fill(self, dst: DeviceBuffer | BufferView, value: float | int) -> None:
         """Fill ``dst`` with ``value`` in the buffer's own dtype (f32, f16, i32, u8), or with the raw
         32-bit ``value`` for other dtypes.
 
@@ -219,7 +223,7 @@ class Executor:
         self._record(FillCmd(d.address, d.nbytes, _pattern(d.buffer.dtype.label, value)),
                      [(d, Access.WRITE, _S.COPY_DEST, "dst")])
 
-    def upload(self, dst: Any, data: Any) -> None:
+    def upload(self, dst: DeviceBuffer | BufferView, data: Any) -> None:
         """Copy host ``data`` (snapshotted now) into ``dst`` when the list executes.
 
         Raises:
@@ -235,7 +239,7 @@ class Executor:
         self._host_io = True
         self._record(UploadCmd(d.address, host), [(BufferView(d.buffer, d.offset, host.nbytes), Access.WRITE, _S.COPY_DEST, "dst")])
 
-    def download(self, src: Any, nbytes: int | None = None) -> Readback:
+    def download(self, src: DeviceBuffer | BufferView, nbytes: int | None = None) -> Readback:
         """Copy ``src`` to host memory when the list executes; read the ``Readback`` after the fence."""
         s = as_view(src, self.device, "src")
         n = s.nbytes if nbytes is None else nbytes
@@ -423,7 +427,8 @@ class Executor:
 class CapturedGraph:
     """A captured command list for replay with fixed addresses (see ``Executor.capture``)."""
 
-    def __init__(self, device: Any, handle: Any, entry: dict, exit: dict, commands: tuple = ()):
+    def __init__(self, device: Device, handle: Any, entry: dict[DeviceBuffer, ResourceState],
+                 exit: dict[DeviceBuffer, ResourceState], commands: tuple[Command, ...] = ()):
         self.device = device
         self.handle = handle
         self.commands = commands  # the lowered commands it was captured from (runtime/_profile.py)

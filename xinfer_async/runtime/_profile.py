@@ -14,9 +14,10 @@ the benchmark, before the model serves a request again: the next request rewrite
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 from ..hal._commands import Command, DispatchCmd, ReplayCmd, TimestampCmd
+from ._executor import CapturedGraph
+from ._queue import Queue
 
 
 def command_label(cmd: Command) -> str:
@@ -33,7 +34,7 @@ def command_label(cmd: Command) -> str:
     return cmd.kind
 
 
-async def profile_graph(queue: Any, graph: Any, reps: int = 20) -> list[dict]:
+async def profile_graph(queue: Queue, graph: CapturedGraph, reps: int = 20) -> list[dict]:
     """Per command of ``graph`` (``CapturedGraph``), in graph order: ``{"index", "label", "us"}``
     (device microseconds of one run: the mean over ``reps`` back-to-back runs).
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..hal import DeviceError, XinferError
 from ..hal._commands import Command
 from ._backend import BackendQueue
 from ._fence import Fence
+
+if TYPE_CHECKING:  # annotations only: the device module imports this one
+    from ._device import Device
 
 
 class Queue:
@@ -18,7 +21,7 @@ class Queue:
         index: the queue's number on its device (0 is the default queue).
     """
 
-    def __init__(self, device: Any, backend_queue: BackendQueue, index: int):
+    def __init__(self, device: Device, backend_queue: BackendQueue, index: int):
         self.device = device
         self.index = index
         self._backend = backend_queue
