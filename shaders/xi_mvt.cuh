@@ -24,7 +24,7 @@
 #define XI_MVT_MANY_T 16  // tokens above which a warp takes 4 rows at any N
 
 // Rows a warp (of each region with GLU): 4 (2 + 2 with GLU), or 2 (1 + 1) for narrow weights at
-// T <= 16, where 4 would leave SMs idle (measured on the H200: bench/_gemv_variants.py).
+// T <= 16, where 4 would leave SMs idle (measured on the H200: tools/gemv_variants.py).
 // backends/cuda/_launch.py repeats this rule.
 __host__ __device__ constexpr int xi_mvt_rows(int n, int t, int glu) {
     return ((n << glu) >= XI_MVT_WIDE || t > XI_MVT_MANY_T ? 4 : 2) >> glu;

@@ -640,14 +640,14 @@ __device__ __forceinline__ void xi_matvec_mma_kernel(const uint8_t *__restrict__
 
 // T == 1 rows a warp (8 warps a block): 2 for f32/f16 and for N >= XI_MV_WIDE_N, else 1 (xi_matmul's
 // own T == 1 branch; matmul_DT runs xi_mvc.cuh's xi_mv1 instead, which extends xi_matvec_u with the
-// same rule). Measured on the H200 (xinfer_async/bench/_gemv_variants.py, L2-cold, CUDA graph): the
+// same rule). Measured on the H200 (tools/gemv_variants.py, L2-cold, CUDA graph): the
 // float path xi_matvec_kernel<R, U=4> beat the tensor-core (xi_matvec_mma_kernel) and the
 // staged-bytes (xi_matvec_s_kernel) variants on every shape but a few small ones (within 5%).
 #define XI_MV_WIDE_N 16384
 
 // w (N, K) TYPE, x (T, K) f32 -> y (T, N) f32 RW: y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] x[t,k].
 // matmul_DT runs this only at T > 1 when a row does not fit xi_mvc.cuh's stage (K above ~13000 for
-// q4_1); _gemv_variants and the kernels above use its parts.
+// q4_1); tools/gemv_variants.py and the kernels above use its parts.
 // Blocks of 256 threads (8 warps). T > 1: a warp per row, grid (ceil(N/8), ceil(T/4)). T == 1:
 // xi_matvec_kernel, R rows a warp (above), grid (ceil(N / (8 R)), 1).
 template <int TYPE>

@@ -206,3 +206,39 @@ def test_bench_runtime_quick_on_cpu(tmp_path):
         assert r["p10"] <= r["median"] <= r["p90"], r
     assert set(data["ratios"]) == {"await_over_blocking", "await_over_to_thread", "await_over_synchronize",
                                    "kernel_await_over_synchronize"}
+
+
+def test_every_subcommand_names_a_module_function_of_the_package():
+    """``SUBCOMMANDS`` points only into ``xinfer_async.bench`` (the gemv research tools that drive
+    the cuda backend's private modules live in ``tools/``, outside the shipped package)."""
+    import xinfer_async.bench as bench
+
+    for name, target in bench.SUBCOMMANDS.items():
+        module, _, fn = target.partition(":")
+        assert module.startswith("xinfer_async.bench.") and fn, (name, target)
+        assert importlib.util.find_spec(module) is not None, (name, target)
+    assert not {"gemv-variants", "gemv-probes"} & set(bench.SUBCOMMANDS)
+    with pytest.raises(ValueError, match=r"^unknown benchmark 'gemv-probes'; choose one of "):
+        bench.resolve("gemv-probes")
+
+
+def test_gemv_tools_outside_the_package_import_without_a_gpu(monkeypatch):
+    """tools/gemv_variants.py and tools/gemv_probes.py import (cuda is touched only in ``main``), and
+    the variants' q8_0 weights dequantize to d * q (the reference every variant is checked against)."""
+    import pathlib
+    import sys
+
+    tools = pathlib.Path(__file__).resolve().parent.parent / "tools"
+    monkeypatch.syspath_prepend(str(tools))
+    import gemv_probes
+    import gemv_variants
+
+    assert gemv_probes.read_source is gemv_variants.read_source
+    raw, vals = gemv_variants.make_weights(np.random.default_rng(3), "q8_0", 3, 64)
+    blocks = raw.reshape(6, 34)
+    d = blocks[:, :2].copy().view(np.float16).astype(np.float64)
+    q = blocks[:, 2:].view(np.int8).astype(np.float64)
+    np.testing.assert_array_equal(vals.reshape(6, 32), d * q)
+    assert vals.std() > 0
+    for m in ("gemv_probes", "gemv_variants"):
+        sys.modules.pop(m, None)

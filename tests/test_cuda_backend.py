@@ -26,6 +26,8 @@ import trio  # noqa: E402
 
 from _kernel_refs import attention_ref  # noqa: E402
 from xinfer_async.hal import DeviceOutOfMemoryError, KernelCompileError  # noqa: E402
+from xinfer_async.hal._commands import (CopyCmd, DispatchCmd, FillCmd, GemmCmd, ReplayCmd,  # noqa: E402
+                                       TimestampCmd, UploadCmd)
 
 FIELDS = {
     "affine": "n i, a f, b f", "add": "n i", "rmsnorm": "rows i, dim i, eps f",
@@ -67,7 +69,7 @@ def run(be, q, name, arrays, consts):
         be.write(p, a.view(np.uint8).reshape(-1))
         addrs.append(p)
     grid = k.launch_grid(consts)
-    be._enqueue(q.stream, ("dispatch", k, grid, addrs, pack(name, consts)))
+    be._enqueue(q.stream, DispatchCmd(k, grid, addrs, pack(name, consts)))
     q.synchronize()
     out = []
     for a, p in zip(arrays, addrs):
@@ -280,7 +282,7 @@ def test_gemm(be, q, dtype, trans_b):
     be.write(pa, ea.view(np.uint8).reshape(-1))
     be.write(pb, eb.view(np.uint8).reshape(-1))
     g = be.create_gemm(dtype, m, n, k, trans_b)
-    be._enqueue(q.stream, ("gemm", g, pa, pb, pc))
+    be._enqueue(q.stream, GemmCmd(g, pa, pb, pc))
     q.synchronize()
     c = np.empty((m, n), ea.dtype)
     be.read(pc, c.view(np.uint8).reshape(-1))
@@ -301,18 +303,18 @@ def test_graph_capture_replay(be, q):
     affine = be.load_kernel("affine")
     g = be.create_gemm("f32", 64, 64, 64, False)
     a, c = be.alloc(64 * 64 * 4), be.alloc(64 * 64 * 4)
-    be._enqueue(q.stream, ("gemm", g, a, a, c))  # warm-up outside capture (cuBLAS loads its kernels)
+    be._enqueue(q.stream, GemmCmd(g, a, a, c))  # warm-up outside capture (cuBLAS loads its kernels)
     q.synchronize()
     graph = be.capture([
-        ("fill", x, n * 4, 0x3F800000),  # 1.0f
-        ("dispatch", affine, affine.launch_grid(dict(n=n)), [x, y], pack("affine", dict(n=n, a=2.0, b=0.5))),
-        ("copy", x, y, n * 4),
-        ("gemm", g, a, a, c),
+        FillCmd(x, n * 4, 0x3F800000),  # 1.0f
+        DispatchCmd(affine, affine.launch_grid(dict(n=n)), [x, y], pack("affine", dict(n=n, a=2.0, b=0.5))),
+        CopyCmd(x, y, n * 4),
+        GemmCmd(g, a, a, c),
     ])
     av = f32(64, 64)
     be.write(a, av.view(np.uint8).reshape(-1))
     for _ in range(2):
-        be._enqueue(q.stream, ("graph", graph))
+        be._enqueue(q.stream, ReplayCmd(graph))
     q.synchronize()
     out = np.empty(n, np.float32)
     be.read(x, out.view(np.uint8))
@@ -321,7 +323,7 @@ def test_graph_capture_replay(be, q):
     be.read(c, cv.view(np.uint8).reshape(-1))
     np.testing.assert_allclose(cv, av.astype(np.float64) @ av, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="cannot be captured"):
-        be.capture([("upload", x, np.zeros(4, np.uint8))])
+        be.capture([UploadCmd(x, np.zeros(4, np.uint8))])
     be.destroy_graph(graph)
     for p in (x, y, a, c):
         be.free(p)
@@ -339,7 +341,7 @@ def test_dependent_kernels_keep_stream_order(be, q):
     coef = np.stack([RNG.uniform(0.9, 1.1, steps), RNG.uniform(-0.1, 0.1, steps)], 1).astype(np.float32)
     affine = be.load_kernel("affine")
     bufs = [be.alloc(n * 4), be.alloc(n * 4)]
-    chain = [("dispatch", affine, affine.launch_grid(dict(n=n)), [bufs[i % 2], bufs[1 - i % 2]],
+    chain = [DispatchCmd(affine, affine.launch_grid(dict(n=n)), [bufs[i % 2], bufs[1 - i % 2]],
               pack("affine", dict(n=n, a=float(a), b=float(b)))) for i, (a, b) in enumerate(coef)]
     nr, k = 4096, 4096
     w_new, w_stale = quantized("q4_1", nr, k), quantized("q4_1", nr, k)
@@ -350,9 +352,9 @@ def test_dependent_kernels_keep_stream_order(be, q):
     be.write(ids, np.arange(nr, dtype=np.int32).view(np.uint8))
     be.write(xm, f32(k).view(np.uint8))
     get_rows, matmul = be.load_kernel("get_rows_f32"), be.load_kernel("matmul_q4_1")
-    mm = ("dispatch", matmul, matmul.launch_grid(dict(T=1, N=nr, K=k, accumulate=0)), [w_dst, xm, ym],
+    mm = DispatchCmd(matmul, matmul.launch_grid(dict(T=1, N=nr, K=k, accumulate=0)), [w_dst, xm, ym],
           pack("matmul_q4_1", dict(T=1, N=nr, K=k, accumulate=0)))
-    copy_in = ("dispatch", get_rows, get_rows.launch_grid(dict(T=nr, dim=rb // 4, vocab=nr)), [w_src, ids, w_dst],
+    copy_in = DispatchCmd(get_rows, get_rows.launch_grid(dict(T=nr, dim=rb // 4, vocab=nr)), [w_src, ids, w_dst],
                pack("get_rows_f32", dict(T=nr, dim=rb // 4, vocab=nr)))
     be.write(w_dst, w_new.reshape(-1))
     be._enqueue(q.stream, mm)  # the reference: the same kernel on the new weights, alone
@@ -366,11 +368,11 @@ def test_dependent_kernels_keep_stream_order(be, q):
     graph = be.capture(chain + [copy_in, mm])
     for mode in ("enqueued", "graph"):
         be.write(bufs[0], x0.view(np.uint8))
-        be._enqueue(q.stream, ("fill", bufs[1], n * 4, 0x7FC00000))  # NaN
+        be._enqueue(q.stream, FillCmd(bufs[1], n * 4, 0x7FC00000))  # NaN
         be.write(w_dst, w_stale.reshape(-1))
-        be._enqueue(q.stream, ("fill", ym, nr * 4, 0x7FC00000))
+        be._enqueue(q.stream, FillCmd(ym, nr * 4, 0x7FC00000))
         if mode == "graph":
-            be._enqueue(q.stream, ("graph", graph))
+            be._enqueue(q.stream, ReplayCmd(graph))
         else:
             for cmd in chain + [copy_in, mm]:
                 be._enqueue(q.stream, cmd)
@@ -389,9 +391,9 @@ def test_timestamps(be, q):
     t0, t1 = be.create_timestamp(), be.create_timestamp()
     n = 1 << 24
     p = be.alloc(n * 4)
-    be._enqueue(q.stream, ("timestamp", t0))
-    be._enqueue(q.stream, ("fill", p, n * 4, 7))
-    be._enqueue(q.stream, ("timestamp", t1))
+    be._enqueue(q.stream, TimestampCmd(t0))
+    be._enqueue(q.stream, FillCmd(p, n * 4, 7))
+    be._enqueue(q.stream, TimestampCmd(t1))
     q.synchronize()
     assert 0 < be.elapsed_ms(t0, t1) < 1000
     be.free(p)
@@ -524,7 +526,7 @@ async def test_fence_stress(be):
         qi, fd, comp = queues[i], fds[i], completed[i]
         for v in range(1, per + 1):
             slow = v % 125 == 0
-            cmds = [("dispatch", spin, (1, 1, 1), [flags[i]], struct.pack("<Ii", 2_000_000, v))] if slow else []
+            cmds = [DispatchCmd(spin, (1, 1, 1), [flags[i]], struct.pack("<Ii", 2_000_000, v))] if slow else []
             sig = nffi.new("xi_signal *", {"fd": fd, "completed": comp, "value": v})
             keep.append(sig)
             qi.execute(cmds, sig)
@@ -624,7 +626,7 @@ def test_wait_for_a_value_not_yet_submitted_stalls_the_stream(be):
     p = be.alloc(4)
     waiter.wait_for(gate, 1)  # gate has nothing enqueued yet
     sig = _native.ffi.new("xi_signal *", {"fd": -1, "completed": counters[0][0], "value": 1})
-    waiter.execute([("fill", p, 4, 7)], sig)
+    waiter.execute([FillCmd(p, 4, 7)], sig)
     time.sleep(0.05)
     if not be.stream_wait_value:
         pytest.skip(f"no 64-bit stream memory ops on this device ({mode})")

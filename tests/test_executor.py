@@ -235,3 +235,37 @@ async def test_use_after_free_is_caught_after_clean_replays(devices, rng):
     with pytest.raises(ValidationError, match=r"^replay: buffer #\d+ used by the graph was freed after capture$"):
         ex.replay(graph)
     graph.destroy()
+
+
+def test_recording_lowers_to_typed_commands(devices):
+    """Each command kind lowers to its frozen record of hal/_commands.py, addresses as ``int``."""
+    import dataclasses
+
+    from xinfer_async.hal._commands import (CAPTURABLE, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, ReplayCmd,
+                                            TimestampCmd, UploadCmd)
+
+    x, y = devices.alloc(16, "f32"), devices.alloc(16, "f32")
+    rec = devices.executor()
+    rec.dispatch("affine", [x, y], AFFINE)
+    graph = rec.capture()
+    ex = devices.executor()
+    ex.upload(x, np.arange(16, dtype=np.float32))
+    ex.fill(y, 1.0)
+    ex.copy(y, x)
+    ex.dispatch("affine", [x, y], AFFINE)
+    ex.replay(graph)
+    ts = ex.timestamp()
+    ex.download(y)
+    kinds = [CopyCmd, DispatchCmd, DownloadCmd, FillCmd, ReplayCmd, TimestampCmd, UploadCmd]
+    assert [type(c) for c in ex.commands] == [UploadCmd, FillCmd, CopyCmd, DispatchCmd, ReplayCmd, TimestampCmd, DownloadCmd]
+    assert [c.kind for c in ex.commands] == ["upload", "fill", "copy", "dispatch", "graph", "timestamp", "download"]
+    up, fill, copy, disp, replay, stamp, down = ex.commands
+    assert (up.dst, fill.dst, fill.nbytes, fill.pattern) == (x.address, y.address, 64, 0x3F800000)
+    assert (copy.dst, copy.src, copy.nbytes) == (y.address, x.address, 64)
+    assert disp.addresses == [x.address, y.address] and replay.graph is graph.handle and stamp.ts is ts
+    assert down.src == y.address and down.host.nbytes == 64
+    assert {t for t in kinds if issubclass(t, CAPTURABLE)} == {CopyCmd, DispatchCmd, FillCmd}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.nbytes = 4
+    ex.reset()
+    graph.destroy()

@@ -66,6 +66,7 @@ async def test_profile_graph_times_each_command(devices, rng):
 def test_command_label_names_the_entry_point():
     """A dispatch's label is its kernel's name, plus the suffix of the entry point its grid launches
     (cuda matrix kernels: `/t`, `/tc`, `/tct`), so a profile keeps the tensor-core launches apart."""
+    from xinfer_async.hal._commands import CopyCmd, DispatchCmd, ReplayCmd
     from xinfer_async.runtime._profile import command_label
 
     class Kernel:
@@ -77,6 +78,7 @@ def test_command_label_names_the_entry_point():
     for fn, label in [(11, "matmul_q4_1"), (12, "matmul_q4_1/t"), (14, "matmul_q4_1/tct"), (None, "matmul_q4_1")]:
         g = Grid((1, 1, 1))
         g.function = fn
-        assert command_label(("dispatch", Kernel, g, [], b"")) == label
-    assert command_label(("dispatch", Kernel, (1, 1, 1), [], b"")) == "matmul_q4_1"
-    assert command_label(("copy", 1, 2, 3)) == "copy"
+        assert command_label(DispatchCmd(Kernel, g, [], b"")) == label
+    assert command_label(DispatchCmd(Kernel, (1, 1, 1), [], b"")) == "matmul_q4_1"
+    assert command_label(CopyCmd(1, 2, 3)) == "copy"
+    assert command_label(ReplayCmd(None)) == "graph"

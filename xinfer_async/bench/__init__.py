@@ -16,15 +16,14 @@ SUBCOMMANDS: dict[str, str] = {
     "model-layer": "xinfer_async.bench._model_layer:main",
     "load": "xinfer_async.bench._load:main",
     "model": "xinfer_async.bench._model:main",
-    # kernel-level figures (developer tools): cpu matmul speed, cuda raw figures, gemv variants and probes
+    # kernel-level figures (developer tools): cpu matmul speed, cuda raw figures (the gemv research
+    # tools, which drive the cuda backend's private modules, live outside the package: tools/)
     "native": "xinfer_async.bench._native_bench:main",
     "cuda-raw": "xinfer_async.bench._cuda_bench:main",
-    "gemv-variants": "xinfer_async.bench._gemv_variants:main",
-    "gemv-probes": "xinfer_async.bench._gemv_probes:main",
 }
 
 #: subcommands that drive the cuda backend directly
-NEEDS_CUDA = {"cuda-raw", "gemv-variants", "gemv-probes"}
+NEEDS_CUDA = {"cuda-raw"}
 
 
 def register(name: str, target: str) -> None:

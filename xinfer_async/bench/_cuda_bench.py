@@ -13,6 +13,10 @@ import time
 
 import numpy as np
 
+from .. import _native
+from ..backends.cuda import CUDABackend
+from ..hal._commands import DispatchCmd, FillCmd, GemmCmd, ReplayCmd, TimestampCmd
+
 
 def _us(xs):
     return [x * 1e6 for x in xs]
@@ -24,9 +28,6 @@ def _stats(xs):
 
 
 def main(argv=None) -> int:
-    from xinfer_async import _native
-    from xinfer_async.backends.cuda import CUDABackend
-
     be = CUDABackend()
     q = be.create_queue()
     rows = []
@@ -36,7 +37,7 @@ def main(argv=None) -> int:
 
     affine = be.load_kernel("affine")
     x = be.alloc(1 << 12)
-    tiny = ("dispatch", affine, (1, 1, 1), [x, x], struct.pack("<iff", 1, 1.0, 0.0))
+    tiny = DispatchCmd(affine, (1, 1, 1), [x, x], struct.pack("<iff", 1, 1.0, 0.0))
     # launch + cuStreamSynchronize
     ts = []
     for i in range(2200):
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
     # graph: host cost of cuGraphLaunch, GPU time per node
     n_nodes = 200
     g = be.capture([tiny] * n_nodes)
-    gcmd = ("graph", g)
+    gcmd = ReplayCmd(g)
     ts = []
     for i in range(600):
         t = time.perf_counter()
@@ -85,10 +86,10 @@ def main(argv=None) -> int:
     def gpu_ms(cmds, reps):
         out = []
         for _ in range(reps):
-            be._enqueue(q.stream, ("timestamp", e0))
+            be._enqueue(q.stream, TimestampCmd(e0))
             for c in cmds:
                 be._enqueue(q.stream, c)
-            be._enqueue(q.stream, ("timestamp", e1))
+            be._enqueue(q.stream, TimestampCmd(e1))
             q.synchronize()
             out.append(be.elapsed_ms(e0, e1))
         return out[3:]
@@ -102,7 +103,7 @@ def main(argv=None) -> int:
     rms = be.load_kernel("rmsnorm")
     a, w, y = be.alloc(n * n * 4), be.alloc(n * 4), be.alloc(n * n * 4)
     be.write(a, np.random.default_rng(0).standard_normal(n * n).astype(np.float32).view(np.uint8))
-    cmd = ("dispatch", rms, (n, 1, 1), [a, w, y], struct.pack("<iif", n, n, 1e-5))
+    cmd = DispatchCmd(rms, (n, 1, 1), [a, w, y], struct.pack("<iif", n, n, 1e-5))
     ms = gpu_ms([cmd] * 10, 23)
     med, p99 = _stats(np.asarray(ms) / 10)
     nbytes = 2 * n * n * 4
@@ -112,7 +113,7 @@ def main(argv=None) -> int:
         # time each) the GPU would wait on the host and the figure would be the host's
         g = be.capture(cmds)
         try:
-            return gpu_ms([("graph", g)], reps)
+            return gpu_ms([ReplayCmd(g)], reps)
         finally:
             be.destroy_graph(g)
 
@@ -120,7 +121,7 @@ def main(argv=None) -> int:
     # (per-dispatch figures include the ~0.9 us graph node overhead)
     xv = be.alloc(8 * n * 4)
     yv = be.alloc(8 * n * 4)
-    be._enqueue(q.stream, ("fill", xv, 8 * n * 4, 0x3C000000))
+    be._enqueue(q.stream, FillCmd(xv, 8 * n * 4, 0x3C000000))
     rng = np.random.default_rng(1)
     for dt, block, Ts in (("q4_1", 20, (1, 4, 8)), ("q4_0", 18, (1,)), ("q8_0", 34, (1,)), ("f16", 64, (1,))):
         mm = be.load_kernel(f"matmul_{dt}")
@@ -135,13 +136,13 @@ def main(argv=None) -> int:
             be.write(p_, raw)
         for T in Ts:
             grid = mm.launch_grid(dict(T=T, N=n, K=n, accumulate=0))
-            cmds = [("dispatch", mm, grid, [p_, xv, yv], struct.pack("<iiii", T, n, n, 0)) for p_ in ws]
+            cmds = [DispatchCmd(mm, grid, [p_, xv, yv], struct.pack("<iiii", T, n, n, 0)) for p_ in ws]
             ms = graph_ms(cmds, 23)
             med, p99 = _stats(np.asarray(ms) / len(ws))
             row(f"matmul_{dt} 4096x4096 T={T} (L2-cold)", wbytes / med / 1e6, wbytes / p99 / 1e6, "GB/s",
                 f"{med * 1e3:.1f} us, {100 * wbytes / med / 1e6 / 4300:.0f}% of 4.3 TB/s")
         if dt == "q4_1":
-            cmds = [("dispatch", mm, mm.launch_grid(dict(T=1, N=n, K=n, accumulate=0)), [ws[0], xv, yv],
+            cmds = [DispatchCmd(mm, mm.launch_grid(dict(T=1, N=n, K=n, accumulate=0)), [ws[0], xv, yv],
                      struct.pack("<iiii", 1, n, n, 0))] * 16
             ms = graph_ms(cmds, 23)
             med, p99 = _stats(np.asarray(ms) / 16)
@@ -153,10 +154,10 @@ def main(argv=None) -> int:
         item = 4 if dtype == "f32" else 2
         one = {"bf16": 0x3F803F80, "f16": 0x3C003C00, "f32": 0x3F800000}[dtype]
         A, B, C = (be.alloc(size * size * item) for _ in range(3))
-        be._enqueue(q.stream, ("fill", A, size * size * item, one))
-        be._enqueue(q.stream, ("fill", B, size * size * item, one))
+        be._enqueue(q.stream, FillCmd(A, size * size * item, one))
+        be._enqueue(q.stream, FillCmd(B, size * size * item, one))
         gm = be.create_gemm(dtype, size, size, size, False)
-        ms = gpu_ms([("gemm", gm, A, B, C)] * 5, 8)
+        ms = gpu_ms([GemmCmd(gm, A, B, C)] * 5, 8)
         med, p99 = _stats(np.asarray(ms) / 5)
         flop = 2 * size**3
         row(f"gemm {dtype} {size}^3 (cuBLAS)", flop / med / 1e9, flop / p99 / 1e9, "TFLOP/s", "constant data")

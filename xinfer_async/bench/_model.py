@@ -46,6 +46,8 @@ import time
 import numpy as np
 import trio
 
+from ..runtime._profile import by_label, profile_graph
+from . import _torch_ref
 from ._report import add_output_args, check_plot, plot_concurrency, write_json
 
 PROMPTS = ["Once upon a time, in a small village,", "The history of the Roman Empire begins",
@@ -144,8 +146,6 @@ async def _gpu_step_ms(model, n: int, reps: int = 32) -> tuple[float, str]:
 async def _kernel_profile(model, n: int) -> dict:
     """Device us a decode step spends in each kernel (``runtime/_profile.py``) of the plan
     ``_gpu_step_ms`` times; run last (it reruns the step's kernels over its buffers)."""
-    from ..runtime._profile import by_label, profile_graph
-
     prepared = model.batched if model.batching else model.prepared
     plan = _step_plan(model, n)
     await prepared.wait_idle()
@@ -274,8 +274,6 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(exc))
     result = trio.run(_main, args)
     if args.compare == "torch":
-        from . import _torch_ref
-
         device = result["device"] if result["device"].startswith("cuda") else "cuda"
         batches = [int(b) for b in args.compare_batches.split(",")]
         result["compare"] = _torch_ref.compare(result["config"], result["decode"], batches, device)

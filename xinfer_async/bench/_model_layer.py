@@ -24,13 +24,14 @@ import time
 import numpy as np
 import trio
 
+from .._open import open_device
+from ..hal import Access, TensorDesc
+from ..model import Binding, Dispatch, Indices, IODesc, ModelContext, ModelSession
+
 EPS = 1e-5
 
 
 def _build(dev, rows: int, dim: int, n: int, rng):
-    from ..hal import Access, TensorDesc
-    from ..model import Binding, Dispatch, Indices, IODesc, ModelContext, ModelSession
-
     w_norm = rng.standard_normal(dim).astype(np.float32)
     W = rng.standard_normal((n, dim)).astype(np.float32)
     s = ModelSession(dev)
@@ -92,7 +93,7 @@ async def _bare(dev, g, weights, inp, out, runs: int, warmup: int, rng, replay: 
     n = out.desc.shape[1]
     wn, wm = (w.allocation.buffer for w in weights)
     xb, yb, zb = dev.alloc((rows, dim), "f32"), dev.alloc((rows, dim), "f32"), dev.alloc((rows, n), "f32")
-    consts = [g.commands[0][3], g.commands[1][3]]  # the constants the fragments recorded
+    consts = [g.commands[0].constants, g.commands[1].constants]  # the constants the fragments recorded
 
     def record_body(ex) -> None:
         ex.dispatch("rmsnorm", [xb, wn, yb], consts[0])
@@ -130,8 +131,6 @@ async def _bare(dev, g, weights, inp, out, runs: int, warmup: int, rng, replay: 
 
 
 async def _main(args) -> None:
-    from .. import open_device
-
     rng = np.random.default_rng(0)
     caps = [int(c) for c in args.capacities.split(",")]
     with open_device(args.device, command_lists=max(8, 4 * max(caps))) as dev:

@@ -29,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 import trio
 
+from ..hal._commands import DispatchCmd
 from ..ops import Gemm
 from .._open import open_device
 
@@ -108,7 +109,7 @@ def _raw_round_trips(dev: Any, record: Callable[[Any], None], n: int, warmup: in
         return None
     ex = dev.executor()
     record(ex)
-    cmd = next(c for c in ex.commands if c[0] == "dispatch")
+    cmd = next(c for c in ex.commands if isinstance(c, DispatchCmd))
     stream = dev.queue._backend.stream
     out = []
     for i in range(warmup + n):

@@ -5,20 +5,12 @@ Policy (validation, resource-state tracking, pooling, deferred frees, fences, sc
 wrapping) lives in ``runtime/`` and ``model/``. A backend (``backends/cpu``, ``backends/cuda``)
 implements the two abstract classes below over raw addresses and lowered commands.
 
-Lowered commands, as handed to :meth:`BackendQueue.execute` (addresses are plain ``int``):
-
-- ``("copy", dst, src, nbytes)``
-- ``("fill", dst, nbytes, pattern)``: ``pattern`` a 4-byte ``int`` (uint32) repeated; ``nbytes % 4 == 0``
-- ``("upload", dst, host)``: ``host`` a C-contiguous ``numpy.uint8`` array, kept alive by the runtime
-  until the list's fence completes
-- ``("download", src, host)``: device bytes into the writable C-contiguous ``numpy.uint8`` array
-  ``host``; valid once the fence completes
-- ``("dispatch", kernel, grid, addresses, constants)``: ``kernel`` from :meth:`Backend.load_kernel`,
-  ``grid`` a ``(x, y, z)`` tuple of blocks (ignored by cpu), ``addresses`` a list of ``int`` in the
-  kernel's binding order, ``constants`` the packed constants ``bytes``
-- ``("gemm", gemm, a, b, c)``: ``gemm`` from :meth:`Backend.create_gemm`
-- ``("timestamp", ts)``: ``ts`` from :meth:`Backend.create_timestamp`
-- ``("graph", graph)``: replay a graph from :meth:`Backend.capture`
+Lowered commands, as handed to :meth:`BackendQueue.execute` and :meth:`Backend.capture`, are the
+frozen records of ``hal/_commands.py``, one per kind (addresses are plain ``int``): ``CopyCmd``,
+``FillCmd``, ``UploadCmd``, ``DownloadCmd``, ``DispatchCmd`` (``kernel`` from
+:meth:`Backend.load_kernel`), ``GemmCmd`` (``gemm`` from :meth:`Backend.create_gemm`),
+``TimestampCmd`` (``ts`` from :meth:`Backend.create_timestamp`) and ``ReplayCmd`` (a graph from
+:meth:`Backend.capture`). A backend dispatches on the record's type.
 """
 
 from __future__ import annotations
@@ -26,7 +18,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Sequence
 
-Command = tuple
+from ..hal._commands import Command as Command
 
 
 class BackendQueue(abc.ABC):
@@ -108,7 +100,7 @@ class Backend(abc.ABC):
     def load_kernel(self, spec: Any) -> Any:
         """Compile or look up the kernel ``spec`` (its declaration, an ``ops.KernelSpec``: the cpu
         backend finds ``xi_k_<name>``, cuda compiles ``shaders/<name>.cu`` and takes the launch
-        geometry from ``spec.cuda``); returns a handle for ``("dispatch", ...)`` commands.
+        geometry from ``spec.cuda``); returns a handle for ``DispatchCmd`` commands.
 
         Raises:
             KernelCompileError: the source does not compile (carries the log).
@@ -121,7 +113,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def create_timestamp(self) -> Any:
-        """A timestamp slot for ``("timestamp", ts)`` commands."""
+        """A timestamp slot for ``TimestampCmd`` commands."""
 
     @abc.abstractmethod
     def elapsed_ms(self, start: Any, end: Any) -> float:

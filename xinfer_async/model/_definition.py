@@ -3,12 +3,17 @@ validated fragments and prepared models."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..hal import Access, ValidationError
 from ..ops import kernel_spec
 from ._commands import Copy, Dispatch, Fill, unpack_arguments
+from ._graph import Graph, GraphTensor, ModelFragment
+from ._prepared import PreparedModel
 from ._region import Allocation, AllocationKind, IODesc, KernelId, Region
+
+if TYPE_CHECKING:  # annotations only: the session module imports this one
+    from ._session import ModelContext
 
 
 class ModelDefinition:
@@ -19,7 +24,7 @@ class ModelDefinition:
         device: its device.
     """
 
-    def __init__(self, token: Any, context: Any, allocations: list[Allocation], kernels: dict[str, KernelId]):
+    def __init__(self, token: object, context: ModelContext, allocations: list[Allocation], kernels: dict[str, KernelId]):
         self._token = token
         self.context = context
         self.device = context.device
@@ -108,26 +113,25 @@ class ModelDefinition:
                 raise ValidationError(f"{what} {i}: IO aliases immutable weight {io.region.allocation!r}")
 
     # -- building --------------------------------------------------------------------------
-    def fragment(self, commands: Sequence[Any], inputs: Sequence[IODesc], outputs: Sequence[IODesc]):
+    def fragment(self, commands: Sequence[Fill | Copy | Dispatch], inputs: Sequence[IODesc],
+                 outputs: Sequence[IODesc]) -> ModelFragment:
         """A validated, shape-specific fragment (see ``ModelFragment``)."""
-        from ._graph import ModelFragment
-
         self.validate_commands(commands)
         self.validate_io(inputs, "input")
         self.validate_io(outputs, "output")
         return ModelFragment(self, tuple(commands), tuple(inputs), tuple(outputs))
 
-    def prepare(self, commands: Sequence[Any], inputs: Sequence[IODesc], outputs: Sequence[IODesc], capacity: int):
+    def prepare(self, commands: Sequence[Fill | Copy | Dispatch], inputs: Sequence[IODesc], outputs: Sequence[IODesc],
+                capacity: int) -> PreparedModel:
         """``fragment(commands, inputs, outputs).prepare(capacity)``."""
         return self.fragment(commands, inputs, outputs).prepare(capacity)
 
-    def graph(self):
+    def graph(self) -> Graph:
         """A new, empty caller-owned ``Graph`` to record fragments into."""
-        from ._graph import Graph
-
         return Graph(self)
 
-    def prepare_plans(self, plans: dict, capacity: int):
+    def prepare_plans(self, plans: dict[str, tuple[Graph, list[GraphTensor], list[GraphTensor]]],
+                      capacity: int) -> PreparedModel:
         """A ``PreparedModel`` with several plans per slot (e.g. prefill and decode) that share
         each slot's persistent state.
 
@@ -135,6 +139,4 @@ class ModelDefinition:
             plans: name -> ``(graph, graph_inputs, graph_outputs)``.
             capacity: number of slots.
         """
-        from ._prepared import PreparedModel
-
         return PreparedModel(self, plans, capacity)

@@ -11,11 +11,16 @@ allocations map to one instance per slot, shared by every fragment and plan.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from ..hal import TensorDesc, ValidationError
-from ._commands import Copy, Dispatch, Fill
+from ..hal import Access, TensorDesc, ValidationError
+from ..ops import kernel_spec
+from ._commands import Copy, Dispatch, Fill, unpack_arguments
 from ._region import Allocation, AllocationKind, IODesc, Region
+
+if TYPE_CHECKING:  # annotations only: the definition and prepared modules import this one
+    from ._definition import ModelDefinition
+    from ._prepared import PreparedModel
 
 _ALIGN = 256
 
@@ -30,6 +35,42 @@ class GraphAlloc:
 
     def __repr__(self) -> str:
         return f"<GraphAlloc {self.kind} {self.nbytes} B>"
+
+
+#: bytes a graph command touches: ``(owner, offset, nbytes)``, the owner a ``GraphAlloc`` (a slot's
+#: own buffer) or a weight ``Allocation`` (the definition's buffer)
+Ref = tuple[GraphAlloc | Allocation, int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphFill:
+    """Fill ``ref`` with the float32 ``value``."""
+
+    ref: Ref
+    value: float
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphCopy:
+    """Copy ``src`` to ``dst`` (equal byte counts)."""
+
+    dst: Ref
+    src: Ref
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphDispatch:
+    """Launch kernel ``kernel`` (its name) on ``refs`` (binding order) with the constants dict
+    ``constants`` and ``grid`` blocks (``None``: the kernel's launch configuration)."""
+
+    kernel: str
+    refs: Sequence[Ref]
+    constants: dict
+    grid: tuple | None = None
+
+
+#: a command of a ``Graph``
+GraphCommand = GraphFill | GraphCopy | GraphDispatch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,10 +90,10 @@ class Graph:
     capacity)`` (or ``ModelDefinition.prepare_plans`` for several plans).
     """
 
-    def __init__(self, definition: Any):
+    def __init__(self, definition: ModelDefinition):
         self.definition = definition
         self.allocs: list[GraphAlloc] = []
-        self.commands: list[tuple] = []  # ("fill", ref, value) | ("copy", dst, src) | ("dispatch", name, refs, consts, grid)
+        self.commands: list[GraphCommand] = []
         self._state: dict[Allocation, GraphAlloc] = {}
         self._arena: GraphAlloc | None = None
 
@@ -86,7 +127,7 @@ class Graph:
         """Bytes a slot allocates for this graph (inputs, scratch, arena, state)."""
         return sum(a.nbytes for a in self.allocs)
 
-    def prepare(self, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor], capacity: int):
+    def prepare(self, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor], capacity: int) -> PreparedModel:
         """A ``PreparedModel`` with this graph as its one plan (``"default"``)."""
         return self.definition.prepare_plans({"default": (self, list(inputs), list(outputs))}, capacity)
 
@@ -95,8 +136,8 @@ class ModelFragment:
     """Validated, shape-specific commands with declared inputs and outputs
     (from ``ModelDefinition.fragment``)."""
 
-    def __init__(self, definition: Any, commands: tuple, inputs: tuple[IODesc, ...], outputs: tuple[IODesc, ...],
-                 reuse_scratch: bool = False):
+    def __init__(self, definition: ModelDefinition, commands: tuple[Fill | Copy | Dispatch, ...],
+                 inputs: tuple[IODesc, ...], outputs: tuple[IODesc, ...], reuse_scratch: bool = False):
         self.definition = definition
         self.commands = commands
         self.inputs = inputs
@@ -120,9 +161,6 @@ class ModelFragment:
                     yield i, b.region
 
     def _written_allocations(self) -> set:
-        from ..hal import Access
-        from ..ops import kernel_spec
-
         out = set()
         for cmd in self.commands:
             if isinstance(cmd, Fill):
@@ -210,7 +248,7 @@ class ModelFragment:
                 graph.allocs.append(ga)
                 mapping[a] = (ga, 0)
 
-        def ref(region: Region):
+        def ref(region: Region) -> Ref:
             a = region.allocation
             if a.is_weight:
                 return (a, region.offset, region.nbytes)
@@ -219,15 +257,12 @@ class ModelFragment:
 
         for cmd in self.commands:
             if isinstance(cmd, Fill):
-                graph.commands.append(("fill", ref(cmd.region), cmd.value))
+                graph.commands.append(GraphFill(ref(cmd.region), cmd.value))
             elif isinstance(cmd, Copy):
-                graph.commands.append(("copy", ref(cmd.dst), ref(cmd.src)))
+                graph.commands.append(GraphCopy(ref(cmd.dst), ref(cmd.src)))
             else:
-                from ._commands import unpack_arguments
-                from ..ops import kernel_spec
-
                 consts = unpack_arguments(kernel_spec(cmd.kernel.name), cmd.arguments)
-                graph.commands.append(("dispatch", cmd.kernel.name, [ref(b.region) for b in cmd.bindings], consts, cmd.grid))
+                graph.commands.append(GraphDispatch(cmd.kernel.name, [ref(b.region) for b in cmd.bindings], consts, cmd.grid))
 
         outs = []
         for io in self.outputs:
@@ -235,7 +270,7 @@ class ModelFragment:
             outs.append(GraphTensor(graph, ga, io.region.offset + delta, io.desc))
         return outs
 
-    def prepare(self, capacity: int):
+    def prepare(self, capacity: int) -> PreparedModel:
         """A ``PreparedModel`` of ``capacity`` slots running this fragment alone."""
         graph = Graph(self.definition)
         ins = [graph.input(io.desc) for io in self.inputs]

@@ -6,44 +6,41 @@ from __future__ import annotations
 
 import dataclasses
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
 
 import numpy as np
 import trio
 
-from ..hal import ValidationError
-from ._graph import GraphAlloc, GraphTensor
+from ..hal import TensorDesc, ValidationError
+from ..runtime import BufferView, CapturedGraph, Completion, DeviceBuffer, Executor, Readback
+from ._graph import Graph, GraphAlloc, GraphCopy, GraphDispatch, GraphFill, GraphTensor, Ref
+from ._region import Allocation
 
-
-class Completion:
-    """The fence value of a submission: ``await completion.wait()``, ``is_complete()``."""
-
-    def __init__(self, queue: Any, value: int):
-        self.queue = queue
-        self.value = value
-
-    def is_complete(self) -> bool:
-        return self.queue.fence.completed_value >= self.value
-
-    async def wait(self) -> None:
-        await self.queue.fence.wait(self.value)
+if TYPE_CHECKING:  # annotations only: the definition module imports this one
+    from ._definition import ModelDefinition
 
 
 @dataclasses.dataclass(frozen=True)
 class DeviceTensor:
     """A tensor on the device: description, buffer view, and the ``Completion`` that writes it."""
 
-    desc: Any
-    view: Any
+    desc: TensorDesc
+    view: BufferView
     completion: Completion | None
 
 
-class PendingRun:
-    """A submitted run of a slot whose outputs are not read yet (``Slot.start_run``): its command
-    list stays taken until ``result()`` or ``settle()``, so its readbacks stay valid."""
+class PendingRun(Completion):
+    """A submitted run of a slot whose outputs are not read yet (``Slot.start_run``): a
+    ``Completion`` at the run's fence value (``await run.wait()``, ``run.done()``) whose command
+    list stays taken until ``result()`` or ``settle()``, so its readbacks stay valid.
+
+    Attributes:
+        completion: the ``Completion`` it was made from (same queue and fence value).
+    """
 
     def __init__(self, slot: "Slot", plan: str | None, outputs: list[int], lease: Any, readbacks: list,
                  completion: Completion):
+        super().__init__(completion.queue, completion.value)
         self.slot, self.plan, self.outputs = slot, plan, outputs
         self.completion = completion
         self._lease, self._readbacks = lease, readbacks
@@ -52,7 +49,7 @@ class PendingRun:
         """Await the fence; the downloaded outputs (as ``Slot.run`` returns them). Gives the
         command list back, also when cancelled (the pool then takes it after the fence)."""
         try:
-            await self.completion.wait()
+            await self.wait()
             return self.slot.read_outputs(self._readbacks, self.plan, self.outputs)
         finally:
             await self.settle()
@@ -68,8 +65,8 @@ class PendingRun:
         """Await the fence and give the command list back (also when the wait is cancelled: the
         pool then takes it back after the fence). Idempotent."""
         try:
-            if not self.completion.is_complete():
-                await self.completion.wait()
+            if not self.done():
+                await self.wait()
         finally:
             await self.discard()
 
@@ -86,7 +83,7 @@ class PreparedStatistics:
 
 
 class _Plan:
-    def __init__(self, name: str, graph: Any, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor]):
+    def __init__(self, name: str, graph: Graph, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor]):
         for t in list(inputs) + list(outputs):
             if t.graph is not graph:
                 raise ValidationError(f"plan {name!r}: a tensor of another graph")
@@ -104,7 +101,7 @@ class Slot:
         self.prepared = prepared
         self.index = index
         self.device = prepared.device
-        self._buffers: dict[Any, Any] = {}
+        self._buffers: dict[GraphAlloc | Allocation, DeviceBuffer] = {}  # state: by its Allocation
         for plan in prepared.plans.values():
             for ga in plan.graph.allocs:
                 key = ga.source if ga.kind == "state" else ga
@@ -112,7 +109,7 @@ class Slot:
                     # float32 elements, so fills take float values (NaN poisoning included)
                     self._buffers[key] = self.device.alloc(-(-ga.nbytes // 4), "f32")
         self._last: Completion | None = None
-        self._graphs: dict[str, Any] = {}
+        self._graphs: dict[str, CapturedGraph] = {}
         ex = self.device.executor(queue=prepared.queue)
         for buf in self._buffers.values():
             ex.fill(buf, 0.0)
@@ -123,25 +120,27 @@ class Slot:
             self._record(rec, plan)
             self._graphs[name] = rec.capture()
 
-    def _buffer(self, ga: GraphAlloc) -> Any:
+    def _buffer(self, ga: GraphAlloc) -> DeviceBuffer:
         return self._buffers[ga.source if ga.kind == "state" else ga]
 
-    def _view(self, ref: tuple) -> Any:
+    def _view(self, ref: Ref) -> BufferView:
         owner, offset, nbytes = ref
         buf = owner.buffer if not isinstance(owner, GraphAlloc) else self._buffer(owner)
         return buf.view(offset, nbytes)
 
-    def _record(self, ex: Any, plan: _Plan) -> None:
+    def _record(self, ex: Executor, plan: _Plan) -> None:
         for cmd in plan.graph.commands:
-            if cmd[0] == "fill":
-                ex.fill(self._view(cmd[1]), cmd[2])
-            elif cmd[0] == "copy":
-                ex.copy(self._view(cmd[1]), self._view(cmd[2]))
+            kind = type(cmd)
+            if kind is GraphDispatch:
+                ex.dispatch(self.device.kernel(cmd.kernel), [self._view(r) for r in cmd.refs], cmd.constants, cmd.grid)
+            elif kind is GraphFill:
+                ex.fill(self._view(cmd.ref), cmd.value)
+            elif kind is GraphCopy:
+                ex.copy(self._view(cmd.dst), self._view(cmd.src))
             else:
-                _, name, refs, consts, grid = cmd
-                ex.dispatch(self.device.kernel(name), [self._view(r) for r in refs], consts, grid)
+                raise TypeError(f"plan {plan.name!r}: not a graph command: {cmd!r}")
 
-    def tensor_view(self, t: GraphTensor) -> Any:
+    def tensor_view(self, t: GraphTensor) -> BufferView:
         return self._buffer(t.alloc).view(t.offset, t.desc.nbytes)
 
     @property
@@ -162,7 +161,7 @@ class Slot:
         except KeyError:
             raise ValueError(f"plan={plan!r} is not one of {sorted(plans)}") from None
 
-    def output_view(self, index: int, plan: str | None = None) -> Any:
+    def output_view(self, index: int, plan: str | None = None) -> BufferView:
         """The device view of output ``index`` of ``plan`` in this slot (valid until the next run
         of a plan that writes it), e.g. a ``device_inputs`` source of the next run."""
         p = self._plan(plan)
@@ -208,7 +207,7 @@ class Slot:
         """Submit a command list holding ``record_run``s of this slot; the slot is given back
         only after its fence (like ``run``'s). Returns the fence value."""
         value = ex.submit()
-        self._last = Completion(ex.queue, value)
+        self._last = ex.completion()
         self.prepared._runs += 1
         return value
 
@@ -283,8 +282,8 @@ class Slot:
         p = self._plan(plan)
         ex = self.device.executor(queue=self.prepared.queue)
         self.record_run(ex, inputs, plan, download=False)
-        value = ex.submit()
-        self._last = Completion(ex.queue, value)
+        ex.submit()
+        self._last = ex.completion()
         self.prepared._runs += 1
         return [DeviceTensor(t.desc, self.tensor_view(t), self._last) for t in p.outputs]
 
@@ -293,7 +292,8 @@ class Slot:
         ex = self.device.executor(queue=self.prepared.queue)
         for buf in self._buffers.values():
             ex.fill(buf, value)
-        self._last = Completion(ex.queue, ex.submit())
+        ex.submit()
+        self._last = ex.completion()
         await self._last.wait()
 
     async def reset_state(self) -> None:
@@ -316,7 +316,8 @@ class PreparedModel:
     its last submission's fence completes, also when its holder is cancelled.
     """
 
-    def __init__(self, definition: Any, plans: dict, capacity: int):
+    def __init__(self, definition: ModelDefinition, plans: dict[str, tuple[Graph, list[GraphTensor], list[GraphTensor]]],
+                 capacity: int):
         if not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
         if not plans:
@@ -363,7 +364,7 @@ class PreparedModel:
             # system tasks are cancelled when their trio.run ends; the slot must still come back
             # (a later run may use this model), and only after its fence: wait without trio
             try:
-                slot._last.queue.fence.wait_blocking(slot._last.value)
+                slot._last.wait_blocking()
             except Exception:
                 pass
             raise
@@ -437,7 +438,7 @@ class PreparedModel:
             self._lot.unpark_all()
 
 
-def _check_input(i: int, data: Any, desc: Any) -> Any:
+def _check_input(i: int, data: Any, desc: TensorDesc) -> Any:
     if isinstance(data, np.ndarray):
         nt = desc.dtype.numpy_type
         if nt is not None and data.dtype != np.dtype(nt):
@@ -456,7 +457,7 @@ def _check_input(i: int, data: Any, desc: Any) -> Any:
     return data
 
 
-def _as_array(readback: Any, desc: Any) -> np.ndarray:
+def _as_array(readback: Readback, desc: TensorDesc) -> np.ndarray:
     nt = desc.dtype.numpy_type
     if nt is None:
         return np.frombuffer(readback.bytes(), np.uint8).copy()

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..hal import TensorDesc, ValidationError
+from ..runtime import CommandListPool, Device, Queue
 from ..ops import kernel_spec
+from ._definition import ModelDefinition
 from ._region import Allocation, AllocationKind, KernelId, Placement, Region
 
 
@@ -18,7 +20,7 @@ class ModelContext:
         queue: the queue prepared slots submit to (default: the device's).
     """
 
-    def __init__(self, device: Any, queue: Any = None):
+    def __init__(self, device: Device, queue: Queue | None = None):
         """Raises: ValueError: ``queue`` belongs to another device."""
         if queue is not None and queue.device is not device:
             raise ValueError(f"queue is a queue of another device ({queue.device!r}), not of {device!r}")
@@ -26,7 +28,7 @@ class ModelContext:
         self.queue = queue if queue is not None else device.queue
 
     @property
-    def command_lists(self):
+    def command_lists(self) -> CommandListPool:
         return self.device.command_lists
 
 
@@ -36,7 +38,7 @@ class ModelSession:
     ``freeze(context)`` turns it into a ``ModelDefinition``; the session cannot be used after.
     """
 
-    def __init__(self, device: Any):
+    def __init__(self, device: Device):
         self.device = device
         self._token = object()
         self._allocations: list[Allocation] = []
@@ -109,8 +111,6 @@ class ModelSession:
         Raises:
             ValueError: ``context`` is on another device.
         """
-        from ._definition import ModelDefinition
-
         self._check_open()
         if context.device is not self.device:
             raise ValueError(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..hal import Access, DType, ValidationError
+from ..hal._commands import GemmCmd
 from ..runtime._buffer import as_view
 from ..runtime._device import Device
 
@@ -81,5 +82,5 @@ class Gemm(Operator):
         if self._bound is None:
             raise ValidationError("Gemm.dispatch before bind()")
         a, b, c = self._bound
-        executor.record_operator(("gemm", self.handle, a.address, b.address, c.address),
+        executor.record_operator(GemmCmd(self.handle, a.address, b.address, c.address),
                                  [(a, Access.READ, "a"), (b, Access.READ, "b"), (c, Access.WRITE, "c")])

@@ -1,6 +1,7 @@
 """Backend-neutral policy: devices, buffers, executors, fences, queues, pools, jobs, timers."""
 
 from ._buffer import BufferView as BufferView, DeviceBuffer as DeviceBuffer
+from ._completion import Completion as Completion
 from ._device import Device as Device
 from ._executor import CapturedGraph as CapturedGraph, Executor as Executor, Readback as Readback
 from ._fence import Fence as Fence

@@ -7,9 +7,7 @@ Size classes: four per power of two (at most 25% slack), 256-byte granularity be
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..hal import DeviceOutOfMemoryError
+from ..hal import Backend, DeviceOutOfMemoryError
 
 
 def size_class(nbytes: int) -> int:
@@ -32,7 +30,7 @@ class CachingAllocator:
         cached_bytes, hits, misses: for ``statistics``.
     """
 
-    def __init__(self, backend: Any, limit_bytes: int = 1 << 30):
+    def __init__(self, backend: Backend, limit_bytes: int = 1 << 30):
         self.backend = backend
         self.limit_bytes = limit_bytes
         self._blocks: dict[int, list[int]] = {}

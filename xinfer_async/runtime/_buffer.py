@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ..hal import DType, ResourceState, TensorDesc, ValidationError
+
+if TYPE_CHECKING:  # annotations only (the device module imports this one)
+    from ._device import Device
+    from ._queue import Queue
 
 _ids = itertools.count(1)
 
@@ -24,13 +30,13 @@ class DeviceBuffer:
 
     __slots__ = ("device", "address", "desc", "state", "freed", "last_use", "id", "_finalizer", "__weakref__")
 
-    def __init__(self, device: Any, address: int, desc: TensorDesc):
+    def __init__(self, device: Device, address: int, desc: TensorDesc):
         self.device = device
         self.address = address
         self.desc = desc
         self.state = ResourceState.COMMON
         self.freed = False
-        self.last_use: dict[Any, int] = {}  # Queue -> fence value of the last list that used it
+        self.last_use: dict[Queue, int] = {}  # fence value of the last list that used it, per queue
         self.id = next(_ids)
         # a buffer dropped without free() is freed the same way: once its fences complete
         self._finalizer = weakref.finalize(self, device._free_dropped, address, desc.nbytes, self.last_use)
@@ -112,14 +118,14 @@ class BufferView:
         return self.buffer.address + self.offset
 
     @property
-    def device(self) -> Any:
+    def device(self) -> Device:
         return self.buffer.device
 
     def __repr__(self) -> str:
         return f"<BufferView of #{self.buffer.id} [{self.offset}:{self.offset + self.nbytes}]>"
 
 
-def as_view(obj: Any, device: Any, arg: str) -> BufferView:
+def as_view(obj: DeviceBuffer | BufferView, device: Device, arg: str) -> BufferView:
     """Resolve a binding argument to a live ``BufferView`` on ``device``.
 
     Raises:
@@ -138,3 +144,18 @@ def as_view(obj: Any, device: Any, arg: str) -> BufferView:
     if view.buffer.freed:
         raise ValidationError(f"{arg}: buffer #{view.buffer.id} was freed (use after free)")
     return view
+
+
+def host_bytes(data: Any) -> np.ndarray:
+    """``data`` (a numpy array, made C-contiguous, or any bytes-like object) as flat ``uint8`` bytes.
+
+    Raises:
+        TypeError: ``data`` is neither.
+    """
+    if isinstance(data, np.ndarray):
+        arr = np.ascontiguousarray(data)
+        return arr.reshape(-1).view(np.uint8)
+    try:
+        return np.frombuffer(memoryview(data), np.uint8)
+    except TypeError:
+        raise TypeError(f"data must be a numpy array or bytes-like, got {type(data).__name__}") from None

@@ -11,8 +11,11 @@ import numpy as np
 
 from ..hal import Backend, DeviceError, DType, FenceTimeoutError, TensorDesc
 from ._allocator import CachingAllocator, size_class
-from ._buffer import DeviceBuffer
+from ._buffer import BufferView, DeviceBuffer, as_view, host_bytes
+from ._executor import Executor
+from ._pool import CommandListPool
 from ._queue import Queue, abandon
+from ._timer import GpuTimer
 
 #: ``(device, name) -> kernel``: what ``Device.kernel`` builds a kernel with (``ops.ComputeKernel``)
 KernelFactory = Callable[["Device", str], Any]
@@ -135,21 +138,15 @@ class Device:
     def command_lists(self):
         """The device's ``CommandListPool`` (created on first use)."""
         if self._pool is None:
-            from ._pool import CommandListPool
-
             self._pool = CommandListPool(self, self._pool_size)
         return self._pool
 
-    def executor(self, **kwargs) -> Any:
+    def executor(self, **kwargs) -> Executor:
         """A new one-shot command list (``Executor``); see its arguments."""
-        from ._executor import Executor
-
         return Executor(self, **kwargs)
 
-    def timer(self) -> Any:
+    def timer(self) -> GpuTimer:
         """A ``GpuTimer`` for this device."""
-        from ._timer import GpuTimer
-
         return GpuTimer(self)
 
     def kernel(self, name: str) -> Any:
@@ -203,7 +200,7 @@ class Device:
                 array of another element type than ``dtype`` (raw ``uint8`` bytes are accepted for
                 any dtype, ``uint16`` for bf16).
         """
-        host = _host_bytes(data)
+        host = host_bytes(data)
         if shape is None and dtype is None and isinstance(data, np.ndarray):
             desc = TensorDesc(data.shape, DType.parse(data.dtype))
         elif shape is None or dtype is None:
@@ -235,24 +232,20 @@ class Device:
         Raises:
             ValueError: the bytes run past the buffer.
         """
-        from ._buffer import as_view
-
         view = as_view(buffer, self, "buffer")
-        host = _host_bytes(data)
+        host = host_bytes(data)
         if offset < 0 or offset + host.nbytes > view.nbytes:
             raise ValueError(f"write of {host.nbytes} bytes at offset={offset} runs past {view.nbytes} bytes")
         self._wait_unused(view.buffer)
         self.backend.write(view.address + offset, memoryview(host))
 
-    def download(self, buffer: Any) -> bytes:
+    def download(self, buffer: DeviceBuffer | BufferView) -> bytes:
         """The buffer's bytes, after any submitted work that uses it has completed.
 
         Raises:
             ValidationError: the buffer was freed.
             ValueError: it belongs to another device.
         """
-        from ._buffer import as_view
-
         view = as_view(buffer, self, "buffer")
         self._wait_unused(view.buffer)
         out = bytearray(view.nbytes)
@@ -311,13 +304,3 @@ class Device:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
-
-
-def _host_bytes(data: Any) -> np.ndarray:
-    if isinstance(data, np.ndarray):
-        arr = np.ascontiguousarray(data)
-        return arr.reshape(-1).view(np.uint8)
-    try:
-        return np.frombuffer(memoryview(data), np.uint8)
-    except TypeError:
-        raise TypeError(f"data must be a numpy array or bytes-like, got {type(data).__name__}") from None

@@ -1,7 +1,7 @@
 """``Executor``: a one-shot command list with resource-state tracking and the validation layer.
 
 Recording checks every command at once (bounds, lifetime, states, hazards) and lowers it to the
-backend's command tuples (``runtime/_backend.py``); ``submit`` hands them to a queue.
+backend's typed commands (``hal/_commands.py``); ``submit`` hands them to a queue.
 
 Resource states follow D3D12: a copy reads ``COPY_SOURCE`` and writes ``COPY_DEST``; a dispatch reads
 ``SHADER_READ`` and writes ``UNORDERED_ACCESS`` (a buffer already in ``UNORDERED_ACCESS`` may also be
@@ -15,12 +15,19 @@ unordered hazard.
 from __future__ import annotations
 
 import enum
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
 from ..hal import Access, ResourceState, ValidationError
-from ._buffer import BufferView, DeviceBuffer, as_view
+from ..hal._commands import (Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, ReplayCmd, TimestampCmd,
+                            UploadCmd)
+from ._buffer import BufferView, DeviceBuffer, as_view, host_bytes
+from ._completion import Completion
+from ._queue import Queue
+
+if TYPE_CHECKING:  # annotations only: the device module imports this one
+    from ._device import Device
 
 _S = ResourceState
 
@@ -30,20 +37,21 @@ class _Phase(enum.Enum):
     SUBMITTED = "submitted"
 
 
-class Readback:
-    """Host bytes that a recorded ``download`` fills; readable once its fence completes."""
+class Readback(Completion):
+    """Host bytes that a recorded ``download`` fills: a ``Completion`` (bound when the list is
+    submitted) whose bytes are readable once it is done."""
 
     def __init__(self, host: np.ndarray):
+        super().__init__()
         self._host = host
-        self._queue = None  # set by Executor.submit
-        self._value: int | None = None
 
     def ready(self) -> bool:
-        return self._value is not None and self._queue.fence.completed_value >= self._value
+        """Same as ``done()``: the bytes are readable."""
+        return self.done()
 
     def bytes(self) -> bytes:
         """Raises: ValidationError: the list was not submitted or its fence has not completed."""
-        if not self.ready():
+        if not self.done():
             raise ValidationError("readback is not ready: await the command list's fence first")
         return self._host.tobytes()
 
@@ -67,7 +75,7 @@ class Executor:
         fence_value: the queue fence value of the submission (``None`` before ``submit``).
     """
 
-    def __init__(self, device: Any, *, queue: Any = None, auto_barriers: bool = True):
+    def __init__(self, device: Device, *, queue: Queue | None = None, auto_barriers: bool = True):
         self.device = device
         self.queue = queue if queue is not None else device.queue
         self.auto_barriers = auto_barriers
@@ -76,7 +84,7 @@ class Executor:
     def _reset_state(self) -> None:
         self._phase = _Phase.RECORDING
         self._epoch = self.device.free_epoch  # every buffer recorded from here on was live then
-        self._lowered: list[tuple] = []
+        self._lowered: list[Command] = []
         self._keepalive: list[Any] = []
         self._used: dict[DeviceBuffer, None] = {}
         self._entry: dict[DeviceBuffer, ResourceState] = {}
@@ -84,14 +92,14 @@ class Executor:
         # an int, the command (a graph replay) that wrote all of it (``_pending_of``)
         self._pending: dict[DeviceBuffer, Any] = {}
         self._host_io = False
-        self._readbacks: list[Readback] = []
+        self._completions: list[Completion] = []  # readbacks and tracked completions, bound at submit
         self._n_commands = 0
         self.transition_count = 0
         self.uav_barrier_count = 0
         self.fence_value: int | None = None
 
     @property
-    def commands(self) -> Sequence[tuple]:
+    def commands(self) -> Sequence[Command]:
         """The lowered commands recorded so far (read-only view for inspection)."""
         return tuple(self._lowered)
 
@@ -105,7 +113,7 @@ class Executor:
             self._used[buf] = None
             self._entry[buf] = buf.state
 
-    def ensure_state(self, buffer: Any, state: ResourceState) -> bool:
+    def ensure_state(self, buffer: DeviceBuffer | BufferView, state: ResourceState) -> bool:
         """Record a transition barrier if ``buffer`` is not in ``state``; returns whether one was
         recorded. A transition orders every earlier access to the buffer before later ones."""
         self._check_recording()
@@ -118,7 +126,7 @@ class Executor:
         self._pending.pop(buf, None)
         return True
 
-    def uav_barrier(self, buffer: Any) -> None:
+    def uav_barrier(self, buffer: DeviceBuffer | BufferView) -> None:
         """Order every earlier access to ``buffer`` before later ones (cpu and one cuda stream:
         ordering only, no device work)."""
         self._check_recording()
@@ -177,14 +185,14 @@ class Executor:
             p = self._pending[buf] = ({}, {(0, buf.size_in_bytes): p})
         return p
 
-    def _record(self, command: tuple, accesses: Iterable[tuple[BufferView, Access, ResourceState, str]]) -> None:
+    def _record(self, command: Command, accesses: Iterable[tuple[BufferView, Access, ResourceState, str]]) -> None:
         self._check_recording()
         self._access(accesses)
         self._lowered.append(command)
         self._n_commands += 1
 
     # -- commands --------------------------------------------------------------------------
-    def copy(self, dst: Any, src: Any, nbytes: int | None = None) -> None:
+    def copy(self, dst: DeviceBuffer | BufferView, src: DeviceBuffer | BufferView, nbytes: int | None = None) -> None:
         """Copy ``nbytes`` (default: all of ``src``) from ``src`` to ``dst`` (buffers or views).
 
         Raises:
@@ -198,11 +206,11 @@ class Executor:
         if d.buffer is s.buffer and d.offset < s.offset + n and s.offset < d.offset + n:
             raise ValueError("copy: src and dst ranges overlap")
         self._record(
-            ("copy", d.address, s.address, n),
+            CopyCmd(d.address, s.address, n),
             [(s, Access.READ, _S.COPY_SOURCE, "src"), (d, Access.WRITE, _S.COPY_DEST, "dst")],
         )
 
-    def fill(self, dst: Any, value: float | int) -> None:
+    def fill(self, dst: DeviceBuffer | BufferView, value: float | int) -> None:
         """Fill ``dst`` with ``value`` in the buffer's own dtype (f32, f16, i32, u8), or with the raw
         32-bit ``value`` for other dtypes.
 
@@ -212,28 +220,26 @@ class Executor:
         d = as_view(dst, self.device, "dst")
         if d.nbytes % 4:
             raise ValueError(f"fill: dst has {d.nbytes} bytes, not a multiple of 4")
-        self._record(("fill", d.address, d.nbytes, _pattern(d.buffer.dtype.label, value)),
+        self._record(FillCmd(d.address, d.nbytes, _pattern(d.buffer.dtype.label, value)),
                      [(d, Access.WRITE, _S.COPY_DEST, "dst")])
 
-    def upload(self, dst: Any, data: Any) -> None:
+    def upload(self, dst: DeviceBuffer | BufferView, data: Any) -> None:
         """Copy host ``data`` (snapshotted now) into ``dst`` when the list executes.
 
         Raises:
             ValueError: ``data`` is larger than ``dst``.
         """
-        from ._device import _host_bytes
-
         d = as_view(dst, self.device, "dst")
-        src = _host_bytes(data)
+        src = host_bytes(data)
         if src.nbytes > d.nbytes:
             raise ValueError(f"upload of {src.nbytes} bytes into dst of {d.nbytes} bytes")
         host = self.device.backend.host_array(src.nbytes)
         host[:] = src
         self._keepalive.append(host)
         self._host_io = True
-        self._record(("upload", d.address, host), [(BufferView(d.buffer, d.offset, host.nbytes), Access.WRITE, _S.COPY_DEST, "dst")])
+        self._record(UploadCmd(d.address, host), [(BufferView(d.buffer, d.offset, host.nbytes), Access.WRITE, _S.COPY_DEST, "dst")])
 
-    def download(self, src: Any, nbytes: int | None = None) -> Readback:
+    def download(self, src: DeviceBuffer | BufferView, nbytes: int | None = None) -> Readback:
         """Copy ``src`` to host memory when the list executes; read the ``Readback`` after the fence."""
         s = as_view(src, self.device, "src")
         n = s.nbytes if nbytes is None else nbytes
@@ -242,9 +248,9 @@ class Executor:
         host = self.device.backend.host_array(n)
         self._keepalive.append(host)
         self._host_io = True
-        self._record(("download", s.address, host), [(BufferView(s.buffer, s.offset, n), Access.READ, _S.COPY_SOURCE, "src")])
+        self._record(DownloadCmd(s.address, host), [(BufferView(s.buffer, s.offset, n), Access.READ, _S.COPY_SOURCE, "src")])
         rb = Readback(host)
-        self._readbacks.append(rb)
+        self._completions.append(rb)
         return rb
 
     def dispatch(self, kernel: Any, bindings: Sequence[Any], constants: Any = None, grid: Any = None) -> None:
@@ -264,28 +270,28 @@ class Executor:
             kernel = self.device.kernel(kernel)
         views, accesses, packed, launch = kernel.bind(bindings, constants)
         self._record(
-            ("dispatch", kernel.handle, grid if grid is not None else launch, [v.address for v in views], packed),
+            DispatchCmd(kernel.handle, grid if grid is not None else launch, [v.address for v in views], packed),
             [(v, a, _S.UNORDERED_ACCESS if a & Access.WRITE else _S.SHADER_READ, f"binding {i} ({name})")
              for i, (v, a, name) in enumerate(accesses)],
         )
 
-    def record_operator(self, command: tuple, accesses: Sequence[tuple[BufferView, Access, str]]) -> None:
+    def record_operator(self, command: Command, accesses: Sequence[tuple[BufferView, Access, str]]) -> None:
         """Record a lowered vendor-library command (``Operator.dispatch`` calls this)."""
         self._record(command, [(v, a, _S.UNORDERED_ACCESS if a & Access.WRITE else _S.SHADER_READ, n)
                                for v, a, n in accesses])
 
-    def _track_completion(self) -> Readback:
-        """An empty ``Readback`` that becomes ``ready()`` when this recording's fence completes,
-        also after the list was reset (``GpuTimer`` uses it)."""
-        rb = Readback(np.empty(0, np.uint8))
-        self._readbacks.append(rb)
-        return rb
+    def _track_completion(self) -> Completion:
+        """A ``Completion`` of this recording, bound when it is submitted (it stays valid after the
+        list is reset; ``GpuTimer`` uses it)."""
+        c = Completion()
+        self._completions.append(c)
+        return c
 
     def timestamp(self) -> Any:
         """Record a device timestamp; returns the slot (read through ``GpuTimer``)."""
         self._check_recording()
         ts = self.device.backend.create_timestamp()
-        self._lowered.append(("timestamp", ts))
+        self._lowered.append(TimestampCmd(ts))
         self._host_io = True
         self._n_commands += 1
         return ts
@@ -335,7 +341,7 @@ class Executor:
             used.update(dict.fromkeys(new))
             self._entry.update({buf: buf.state for buf in new})
         self.transition_count += sum(1 for buf, state in ge.items() if buf.state is not state)
-        self._lowered.append(("graph", graph.handle))
+        self._lowered.append(ReplayCmd(graph.handle))
         self._n_commands += 1
         last = self._n_commands - 1
         for buf, state in graph.exit.items():
@@ -366,10 +372,20 @@ class Executor:
         for buf in self._used:
             buf.last_use[queue] = value
         self.fence_value = value
-        for rb in self._readbacks:
-            rb._queue, rb._value = self.queue, value
+        for c in self._completions:
+            c._bind(queue, value)
         self._phase = _Phase.SUBMITTED
         return value
+
+    def completion(self) -> Completion:
+        """The ``Completion`` of this list's submission.
+
+        Raises:
+            ValidationError: the list was not submitted.
+        """
+        if self.fence_value is None:
+            raise ValidationError("completion(): the command list was not submitted")
+        return Completion(self.queue, self.fence_value)
 
     async def wait(self) -> None:
         """Await the fence of this list's submission.
@@ -411,7 +427,8 @@ class Executor:
 class CapturedGraph:
     """A captured command list for replay with fixed addresses (see ``Executor.capture``)."""
 
-    def __init__(self, device: Any, handle: Any, entry: dict, exit: dict, commands: tuple = ()):
+    def __init__(self, device: Device, handle: Any, entry: dict[DeviceBuffer, ResourceState],
+                 exit: dict[DeviceBuffer, ResourceState], commands: tuple[Command, ...] = ()):
         self.device = device
         self.handle = handle
         self.commands = commands  # the lowered commands it was captured from (runtime/_profile.py)

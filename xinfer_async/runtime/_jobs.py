@@ -61,11 +61,24 @@ class _Job:
 
 
 class JobHandle:
-    """A submitted job: ``await handle.result()``; ``handle.cancel()``."""
+    """A submitted job: ``await handle.result()``; ``handle.cancel()``.
+
+    It answers ``done()`` and ``await wait()`` as a ``Completion`` does; a job ends on the host
+    (it may submit several command lists or none), so it has no queue and fence value of its own.
+    """
 
     def __init__(self, queue: "JobQueue", job: _Job):
         self._queue = queue
         self._job = job
+
+    def done(self) -> bool:
+        """Whether the job has ended (returned, raised or been cancelled); never blocks."""
+        return self._job.done.is_set()
+
+    async def wait(self) -> None:
+        """Wait until the job has ended, however it ends, without taking its result or raising its
+        exception. Unlike ``result()``, cancelling the waiting task leaves the job running."""
+        await self._job.done.wait()
 
     async def result(self) -> Any:
         """The job's return value (or its exception, re-raised). If the awaiting task is

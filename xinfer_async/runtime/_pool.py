@@ -8,11 +8,15 @@ awaits the fence first. A list still executing is never reset.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING
 
 import trio
 
 from ._executor import Executor
+from ._queue import Queue
+
+if TYPE_CHECKING:  # annotations only: the device module imports this one
+    from ._device import Device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +30,7 @@ class PoolStatistics:
 
 
 class _Lease:
-    def __init__(self, pool: "CommandListPool", executor: Executor | None = None, queue: Any = None):
+    def __init__(self, pool: "CommandListPool", executor: Executor | None = None, queue: Queue | None = None):
         self._pool = pool
         self._executor = executor
         self._queue = queue
@@ -55,7 +59,7 @@ class CommandListPool:
     raises ``trio.WouldBlock`` when none is free.
     """
 
-    def __init__(self, device: Any, size: int, **executor_kwargs):
+    def __init__(self, device: Device, size: int, **executor_kwargs):
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
         self.device = device
@@ -67,12 +71,12 @@ class CommandListPool:
         self._max_in_use = 0
         self._acquired = 0
 
-    def acquire(self, queue: Any = None) -> _Lease:
+    def acquire(self, queue: Queue | None = None) -> _Lease:
         """An async context manager yielding a free, reset command list that submits to
         ``queue`` (default: the device's queue)."""
         return _Lease(self, queue=queue)
 
-    def acquire_nowait(self, queue: Any = None) -> _Lease:
+    def acquire_nowait(self, queue: Queue | None = None) -> _Lease:
         """A context manager holding a free list (submitting to ``queue``) now.
 
         Raises:
@@ -84,7 +88,7 @@ class CommandListPool:
             raise trio.WouldBlock
         return _Lease(self, self._take(queue))
 
-    async def _acquire(self, queue: Any = None) -> Executor:
+    async def _acquire(self, queue: Queue | None = None) -> Executor:
         await trio.lowlevel.checkpoint_if_cancelled()
         if len(self._free) > self._reserved:
             ex = self._take(queue)
@@ -94,7 +98,7 @@ class CommandListPool:
         self._reserved -= 1
         return self._take(queue)
 
-    def _take(self, queue: Any = None) -> Executor:
+    def _take(self, queue: Queue | None = None) -> Executor:
         ex = self._free.pop()
         ex.reset()
         ex.queue = queue if queue is not None else self.device.queue

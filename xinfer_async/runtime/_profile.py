@@ -14,24 +14,27 @@ the benchmark, before the model serves a request again: the next request rewrite
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+
+from ..hal._commands import Command, DispatchCmd, ReplayCmd, TimestampCmd
+from ._executor import CapturedGraph
+from ._queue import Queue
 
 
-def command_label(cmd: tuple) -> str:
+def command_label(cmd: Command) -> str:
     """``dispatch``: the kernel's name, plus ``/`` and the entry's suffix when its grid launches
     another entry point of the shader (the matrix kernels: ``/t`` the register-tiled kernel, ``/tc``
     and ``/tct`` the tensor-core one; attention's ``/d4``, ``/d8`` for wide heads; cuda
     ``CUDAKernel.entries``); other commands: their kind."""
-    if cmd[0] == "dispatch":
-        k, grid = cmd[1], cmd[2]
+    if isinstance(cmd, DispatchCmd):
+        k, grid = cmd.kernel, cmd.grid
         name = getattr(k, "name", str(k))
         fn = getattr(grid, "function", None)
         suffix = next((s for s, f in getattr(k, "entries", {}).items() if f == fn), "")
         return name + ("/" + suffix.lstrip("_") if suffix else "")
-    return cmd[0]
+    return cmd.kind
 
 
-async def profile_graph(queue: Any, graph: Any, reps: int = 20) -> list[dict]:
+async def profile_graph(queue: Queue, graph: CapturedGraph, reps: int = 20) -> list[dict]:
     """Per command of ``graph`` (``CapturedGraph``), in graph order: ``{"index", "label", "us"}``
     (device microseconds of one run: the mean over ``reps`` back-to-back runs).
 
@@ -47,7 +50,7 @@ async def profile_graph(queue: Any, graph: Any, reps: int = 20) -> list[dict]:
         handle = be.capture([cmd] * reps)
         t0, t1 = be.create_timestamp(), be.create_timestamp()
         try:
-            value = queue.submit_lowered([("timestamp", t0), ("graph", handle), ("timestamp", t1)])
+            value = queue.submit_lowered([TimestampCmd(t0), ReplayCmd(handle), TimestampCmd(t1)])
             await queue.fence.wait(value)
             out.append(dict(index=i, label=command_label(cmd), us=1e3 * be.elapsed_ms(t0, t1) / reps))
         finally:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..hal import BackendQueue, DeviceError, XinferError
+from ..hal._commands import Command
 from ._fence import Fence
+
+if TYPE_CHECKING:  # annotations only: the device module imports this one
+    from ._device import Device
 
 
 class Queue:
@@ -16,7 +20,7 @@ class Queue:
         index: the queue's number on its device (0 is the default queue).
     """
 
-    def __init__(self, device: Any, backend_queue: BackendQueue, index: int):
+    def __init__(self, device: Device, backend_queue: BackendQueue, index: int):
         self.device = device
         self.index = index
         self._backend = backend_queue
@@ -29,7 +33,7 @@ class Queue:
             return None
         return err if isinstance(err, XinferError) else DeviceError(str(err))
 
-    def submit_lowered(self, commands: Sequence[tuple], keepalive: Any = None) -> int:
+    def submit_lowered(self, commands: Sequence[Command], keepalive: Any = None) -> int:
         """Hand already-validated lowered commands to the backend; returns the fence value.
 
         ``keepalive`` (host arrays, signals) is held until that value completes.

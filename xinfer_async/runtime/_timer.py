@@ -3,26 +3,31 @@ clock)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..hal import ValidationError
+from ._completion import Completion
+from ._executor import Executor
+
+if TYPE_CHECKING:  # annotations only: the device module imports this one
+    from ._device import Device
 
 
 class GpuTimer:
     """``begin(cl)`` ... ``end(cl)``; after the list's fence, ``elapsed_ms()``."""
 
-    def __init__(self, device: Any):
+    def __init__(self, device: Device):
         self.device = device
         self._begin = self._end = None
-        self._done = None  # completes with the recording that holds the end timestamp
+        self._done: Completion | None = None  # of the recording that holds the end timestamp
 
-    def begin(self, executor: Any) -> None:
+    def begin(self, executor: Executor) -> None:
         """Record the start timestamp into ``executor`` (recording)."""
         self._begin = executor.timestamp()
         self._end = None
         self._done = executor._track_completion()
 
-    def end(self, executor: Any) -> None:
+    def end(self, executor: Executor) -> None:
         """Record the end timestamp into ``executor``; the same recording as ``begin``, or one
         submitted later on the same queue.
 
@@ -42,6 +47,6 @@ class GpuTimer:
         """
         if self._begin is None or self._end is None:
             raise ValidationError("GpuTimer: record begin() and end() first")
-        if not self._done.ready():
+        if not self._done.done():
             raise ValidationError("GpuTimer: the command list's fence has not completed")
         return self.device.backend.elapsed_ms(self._begin, self._end)

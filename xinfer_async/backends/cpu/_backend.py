@@ -11,12 +11,15 @@ import os
 import queue as _queue
 import threading
 import time
+import dataclasses
 from typing import Any, Sequence
 
 import numpy as np
 
 from ... import _native
 from ...hal import Backend, BackendQueue, DeviceError, DeviceOutOfMemoryError, DType
+from ...hal._commands import (Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, GemmCmd, ReplayCmd, TimestampCmd,
+                              UploadCmd)
 
 ffi, lib = _native.ffi, _native.lib
 _ALIGN = 256
@@ -82,6 +85,22 @@ def _kernel_failed(kernel: _Kernel, rc: int) -> None:
     raise DeviceError(f"kernel {kernel.name} rejected its constants (XI_EINVAL)", "XI_EINVAL")
 
 
+@dataclasses.dataclass(frozen=True)
+class _PreparedRun:
+    """Consecutive dispatches of a captured list with their argument arrays built once:
+    ``(kernel, void *[] addresses, char[] constants)`` each (``CPUBackend.capture``)."""
+
+    dispatches: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class _Wait:
+    """A queue-thread item: wait until ``other`` has completed ``value`` (``CPUQueue.wait_for``)."""
+
+    other: "CPUQueue"
+    value: int
+
+
 class CPUQueue(BackendQueue):
     """A queue thread that executes lowered command lists in order."""
 
@@ -94,11 +113,11 @@ class CPUQueue(BackendQueue):
         self._thread = threading.Thread(target=self._run, name=f"xinfer-cpu-queue-{index}", daemon=True)
         self._thread.start()
 
-    def execute(self, commands: Sequence[tuple], signal: Any) -> None:
+    def execute(self, commands: Sequence[Command], signal: Any) -> None:
         self._items.put((commands, signal))
 
     def wait_for(self, other: BackendQueue, value: int) -> None:
-        self._items.put(("wait", other, value))
+        self._items.put(_Wait(other, value))
 
     def close(self) -> bool:
         self._items.put(None)
@@ -110,8 +129,8 @@ class CPUQueue(BackendQueue):
             item = self._items.get()
             if item is None:
                 return
-            if item[0] == "wait":
-                other, value = item[1], item[2]
+            if type(item) is _Wait:
+                other, value = item.other, item.value
                 with other._cond:
                     other._cond.wait_for(lambda: other._done >= value or other.error is not None)
                 continue
@@ -128,43 +147,42 @@ class CPUQueue(BackendQueue):
                 self._cond.notify_all()
             lib.xi_fence_signal(signal)
 
-    def _execute(self, commands: Sequence[tuple]) -> None:
+    def _execute(self, commands: Sequence[Any]) -> None:
         for cmd in commands:
-            op = cmd[0]
-            if op == "dispatch":
-                kernel, args, consts = cmd[1], cmd[3], cmd[4]
-                rc = kernel.fn(ffi.new("void *[]", [ffi.cast("void *", a) for a in args]), ffi.from_buffer(consts))
+            kind = type(cmd)
+            if kind is DispatchCmd:
+                kernel = cmd.kernel
+                rc = kernel.fn(ffi.new("void *[]", [ffi.cast("void *", a) for a in cmd.addresses]),
+                               ffi.from_buffer(cmd.constants))
                 if rc:
                     _kernel_failed(kernel, rc)
-            elif op == "prepared":
-                for kernel, argv, consts in cmd[1]:
+            elif kind is _PreparedRun:
+                for kernel, argv, consts in cmd.dispatches:
                     rc = kernel.fn(argv, consts)
                     if rc:
                         _kernel_failed(kernel, rc)
-            elif op == "graph":
-                self._execute(cmd[1])
-            elif op == "copy":
-                _, dst, src, n = cmd
-                if n:
-                    np.copyto(_host_view(dst, n), _host_view(src, n))
-            elif op == "fill":
-                _, dst, n, pattern = cmd
-                if n:
-                    _host_view(dst, n).view(np.uint32).fill(pattern)
-            elif op == "upload":
-                _, dst, host = cmd
+            elif kind is ReplayCmd:
+                self._execute(cmd.graph)
+            elif kind is CopyCmd:
+                if cmd.nbytes:
+                    np.copyto(_host_view(cmd.dst, cmd.nbytes), _host_view(cmd.src, cmd.nbytes))
+            elif kind is FillCmd:
+                if cmd.nbytes:
+                    _host_view(cmd.dst, cmd.nbytes).view(np.uint32).fill(cmd.pattern)
+            elif kind is UploadCmd:
+                host = cmd.host
                 if host.nbytes:
-                    np.copyto(_host_view(dst, host.nbytes), host)
-            elif op == "download":
-                _, src, host = cmd
+                    np.copyto(_host_view(cmd.dst, host.nbytes), host)
+            elif kind is DownloadCmd:
+                host = cmd.host
                 if host.nbytes:
-                    np.copyto(host, _host_view(src, host.nbytes))
-            elif op == "gemm":
-                cmd[1].run(cmd[2], cmd[3], cmd[4])
-            elif op == "timestamp":
-                cmd[1].ns = time.perf_counter_ns()
+                    np.copyto(host, _host_view(cmd.src, host.nbytes))
+            elif kind is GemmCmd:
+                cmd.gemm.run(cmd.a, cmd.b, cmd.c)
+            elif kind is TimestampCmd:
+                cmd.ts.ns = time.perf_counter_ns()
             else:
-                raise DeviceError(f"cpu queue: unknown command {op!r}", "XI_INTERNAL")
+                raise DeviceError(f"cpu queue: unknown command {cmd!r}", "XI_INTERNAL")
 
 
 class CPUBackend(Backend):
@@ -228,21 +246,21 @@ class CPUBackend(Backend):
     def elapsed_ms(self, start: _Timestamp, end: _Timestamp) -> float:
         return (end.ns - start.ns) / 1e6
 
-    def capture(self, commands: Sequence[tuple]) -> tuple:
+    def capture(self, commands: Sequence[Command]) -> tuple:
         """Pre-builds the argument arrays of consecutive dispatches (the cpu "graph")."""
-        out: list[tuple] = []
+        out: list[Any] = []
         run: list[tuple] = []
         for cmd in commands:
-            if cmd[0] == "dispatch":
-                run.append((cmd[1], ffi.new("void *[]", [ffi.cast("void *", a) for a in cmd[3]]),
-                            ffi.new("char[]", bytes(cmd[4]) or b"\0")))
+            if type(cmd) is DispatchCmd:
+                run.append((cmd.kernel, ffi.new("void *[]", [ffi.cast("void *", a) for a in cmd.addresses]),
+                            ffi.new("char[]", bytes(cmd.constants) or b"\0")))
                 continue
             if run:
-                out.append(("prepared", tuple(run)))
+                out.append(_PreparedRun(tuple(run)))
                 run = []
             out.append(cmd)
         if run:
-            out.append(("prepared", tuple(run)))
+            out.append(_PreparedRun(tuple(run)))
         return tuple(out)
 
     def close(self) -> None:

@@ -14,7 +14,8 @@ import threading
 import weakref
 from typing import Any, Sequence
 
-from ...hal import Backend, Command, DeviceError
+from ...hal import Backend, DeviceError
+from ...hal._commands import Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, GemmCmd, ReplayCmd, TimestampCmd, UploadCmd
 from . import _driver
 from ._driver import check, ffi
 from ._graph import CUDAGraph, GraphCapture
@@ -29,7 +30,7 @@ __all__ = ["CUDABackend", "CUDAKernel", "CUDAQueue", "CUDATimestamp", "LaunchGri
 
 
 class CUDATimestamp:
-    """A CUDA event recorded by ``("timestamp", ts)``."""
+    """A CUDA event recorded by ``TimestampCmd``."""
 
     def __init__(self, event):
         self.event = event
@@ -172,9 +173,9 @@ class CUDABackend(Backend):
 
     def _enqueue(self, stream, cmd: Command) -> None:
         """Enqueue one lowered command on ``stream`` (a ``CUstream``)."""
-        lib, kind = self._lib, cmd[0]
-        if kind == "dispatch":
-            _, kernel, grid, addresses, constants = cmd
+        lib, kind = self._lib, type(cmd)
+        if kind is DispatchCmd:
+            kernel, grid, addresses, constants = cmd.kernel, cmd.grid, cmd.addresses, cmd.constants
             if len(grid) == 3 and isinstance(grid[0], tuple):  # (grid, block, shared) from launch_grid
                 grid = grid[0]
             n = len(addresses)
@@ -197,26 +198,26 @@ class CUDABackend(Backend):
                                             shared, stream, params, ffi.NULL)
             if status:
                 check(status, f"cuLaunchKernel({kernel.name}, grid={tuple(grid)})")
-        elif kind == "copy":
-            check(lib.cuMemcpyDtoDAsync_v2(cmd[1], cmd[2], cmd[3], stream), "cuMemcpyDtoDAsync")
-        elif kind == "fill":
-            check(lib.cuMemsetD32Async(cmd[1], cmd[3] & 0xFFFFFFFF, cmd[2] // 4, stream), "cuMemsetD32Async")
-        elif kind == "upload":
-            host = cmd[2]
-            check(lib.cuMemcpyHtoDAsync_v2(cmd[1], ffi.from_buffer(host), host.nbytes, stream), "cuMemcpyHtoDAsync")
-        elif kind == "download":
-            host = cmd[2]
+        elif kind is CopyCmd:
+            check(lib.cuMemcpyDtoDAsync_v2(cmd.dst, cmd.src, cmd.nbytes, stream), "cuMemcpyDtoDAsync")
+        elif kind is FillCmd:
+            check(lib.cuMemsetD32Async(cmd.dst, cmd.pattern & 0xFFFFFFFF, cmd.nbytes // 4, stream), "cuMemsetD32Async")
+        elif kind is UploadCmd:
+            host = cmd.host
+            check(lib.cuMemcpyHtoDAsync_v2(cmd.dst, ffi.from_buffer(host), host.nbytes, stream), "cuMemcpyHtoDAsync")
+        elif kind is DownloadCmd:
+            host = cmd.host
             # host_array gives pinned memory: asynchronous (pageable memory would block this thread)
-            check(lib.cuMemcpyDtoHAsync_v2(ffi.from_buffer(host, require_writable=True), cmd[1], host.nbytes, stream),
+            check(lib.cuMemcpyDtoHAsync_v2(ffi.from_buffer(host, require_writable=True), cmd.src, host.nbytes, stream),
                   "cuMemcpyDtoHAsync")
-        elif kind == "gemm":
-            self._gemm_handle().gemm(int(ffi.cast("uintptr_t", stream)), cmd[1], cmd[2], cmd[3], cmd[4])
-        elif kind == "timestamp":
-            check(lib.cuEventRecord(cmd[1].event, stream), "cuEventRecord")
-        elif kind == "graph":
-            check(lib.cuGraphLaunch(cmd[1].exec, stream), "cuGraphLaunch")
+        elif kind is GemmCmd:
+            self._gemm_handle().gemm(int(ffi.cast("uintptr_t", stream)), cmd.gemm, cmd.a, cmd.b, cmd.c)
+        elif kind is TimestampCmd:
+            check(lib.cuEventRecord(cmd.ts.event, stream), "cuEventRecord")
+        elif kind is ReplayCmd:
+            check(lib.cuGraphLaunch(cmd.graph.exec, stream), "cuGraphLaunch")
         else:
-            raise ValueError(f"unknown command {kind!r}")
+            raise ValueError(f"unknown command {cmd!r}")
 
     # -- kernels ----------------------------------------------------------------------------------
     def load_kernel(self, spec: Any) -> CUDAKernel:

@@ -1,20 +1,16 @@
 """CUDA graphs: a captured command list (``Backend.capture``) becomes an instantiated CUDA graph,
-replayed by the ``("graph", g)`` command."""
+replayed by the ``ReplayCmd(g)`` command."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from ...hal import Command
+from ...hal._commands import CAPTURABLE, Command
 from . import _driver
 from ._driver import check, ffi
 
-#: the commands a graph may hold (the others touch the host or time the stream)
-CAPTURABLE = ("copy", "fill", "dispatch", "gemm")
-
-
 class CUDAGraph:
-    """A captured, instantiated CUDA graph; ``("graph", g)`` launches it."""
+    """A captured, instantiated CUDA graph; ``ReplayCmd(g)`` launches it."""
 
     def __init__(self, graph, exec_):
         self.graph, self.exec = graph, exec_
@@ -35,8 +31,8 @@ class GraphCapture:
     def validate(commands: Sequence[Command]) -> None:
         """Raises: ValueError: a command that cannot be captured (upload, download, timestamp, graph)."""
         for cmd in commands:
-            if cmd[0] not in CAPTURABLE:
-                raise ValueError(f"command {cmd[0]!r} cannot be captured into a graph")
+            if not isinstance(cmd, CAPTURABLE):
+                raise ValueError(f"command {getattr(cmd, 'kind', cmd)!r} cannot be captured into a graph")
 
     def capture(self, commands: Sequence[Command]) -> CUDAGraph:
         """Capture ``commands`` (validated, context current) into an instantiated CUDA graph.

@@ -61,7 +61,7 @@ class CUDAKernel:
 
     def launch_grid(self, constants: dict) -> "LaunchGrid":
         """The grid ``(x, y, z)`` of blocks for the constants (a dict of the declared fields), as
-        the runtime puts it in ``("dispatch", ...)``; it also carries ``.block``, ``.shared_bytes``
+        the runtime puts it in ``DispatchCmd``; it also carries ``.block``, ``.shared_bytes``
         and ``.function``: the entry point these constants launch."""
         if self._launch is not None:
             grid, block, shared, suffix = self._launch(constants)

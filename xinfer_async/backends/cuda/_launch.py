@@ -107,7 +107,7 @@ def tc_weight(dt: str, n: int, k: int, glu: bool, sms: int, cc: tuple[int, int])
     takes one wave of the SMs, and weights of at least 4 row tiles (16 rows) an SM (an output
     layer) when it takes at most 6.
 
-    Measured on the H200 (bench/_gemv_variants.py, us a launch): at 64 tokens it takes 40-55 % off
+    Measured on the H200 (tools/gemv_variants.py, us a launch): at 64 tokens it takes 40-55 % off
     those kernels (SmolLM2's gate/up 24 -> 14, its q8_0 49152 x 576 output 293 -> 131); at one token
     its blocks (a warp per K segment of 16 rows) are latency-bound, even with the one-token body
     (xi_tc_one, us a launch against the float kernel): 3.34 / 2.35 on a 3072 x 576 q4_1 weight, 32.2

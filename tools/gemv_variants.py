@@ -1,4 +1,8 @@
-"""T=1 matmul (matrix-vector) variants on the cuda backend: ``python -m xinfer_async.bench._gemv_variants``.
+"""T=1 matmul (matrix-vector) variants on the cuda backend: ``python tools/gemv_variants.py [--quick]``.
+
+A research tool, not part of the package: it drives the cuda backend's private modules (NVRTC,
+driver, launch geometry) directly, so it lives outside ``xinfer_async`` and may break when they
+change. Run it from the repository root with the package importable (``PYTHONPATH=$PWD``).
 
 Compiles ``xi_matvec_kernel<TYPE, R, U, PF>`` (shaders/xi_quant.cuh) for several R (rows a warp),
 U (8-block steps whose raw loads are issued at once) and PF (load hints) through our NVRTC path,
@@ -25,6 +29,8 @@ import struct
 import sys
 
 import numpy as np
+
+from xinfer_async.hal._commands import CopyCmd, DispatchCmd, ReplayCmd, TimestampCmd
 
 BLOCK = {"q4_1": 20, "q4_0": 18, "q8_0": 34, "f16": None}
 ENUM = {"f16": "XI_F16", "q8_0": "XI_Q8_0", "q4_0": "XI_Q4_0", "q4_1": "XI_Q4_1"}
@@ -67,9 +73,9 @@ def graph_replay_ms(be, q, stamps, cmds, reps=9) -> float:
     g = be.capture(cmds)
     ms = []
     for _ in range(reps):
-        be._enqueue(q.stream, ("timestamp", stamps[0]))
-        be._enqueue(q.stream, ("graph", g))
-        be._enqueue(q.stream, ("timestamp", stamps[1]))
+        be._enqueue(q.stream, TimestampCmd(stamps[0]))
+        be._enqueue(q.stream, ReplayCmd(g))
+        be._enqueue(q.stream, TimestampCmd(stamps[1]))
         q.synchronize()
         ms.append(be.elapsed_ms(*stamps))
     be.destroy_graph(g)
@@ -86,7 +92,7 @@ def l2_cold_copies(be, q, rng, dt, N, K, most):
     raw, _ = make_weights(rng, dt, N, K)
     be.write(big, raw)
     for i in range(1, copies):
-        be._enqueue(q.stream, ("copy", big + i * stride, big, wb))
+        be._enqueue(q.stream, CopyCmd(big + i * stride, big, wb))
     q.synchronize()
     return big, stride, copies
 
@@ -180,7 +186,7 @@ def main(argv=None) -> int:
 
     def dispatch(k, w, x, y, N, K, acc=0, T=1):
         c = dict(T=T, N=N, K=K, accumulate=acc)
-        return ("dispatch", k, k.launch_grid(c), [w, x, y], struct.pack("<iiii", T, N, K, acc))
+        return DispatchCmd(k, k.launch_grid(c), [w, x, y], struct.pack("<iiii", T, N, K, acc))
 
     # ---- correctness ----------------------------------------------------------------------------
     fails = 0
@@ -270,7 +276,7 @@ def main(argv=None) -> int:
         else:
             grid, block, shared, suffix = _launch.tc_launch(c, False)
             g = LaunchGrid(grid, block, shared, k.entries[suffix])
-        return ("dispatch", k, g, [w, px, py], struct.pack("<iiii", T, N, K, 0))
+        return DispatchCmd(k, g, [w, px, py], struct.pack("<iiii", T, N, K, 0))
 
     print("\nmatmul_DT at T tokens (L2-cold weights), us a launch: staged xi_mvc / tiled xi_mvt / tensor-core "
           "xi_tc (q4_1, q8_0); * the backend's choice")
@@ -286,7 +292,7 @@ def main(argv=None) -> int:
             for which in whichs:
                 cmds = [entry_cmd(base, which, big + i * stride, N, K, T, dt) for i in range(copies)]
                 us = graph_ms(cmds, 7) * 1e3 / copies
-                cells.append(f"{us:6.2f}{'*' if cmds[0][2].function == chosen else ' '}")
+                cells.append(f"{us:6.2f}{'*' if cmds[0].grid.function == chosen else ' '}")
                 results.append(dict(dt=dt, N=N, K=K, variant=f"{which}_T{T}", us=us,
                                     gbs=wbytes_of(dt, N, K) / us / 1e3, copies=copies))
             line.append(f"T={T}: " + " / ".join(cells))
@@ -294,7 +300,7 @@ def main(argv=None) -> int:
         print(f"  {dt} N={N:5d} K={K:5d}  " + "  ".join(line))
     # an empty graph node, for the per-dispatch floor
     aff = be.load_kernel("affine")
-    node_ms = graph_ms([("dispatch", aff, (1, 1, 1), [px, px], struct.pack("<iff", 1, 1.0, 0.0))] * 256)
+    node_ms = graph_ms([DispatchCmd(aff, (1, 1, 1), [px, px], struct.pack("<iff", 1, 1.0, 0.0))] * 256)
     print(f"\nempty graph node: {node_ms * 1e3 / 256:.2f} us")
     if out_dir:
         with open(os.path.join(out_dir, "gemv_variants.json"), "w") as f:

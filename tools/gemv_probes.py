@@ -1,8 +1,11 @@
-"""Designs probed against the q4_1 matrix-vector target: ``python -m xinfer_async.bench gemv-probes``.
+"""Designs probed against the q4_1 matrix-vector target: ``python tools/gemv_probes.py``.
+
+A research tool, not part of the package (as ``tools/gemv_variants.py``, whose weights, ceiling
+kernel and graph timing it uses): it drives the cuda backend's private modules directly.
 
 The issue's target for ``matmul_q4_1`` at one token is 60 % of 4.3 TB/s on a 4096 x 4096 weight
 (10.5 MB: 4.07 us a launch). This times, on L2-cold weight copies launched back to back in one CUDA
-graph (as ``_gemv_variants``), the production kernel against three probes that are not wired into
+graph (as ``gemv_variants``), the production kernel against three probes that are not wired into
 the backend:
 
 - ``read``: the ceiling, a kernel that reads the weight's bytes and computes nothing;
@@ -28,7 +31,9 @@ import sys
 
 import numpy as np
 
-from ._gemv_variants import PEAK, graph_replay_ms, l2_cold_copies, make_weights, read_grid, read_source, wbytes_of
+from xinfer_async.hal._commands import DispatchCmd
+
+from gemv_variants import PEAK, graph_replay_ms, l2_cold_copies, make_weights, read_grid, read_source, wbytes_of
 
 SOURCE = r'''
 #include "xi_mvc.cuh"
@@ -251,16 +256,16 @@ def main(argv=None) -> int:
         c = struct.pack("<ii", N, K)
 
         def launch(k, grid, shared, bind):
-            return ("dispatch", ks[k], LaunchGrid(grid, (256, 1, 1), shared, ks[k].function), bind, c)
+            return DispatchCmd(ks[k], LaunchGrid(grid, (256, 1, 1), shared, ks[k].function), bind, c)
         if nm == "base":
-            return [("dispatch", base, base.launch_grid(dict(T=1, N=N, K=K, accumulate=0)), [w, x, y],
+            return [DispatchCmd(base, base.launch_grid(dict(T=1, N=N, K=K, accumulate=0)), [w, x, y],
                      struct.pack("<iiii", 1, N, K, 0))]
-        if nm == "read":  # _gemv_variants' ceiling, matmul_q4_1's parameters
-            return [("dispatch", ks["mv_q4_1_read"], LaunchGrid(read_grid("q4_1", N, K), (256, 1, 1), 0,
+        if nm == "read":  # gemv_variants' ceiling, matmul_q4_1's parameters
+            return [DispatchCmd(ks["mv_q4_1_read"], LaunchGrid(read_grid("q4_1", N, K), (256, 1, 1), 0,
                                                                  ks["mv_q4_1_read"].function),
                      [w, x, y], struct.pack("<iiii", 1, N, K, 0))]
         if nm == "bf16x3":
-            return [("dispatch", ks["probe_bf16x3"], LaunchGrid((N // 16, 1, 1), (256, 1, 1), bx_shared(K),
+            return [DispatchCmd(ks["probe_bf16x3"], LaunchGrid((N // 16, 1, 1), (256, 1, 1), bx_shared(K),
                                                                   ks["probe_bf16x3"].function),
                      [w, x, y], struct.pack("<iiii", 1, N, K, 0))]
         out = [launch("quant_x", (-(-(K // 32) // 8), 1, 1), 0, [x, xq, ds])] if nm == "quant+dp4a" else []
