@@ -56,6 +56,9 @@ class Runner:
         self.batched = any(s.batched for s in self.specs.values())
         self.prefill_sizes = sorted(s.tokens for n, s in self.specs.items() if n.startswith("prefill"))
         self.batch_sizes = sorted(s.tokens for n, s in self.specs.items() if n.startswith("batch"))
+        #: plan -> (input names, a padding array per input, output name -> number), built once
+        self._layout = {name: (s.inputs, [np.full(s.tokens, _PAD[i], np.int32) for i in s.inputs],
+                               {o: k for k, o in enumerate(s.outputs)}) for name, s in self.specs.items()}
 
     def prefill_plan(self, n: int) -> str:
         """The smallest plan that takes ``n`` (1 <= n <= chunk) prompt tokens of one sequence."""
@@ -89,28 +92,32 @@ class Runner:
                 must not wait for a second).
             ValueError: a wrong input size (as ``Slot.start_run``) or an unknown output name.
         """
-        spec = self.specs[plan]
+        inputs, pads, out_index = self._layout[plan]
         n = len(positions)
-        given = {"tokens": tokens, "positions": positions, "rows": rows, "first_rows": first_rows,
-                 "last_rows": rows, "last": None}
+        given = {"tokens": tokens, "positions": positions, "rows": rows, "first_rows": first_rows, "last_rows": rows}
         arrays = []
-        for name in spec.inputs:
+        for name, pad in zip(inputs, pads):
             if name == "last":
                 arrays.append(np.array([n - 1 if last is None else last], np.int32))
                 continue
-            a = np.full(spec.tokens, _PAD[name], np.int32)
-            if given[name] is not None:
-                a[:n] = given[name]
-            arrays.append(a)
-        bad = [o for o in outputs if o not in spec.outputs]
-        if bad:
-            raise ValueError(f"outputs: plan {plan!r} has outputs {spec.outputs}, not {bad[0]!r}")
+            value = given[name]
+            if value is None:
+                arrays.append(pad.copy())
+            elif n == len(pad):  # a full plan (a decode step): one conversion
+                arrays.append(np.array(value, np.int32))
+            else:
+                a = pad.copy()
+                a[:n] = value
+                arrays.append(a)
+        try:
+            chosen = [out_index[o] for o in outputs]
+        except KeyError as e:
+            raise ValueError(f"outputs: plan {plan!r} has outputs {tuple(out_index)}, not {e.args[0]!r}") from None
         device_inputs = None
         if speculative:
-            argmax = slot.output_view(spec.outputs.index("argmax"), plan)
-            device_inputs = {spec.inputs.index("tokens"): argmax}
-        pending = await slot.start_run(arrays, plan, outputs=[spec.outputs.index(o) for o in outputs],
-                                       device_inputs=device_inputs, wait_for_list=not speculative)
+            device_inputs = {inputs.index("tokens"): slot.output_view(out_index["argmax"], plan)}
+        pending = await slot.start_run(arrays, plan, outputs=chosen, device_inputs=device_inputs,
+                                       wait_for_list=not speculative)
         return StepRun(pending, outputs)
 
     async def run(self, slot: Any, plan: str, *, outputs: Sequence[str] = ("argmax",),
