@@ -61,6 +61,12 @@ class GenerationStream:
         self._consumed = 0  # tokens turned into text
         self.result: CompletionResult | None = None
 
+    @property
+    def token_count(self) -> int:
+        """Generated tokens turned into text so far (those the returned pieces come from, and
+        any held back while they could still begin a stop string)."""
+        return self._consumed
+
     def __aiter__(self) -> "GenerationStream":
         return self
 
