@@ -37,6 +37,7 @@ class LanguageModel:
         ctx: context length per request, tokens.
         batching: generation requests decode together, one batched step for all (see ``_batch``);
             ``logits`` still runs on ``prepared`` (one slot).
+        runner: the ``Runner`` of ``prepared``'s plans; ``batched_runner``: of ``batched``'s (or None).
     """
 
     def __init__(self, path: Any, gguf_model: Any, builder: Any, prepared: Any, *, max_queued: int = 256,
@@ -57,7 +58,6 @@ class LanguageModel:
         self.slots = batch_seqs if batched is not None else prepared.capacity
         self.batching = batched is not None
         self.batched = batched
-        #: calls the plans of ``prepared`` (and of ``batched``) by name
         self.runner = Runner(builder.plan_specs(), self.ctx, self.chunk)
         self.batched_runner = Runner(builder.plan_specs(batched=True), self.ctx, self.chunk) if batched else None
         self._batch: Any = None
