@@ -280,7 +280,7 @@ async def test_request_cancelled_while_its_prompt_runs_in_decode_steps(model, al
         async with trio.open_nursery() as inner:
             inner.start_soon(lambda: model.complete(long_prompt, max_tokens=4))
             with trio.fail_after(60):  # part of the long prompt has run inside a decode step
-                while not any(0 < r.pos < len(r.stream._ids) for r in model._batch._admitted):
+                while not any(0 < r.pos < len(r.request.prompt_ids) for r in model._batch._admitted):
                     await trio.sleep(0.001)
             inner.cancel_scope.cancel()
     await _idle(model)

@@ -84,7 +84,7 @@ async def _client(model: Any, prompt: list[int], max_tokens: int, arrive_at: flo
     stream = model.generate(prompt, max_tokens=max_tokens)
     pieces = []  # (arrival time, tokens so far)
     async for _ in stream:
-        pieces.append((time.perf_counter(), len(stream._tokens)))
+        pieces.append((time.perf_counter(), stream.token_count))
     end = time.perf_counter()
     r = stream.result
     n = len(r.token_ids)

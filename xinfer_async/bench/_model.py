@@ -62,7 +62,7 @@ async def _request(model, prompt: str, max_tokens: int) -> dict:
     stream = model.generate(prompt, max_tokens=max_tokens, ignore_eos=True)  # every request max_tokens long
     times = []  # (arrival time, tokens generated so far)
     async for _ in stream:
-        times.append((time.perf_counter(), len(stream._tokens)))
+        times.append((time.perf_counter(), stream.token_count))
     end = time.perf_counter()
     steps = []
     for (ta, na), (tb, nb) in zip(times, times[1:]):

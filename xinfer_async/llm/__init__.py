@@ -1,11 +1,8 @@
 """The LLM on the runtime: GGUF Llama models, tokenizer, sampling, concurrent generation."""
 
 from ._engine import LanguageModel as LanguageModel
-from ._stream import (
-    CompletionResult as CompletionResult,
-    GenerationStream as GenerationStream,
-    Timings as Timings,
-)
+from ._request import Timings as Timings
+from ._stream import CompletionResult as CompletionResult, GenerationStream as GenerationStream
 from ._gguf import GGUFModel as GGUFModel, LlamaConfig as LlamaConfig, load_gguf as load_gguf
 from ._load import DEFAULT_MODEL as DEFAULT_MODEL, load as load
 from ._registry import cache_dir as cache_dir, pull as pull, resolve_model as resolve_model

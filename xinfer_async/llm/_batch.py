@@ -40,14 +40,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import time
 from typing import Any
 
 import numpy as np
 import trio
 
-from ..model import PendingRun
-from ._sampling import Sampler
+from ._request import Request
+from ._runner import Runner, StepRun
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,19 +68,17 @@ class BatchStatistics:
 class BatchedRequest:
     """The handle of one request in the batcher (what ``JobHandle`` is for the job queue)."""
 
-    def __init__(self, batcher: "Batcher", stream: Any):
+    def __init__(self, batcher: "Batcher", request: Request):
         self._batcher = batcher
-        self.stream = stream
+        self.request = request
         self.cancelled = False
         self.error: BaseException | None = None
         self.done = trio.Event()
+        #: its sequence of the batched cache; the position of its next row (prompt, then decode)
         self.seq: int | None = None
         self.pos = 0
-        self.n = 0
+        #: the token its next decode row takes
         self.token = 0
-        self.greedy = stream._params.greedy
-        self.sampler = Sampler(stream._params)
-        self.started = self.first = 0.0
 
     def cancel(self) -> None:
         """Stop generating (at the next step boundary); the sequence is freed after its fence."""
@@ -100,13 +97,15 @@ class Batcher:
     """Runs every generation request of a batched ``LanguageModel`` through one prepared slot.
 
     Args:
-        model: the ``LanguageModel`` (tokenizer stop ids, ``ctx``, ``chunk``, the builder).
+        runner: a ``Runner`` of ``builder.plan_specs(batched=True)``.
         slot: the one ``Slot`` of ``builder.prepare_batched()``.
         seqs: sequences in the batched cache (concurrent requests).
+        max_queued: waiting requests at most (``submit`` waits while that many wait).
     """
 
-    def __init__(self, model: Any, slot: Any, seqs: int, max_queued: int = 256):
-        self.model = model
+    def __init__(self, runner: Runner, slot: Any, seqs: int, max_queued: int = 256):
+        self.runner = runner
+        self.ctx = runner.ctx
         self.slot = slot
         self.seqs = seqs
         self.max_queued = max_queued
@@ -115,7 +114,7 @@ class Batcher:
         self._admitted: list[BatchedRequest] = []
         #: set when the scheduler loop has ended (after its last step's fence)
         self.stopped = trio.Event()
-        self.buckets = model.builder.batch_sizes
+        self.buckets = runner.batch_sizes
         self._free = list(reversed(range(seqs)))
         self._waiting: collections.deque[BatchedRequest] = collections.deque()
         self._active: list[BatchedRequest] = []
@@ -124,9 +123,9 @@ class Batcher:
         self._steps = self._rows = self._max_active = self._pipelined = self._prompt_rows = 0
         self._inflight: _Step | None = None  # a submitted step whose tokens were not read yet
 
-    async def submit(self, stream: Any) -> BatchedRequest:
-        """Queue the request of ``stream`` (a ``GenerationStream``), waiting while ``max_queued``
-        requests already wait (back-pressure, as the job queue of the unbatched path).
+    async def submit(self, request: Request) -> BatchedRequest:
+        """Queue ``request``, waiting while ``max_queued`` requests already wait (back-pressure,
+        as the job queue of the unbatched path).
 
         Raises:
             trio.ClosedResourceError: the model was closed.
@@ -135,7 +134,7 @@ class Batcher:
             await self._room.park()
         if self._closed:
             raise trio.ClosedResourceError("language model is closed")
-        r = BatchedRequest(self, stream)
+        r = BatchedRequest(self, request)
         self._waiting.append(r)
         self._wake.set()
         return r
@@ -196,7 +195,7 @@ class Batcher:
                 self._end(r)
                 continue
             r.seq = self._free.pop()
-            r.started = time.perf_counter()
+            r.request.mark_started()
             r.pos = 0
             self._admitted.append(r)
         if self._active or not self._admitted:
@@ -210,13 +209,13 @@ class Batcher:
         except Exception as exc:
             self._end(r, error=exc)
             return
-        if r.pos == len(r.stream._ids):
+        if r.pos == len(r.request.prompt_ids):
             self._activate(r, nxt)
 
     def _activate(self, r: BatchedRequest, nxt: Any) -> None:
         """``r``'s prompt has all run; ``nxt`` (its greedy id or logits) gives its first token."""
         self._admitted.remove(r)
-        r.first = time.perf_counter()
+        r.request.mark_prefilled()
         self._active.append(r)
         self._emit_or_end(r, nxt)
         self._max_active = max(self._max_active, len(self._active))
@@ -224,31 +223,20 @@ class Batcher:
     async def _prefill_chunk(self, r: BatchedRequest):
         """Run the next chunk of the prompt of ``r`` into its sequence (advances ``r.pos``); the
         greedy next id or the logits (vocab,) after it."""
-        m, ids, base = self.model, r.stream._ids, r.seq * self.model.ctx
-        start = r.pos
-        chunk = ids[start:start + m.chunk]
-        n = len(chunk)
-        if n == 1:
-            plan, T = "batch1", 1
-        else:
-            T = min(t for t in m.builder.prefill_sizes if t >= n)
-            plan = f"prefill{T}"
-        tok = np.zeros(T, np.int32)
-        tok[:n] = chunk
-        pos = np.full(T, -1, np.int32)
-        pos[:n] = np.arange(start, start + n)
-        row = np.where(pos >= 0, base + pos, -1).astype(np.int32)
-        first = np.full(T, base, np.int32)
-        inputs = [tok, pos, row, first, row] + ([] if plan == "batch1" else [np.array([n - 1], np.int32)])
-        (out,) = await self.slot.run(inputs, plan=plan, outputs=[1 if r.greedy else 0])
-        r.pos = start + n
-        return int(out[0]) if r.greedy else out[0]
+        base, start, greedy = r.seq * self.ctx, r.pos, r.request.greedy
+        chunk = r.request.prompt_ids[start:start + self.runner.chunk]
+        positions = np.arange(start, start + len(chunk))
+        output = "argmax" if greedy else "logits"
+        out = await self.runner.run(self.slot, self.runner.prefill_plan(len(chunk)), tokens=chunk, positions=positions,
+                                    rows=base + positions, first_rows=[base] * len(chunk), outputs=(output,))
+        r.pos = start + len(chunk)
+        return int(out[output][0]) if greedy else out[output][0]
 
     def _prompt_room(self, n_decode: int) -> int:
         """Prompt rows for a step beside ``n_decode`` decode rows: what the admitted prompts still
         need, at most a chunk; fewer when the bucket below the one that takes them all still holds
         half of them (instead of a step padded up to the next bucket for a few prompt rows)."""
-        want = min(self.model.chunk, sum(len(r.stream._ids) - r.pos for r in self._admitted if not r.cancelled))
+        want = min(self.runner.chunk, sum(len(r.request.prompt_ids) - r.pos for r in self._admitted if not r.cancelled))
         if want <= 0:
             return 0
         up = min([b for b in self.buckets if b >= n_decode + want] or self.buckets[-1:])
@@ -266,7 +254,7 @@ class Batcher:
                 break
             if r.cancelled:
                 continue
-            n = min(room, len(r.stream._ids) - r.pos)
+            n = min(room, len(r.request.prompt_ids) - r.pos)
             pieces.append((r, r.pos, n))
             room -= n
         return pieces
@@ -277,32 +265,26 @@ class Batcher:
         (no pieces): one position further, the input tokens copied on the device from the in-flight
         step's argmax (same bucket, same rows; only with a free command list: raises
         ``trio.WouldBlock`` otherwise, as this task already holds one)."""
-        n_rows = len(active) + sum(n for _, _, n in pieces)
-        B = min(b for b in self.buckets if b >= n_rows)
-        ctx, ahead = self.model.ctx, 1 if speculative else 0
-        tok = np.zeros(B, np.int32)
-        pos = np.full(B, -1, np.int32)
-        row = np.full(B, -1, np.int32)
-        first = np.zeros(B, np.int32)
-        for i, r in enumerate(active):
-            p = r.pos + ahead
-            tok[i], pos[i], row[i], first[i] = r.token, p, r.seq * ctx + p, r.seq * ctx
-        i = len(active)
+        ctx, ahead = self.ctx, 1 if speculative else 0
+        tokens, positions, rows, first_rows = [], [], [], []
+        for r in active:
+            tokens.append(r.token)
+            positions.append(r.pos + ahead)
+            rows.append(r.seq * ctx + r.pos + ahead)
+            first_rows.append(r.seq * ctx)
         ends = []  # (request, its row of the piece's last token, the piece ends the prompt)
         for r, start, n in pieces:
             base = r.seq * ctx
-            tok[i:i + n] = r.stream._ids[start:start + n]
-            pos[i:i + n] = np.arange(start, start + n)
-            row[i:i + n] = base + pos[i:i + n]
-            first[i:i + n] = base
-            i += n
-            ends.append((r, i - 1, start + n == len(r.stream._ids)))
+            tokens += r.request.prompt_ids[start:start + n]
+            positions += range(start, start + n)
+            rows += range(base + start, base + start + n)
+            first_rows += [base] * n
+            ends.append((r, len(positions) - 1, start + n == len(r.request.prompt_ids)))
         # logits come back only for a row that samples: a decode row, or the last row of a prompt
-        greedy = all(r.greedy for r in active) and all(r.greedy or not done for r, _, done in ends)
-        plan = f"batch{B}"
-        run = await self.slot.start_run([tok, pos, row, first, row], plan, outputs=[1] if greedy else [0, 1],
-                                        device_inputs={0: self.slot.output_view(1, plan)} if speculative else None,
-                                        wait_for_list=not speculative)
+        greedy = all(r.request.greedy for r in active) and all(r.request.greedy or not done for r, _, done in ends)
+        run = await self.runner.start(self.slot, self.runner.batch_plan(len(positions)), positions=positions,
+                                      tokens=None if speculative else tokens, rows=rows, first_rows=first_rows,
+                                      outputs=("argmax",) if greedy else ("logits", "argmax"), speculative=speculative)
         return _Step(active, greedy, run, ends)
 
     async def _decode_step(self) -> None:
@@ -314,7 +296,7 @@ class Batcher:
                 pieces = self._prompt_pieces(self._prompt_room(len(active)))
                 step = await self._submit_step(active, pieces)
             if (step.greedy and step.rows == active and not step.prompts and not self._waiting and not self._admitted
-                    and all(r.n + 2 <= r.stream._max_tokens and r.pos + 2 < self.model.ctx for r in active)):
+                    and all(r.request.remaining() >= 2 for r in active)):
                 try:  # speculative: the step after, fed this one's argmax on the device
                     nxt = await self._submit_step(active, speculative=True)
                     self._pipelined += 1
@@ -334,13 +316,13 @@ class Batcher:
         self._inflight = nxt
         self._steps += 1
         self._rows += len(step.rows)
-        ids, logits = outs[-1], (None if step.greedy else outs[0])
+        ids, logits = outs["argmax"], outs.get("logits")
         for i, r in enumerate(step.rows):
             if r.done.is_set():
                 continue  # ended after this step was submitted: its row is ignored
             r.pos += 1
             if not r.cancelled:
-                self._emit_or_end(r, int(ids[i]) if r.greedy else logits[i])
+                self._emit_or_end(r, int(ids[i]) if r.request.greedy else logits[i])
         i0 = len(step.rows)
         for r, i, complete in step.prompts:
             n = i + 1 - i0
@@ -350,7 +332,7 @@ class Batcher:
                 continue
             r.pos += n
             if complete and not r.cancelled:
-                self._activate(r, int(ids[i]) if r.greedy else logits[i])
+                self._activate(r, int(ids[i]) if r.request.greedy else logits[i])
 
     def _emit_or_end(self, r: BatchedRequest, nxt: Any) -> None:
         """``_emit``; an error there (a sampler's) ends ``r`` with it, not the scheduler and the
@@ -361,20 +343,16 @@ class Batcher:
             self._end(r, error=exc)
 
     def _emit(self, r: BatchedRequest, nxt: Any) -> None:
-        """Sample (non-greedy), stream the token, and end the request when it is done (the same
-        rules as the unbatched ``GenerationStream._generate``)."""
-        m = self.model
-        token = nxt if r.greedy else r.sampler.sample(nxt)
-        r.n += 1
+        """Sample (non-greedy) and ``advance`` the request; end it when it is done."""
+        req = r.request
+        token = nxt if req.greedy else req.sample(nxt)
         try:
-            r.stream._send.send_nowait(("token", token))
+            finish = req.advance(token)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._end(r)  # the consumer closed the stream
             return
-        if token in r.stream._stop_ids:
-            self._end(r, finish="stop")
-        elif r.n >= r.stream._max_tokens or r.pos >= m.ctx:
-            self._end(r, finish="length")
+        if finish is not None:
+            self._end(r)
         else:
             r.token = token
 
@@ -382,9 +360,10 @@ class Batcher:
         for r in [r for r in self._active + self._admitted if r.cancelled]:
             self._end(r)
 
-    def _end(self, r: BatchedRequest, finish: str | None = None, error: BaseException | None = None) -> None:
-        """Finish ``r``: the done message (``finish``), or ``error``; free its sequence. Called only
-        between steps, after the fence of the last step that touched the sequence."""
+    def _end(self, r: BatchedRequest, error: BaseException | None = None) -> None:
+        """Done with ``r`` (finished, cancelled, or failed with ``error``): free its sequence and
+        end its token channel. Called only between steps, after the fence of the last step that
+        touched the sequence."""
         if r.done.is_set():
             return
         if r in self._active:
@@ -398,19 +377,8 @@ class Batcher:
         if r.seq is not None:
             self._free.append(r.seq)
             r.seq = None
-        s = r.stream
-        if finish is not None:
-            end = time.perf_counter()
-            from ._stream import Timings
-
-            t = Timings(r.started - s._submitted_at, r.first - s._submitted_at, r.first - r.started, end - r.first,
-                        len(s._ids), r.n)
-            try:
-                s._send.send_nowait(("done", (finish, t)))
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
         r.error = error
-        s._send.close()
+        r.request.close()
         r.done.set()
 
 
@@ -421,5 +389,5 @@ class _Step:
 
     rows: list[BatchedRequest]
     greedy: bool
-    run: PendingRun
+    run: StepRun
     prompts: list = dataclasses.field(default_factory=list)

@@ -1,8 +1,10 @@
 """``LanguageModel``: a GGUF Llama on the runtime, shared by many trio tasks.
 
-A request flows: caller -> ``JobQueue`` -> a free slot of the ``PreparedModel`` -> per step a
-command list from the pool (upload token ids and positions, replay the slot's prefill or decode
-plan, download logits) -> submit -> await the fence -> sample -> stream the text -> next step.
+A request flows: caller -> ``GenerationStream`` (text) -> a ``Request`` (ids, sampling, limits)
+-> ``JobQueue`` -> a free slot of the ``PreparedModel`` -> ``_generate.generate`` (prefill, then
+decode: per step a ``Runner`` call of the slot's plan -> submit -> await the fence -> sample ->
+``Request.advance``) -> the stream turns the tokens into text. With batching, the ``Batcher``
+replaces the job queue and ``generate``, with the same ``Runner`` and ``Request``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ import numpy as np
 import trio
 
 from ..runtime import JobQueue
+from ._batch import Batcher
 from ._chat import render_chat
+from ._generate import generate
+from ._request import Request
+from ._runner import Runner
 from ._sampling import SamplingParams
 from ._stream import CompletionResult, GenerationStream
 from ._tokenizer import Tokenizer
@@ -31,6 +37,7 @@ class LanguageModel:
         ctx: context length per request, tokens.
         batching: generation requests decode together, one batched step for all (see ``_batch``);
             ``logits`` still runs on ``prepared`` (one slot).
+        runner: the ``Runner`` of ``prepared``'s plans; ``batched_runner``: of ``batched``'s (or None).
     """
 
     def __init__(self, path: Any, gguf_model: Any, builder: Any, prepared: Any, *, max_queued: int = 256,
@@ -51,6 +58,8 @@ class LanguageModel:
         self.slots = batch_seqs if batched is not None else prepared.capacity
         self.batching = batched is not None
         self.batched = batched
+        self.runner = Runner(builder.plan_specs(), self.ctx, self.chunk)
+        self.batched_runner = Runner(builder.plan_specs(batched=True), self.ctx, self.chunk) if batched else None
         self._batch: Any = None
         self._batch_token: Any = None
         self.stop_ids = {i for i in (self.tokenizer.eos_id, self.tokenizer.im_end_id) if i is not None}
@@ -142,7 +151,8 @@ class LanguageModel:
             stop = [stop]
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         ids = self._prompt_ids(prompt, special)
-        return GenerationStream(self, ids, params, max_tokens, stop, ignore_eos=bool(ignore_eos))
+        request = Request(ids, params, max_tokens, self.ctx, frozenset() if ignore_eos else frozenset(self.stop_ids))
+        return GenerationStream(request, self.tokenizer.stream_decoder(skip_special=True), stop, self._submit)
 
     async def complete(self, prompt: str | Sequence[int], **kwargs: Any) -> CompletionResult:
         """Run ``generate`` to the end; returns text, token ids, finish reason and timings."""
@@ -170,96 +180,31 @@ class LanguageModel:
             rows = []
             for start in range(0, len(ids), self.chunk):
                 chunk = ids[start:start + self.chunk]
-                out = await self._run(slot, "score", chunk, start, last=len(chunk) - 1)
-                rows.append(out[:len(chunk)])
+                out = await self.runner.run(slot, "score", tokens=chunk, positions=range(start, start + len(chunk)),
+                                            outputs=("logits",))
+                rows.append(out["logits"][:len(chunk)])
             return np.concatenate(rows)
 
         return await (await self._job_queue()).submit(job)
 
-    # -- steps -----------------------------------------------------------------------------
-    async def _run(self, slot: Any, plan: str, tokens: Sequence[int], start: int, last: int,
-                   output: int = 0) -> np.ndarray:
-        """Run ``tokens`` at positions ``start...`` through ``plan``; download output ``output``
-        (0: logits, 1: their argmax)."""
-        T = self.builder.plan_tokens[plan]
-        tok = np.zeros(T, np.int32)
-        tok[:len(tokens)] = tokens
-        pos = np.full(T, -1, np.int32)
-        pos[:len(tokens)] = np.arange(start, start + len(tokens))
-        (out,) = await slot.run([tok, pos, np.array([last], np.int32)], plan=plan, outputs=[output])
-        return out
+    async def _submit(self, request: Request) -> Any:
+        """Queue ``request`` (the stream's ``submit``): to the batched scheduler, or as a job on a
+        free slot. Returns its handle (``cancel()``, ``await result()``)."""
+        if self.batching:
+            return await (await self._batcher()).submit(request)
 
-    async def _step(self, slot: Any, plan: str, tokens: Sequence[int], start: int, greedy: bool = False):
-        """After ``tokens`` at positions ``start...``: the greedy next token (``int``, sampled on
-        the device) when ``greedy``, else the logits (vocab,) float32."""
-        out = await self._run(slot, plan, tokens, start, last=len(tokens) - 1, output=1 if greedy else 0)
-        return int(out[0]) if greedy else out[0]
-
-    async def _decode_greedy(self, slot: Any, token: int, pos: int, max_tokens: int, emit: Any,
-                             stop_ids: Any = None) -> tuple[str, int]:
-        """Greedy decode after the prefill: ``token`` (sampled from the prompt) sits at ``pos``.
-        Emits each token as ``emit(("token", id))`` and returns (finish reason, tokens emitted).
-
-        Pipelined: the step after token k is submitted before token k is read back; its input
-        token is step k's argmax, copied on the device. The host's work for one token (reading it,
-        streaming it, recording the next step) overlaps the device's next step, so a step costs
-        the larger of the two instead of their sum. The step submitted past the end (a stop token,
-        the length) is wasted work: it only writes the KV-cache row after the last token, and the
-        slot is given back after its fence. The speculative step takes a command list only when
-        one is free (never waits for a second one while holding one), else that step runs after
-        the token is read.
-        """
-        i32 = np.int32
-        last = np.zeros(1, i32)
-        argmax = slot.output_view(1, "decode")
-        inflight: list[Any] = []  # PendingRuns, oldest first
-
-        async def submit(tok: int | None, p: int) -> bool:
-            # speculative (tok None): only with a free command list; a task that holds one must
-            # not wait for a second (the pool's other holders could be waiting for this one)
+        async def job(slot: Any) -> None:
             try:
-                inflight.append(await slot.start_run(
-                    [np.array([tok or 0], i32), np.array([p], i32), last], "decode", outputs=[1],
-                    device_inputs=None if tok is not None else {0: argmax}, wait_for_list=tok is not None))
-            except trio.WouldBlock:
-                return False
-            return True
+                await generate(self.runner, slot, request)
+            except trio.BrokenResourceError:
+                pass  # the consumer closed the stream: nothing more to do
+            finally:
+                request.close()
 
-        finish, n = "length", 0
-        stop_ids = self.stop_ids if stop_ids is None else stop_ids
-        try:
-            while True:
-                n += 1
-                emit(("token", token))
-                if token in stop_ids:
-                    finish = "stop"
-                    break
-                if n >= max_tokens or pos >= self.ctx:
-                    break
-                if not inflight:
-                    await submit(token, pos)  # the first step: its token comes from the host
-                if n + 1 < max_tokens and pos + 1 < self.ctx:
-                    await submit(None, pos + 1)  # speculative: the token after the one in flight
-                (ids,) = await inflight.pop(0).result()
-                token = int(ids[0])
-                pos += 1
-        finally:
-            for run in inflight:  # wasted steps: their lists go back after their fences
-                await run.discard()
-        return finish, n
-
-    def _prefill_plan(self, n: int) -> str:
-        """The smallest plan that takes ``n`` (<= chunk) prompt tokens in one run."""
-        if n == 1:
-            return "decode"
-        return f"prefill{min(T for T in self.builder.prefill_sizes if T >= n)}"
-
-    async def _prefill(self, slot: Any, ids: list[int], greedy: bool = False) -> tuple[Any, int]:
-        nxt = None
-        for start in range(0, len(ids), self.chunk):
-            chunk = ids[start:start + self.chunk]
-            nxt = await self._step(slot, self._prefill_plan(len(chunk)), chunk, start, greedy)
-        return nxt, len(ids)
+        handle = await (await self._job_queue()).submit_handle(job)
+        # a job that ends without running (no slot: the model closed) still ends the stream
+        handle.add_done_callback(request.close)
+        return handle
 
     async def _job_queue(self) -> JobQueue:
         """The job queue of the current ``trio.run``.
@@ -287,13 +232,11 @@ class LanguageModel:
         Raises:
             trio.ClosedResourceError: the model was closed (``aclose``).
         """
-        from ._batch import Batcher
-
         if self._closed:
             raise trio.ClosedResourceError("language model is closed")
         token = trio.lowlevel.current_trio_token()
         if self._batch is None or self._batch_token is not token:
-            b = Batcher(self, self.batched.slots[0], self.slots, self._max_queued)
+            b = Batcher(self.batched_runner, self.batched.slots[0], self.slots, self._max_queued)
             trio.lowlevel.spawn_system_task(b.run, name="xinfer_async.llm-batcher")
             self._batch, self._batch_token = b, token
         await trio.lowlevel.checkpoint()

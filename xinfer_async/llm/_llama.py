@@ -34,6 +34,36 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 RW, W_ = Access.READ_WRITE, Access.WRITE
 
 
+@dataclasses.dataclass(frozen=True)
+class PlanSpec:
+    """One plan of a prepared Llama: its input and output names, in the plan's order.
+
+    The one place plan inputs and outputs are named (``forward`` orders its inputs by ``inputs``;
+    ``llm/_runner.py`` calls plans by these names). Every input is int32:
+
+    - ``tokens`` (T,): token ids; ``positions`` (T,): rope position of each row within its
+      sequence (-1: a padding row, which touches no cache row);
+    - batched plans only: ``rows`` (T,): the KV-cache row written (s*ctx + position),
+      ``first_rows``, ``last_rows`` (T,): the cache rows attended (s*ctx .. the row), padding -1;
+    - ``last`` (1,): the row whose logits come back (plans with last-row logits only).
+
+    Outputs: ``logits`` float32 (T, vocab) when ``all_logits``, else (1, vocab); ``argmax`` int32
+    (T,) or (1,): greedy sampling on the device.
+    """
+
+    tokens: int
+    all_logits: bool
+    batched: bool
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        rows = ("rows", "first_rows", "last_rows") if self.batched else ()
+        last = () if self.batched and self.all_logits else ("last",)
+        return ("tokens", "positions") + rows + last
+
+    outputs = ("logits", "argmax")
+
+
 @dataclasses.dataclass
 class _Block:
     attn_norm: Any
@@ -107,8 +137,6 @@ class LlamaBuilder:
         self.batch_sizes = ([b for b in BATCH_BUCKETS if b < top] + [min([b for b in BATCH_BUCKETS if b >= top]
                                                                          or [top])]) if batch_seqs else []
         self._layouts = {T: self._layout(T) for T in sorted({1, *self.prefill_sizes, *self.batch_sizes})}
-        #: plan name -> tokens per run (T)
-        self.plan_tokens = {"decode": 1, "score": chunk, **{f"prefill{T}": T for T in self.prefill_sizes}}
         for name in {f"get_rows_{self.embd_dtype}", "get_rows_f32", "rope_kv_store", "attention", "argmax",
                      *(["attention_batched"] if batch_seqs else []),
                      f"rmsnorm_matmul_{self.out_dtype}"} | {f"rmsnorm_matmul_{b.wqkv[1]}" for b in self.blocks} \
@@ -160,17 +188,11 @@ class LlamaBuilder:
     def forward(self, T: int, all_logits: bool, batched: bool = False):
         """A fragment running ``T`` tokens through the model.
 
-        Inputs: ``tokens`` (T,) int32, ``pos`` (T,) int32 (position of each token; -1 for padding
-        rows, which touch no cache row), ``last`` (1,) int32 (the row whose logits to return;
-        ignored when ``all_logits``). Outputs: logits float32 of shape (T, vocab) when
-        ``all_logits``, else (1, vocab); and their argmax, int32 (T,) or (1,): greedy sampling on
-        the device, so a greedy step downloads 4 bytes instead of the logits.
+        Inputs and outputs in the order and with the names of ``PlanSpec(T, all_logits, batched)``
+        (a greedy step downloads ``argmax``, 4 bytes a row, instead of the logits).
 
         ``batched``: rows may belong to different sequences of the batched KV cache (see
-        ``batch_seqs``). Inputs: ``tokens``, ``pos`` (rope position within its sequence), ``row``
-        (the cache row written, s*ctx + pos), ``first``, ``last`` (the cache rows attended,
-        s*ctx .. row), each (T,) int32 (padding: pos = row = last = -1), then ``last`` (1,) as
-        above unless ``all_logits``.
+        ``batch_seqs``).
         """
         cfg = self.cfg
         dim, kvd, ffn, V = cfg.dim, self.kv_dim, cfg.ffn_dim, cfg.vocab_size
@@ -226,44 +248,48 @@ class LlamaBuilder:
         ids = L["argmax"]
         cmds.append(self._dispatch("argmax", [logits, (ids, W_)], dict(rows=n_out, n=V)))
         i32 = lambda r, n: IODesc(r, TensorDesc((n,), "i32"))  # noqa: E731
-        ins = [i32(tokens, T), i32(pos, T)] + ([i32(row, T), i32(first, T), i32(klast, T)] if batched else [])
-        ins += [] if batched and all_logits else [i32(last, 1)]
-        return d.fragment(cmds, ins,
-                          [IODesc(logits, TensorDesc((n_out, V), "f32")), i32(ids, n_out)])
+        ins = dict(tokens=i32(tokens, T), positions=i32(pos, T), rows=i32(row, T), first_rows=i32(first, T),
+                   last_rows=i32(klast, T), last=i32(last, 1))
+        outs = dict(logits=IODesc(logits, TensorDesc((n_out, V), "f32")), argmax=i32(ids, n_out))
+        spec = PlanSpec(T, all_logits, batched)
+        return d.fragment(cmds, [ins[k] for k in spec.inputs], [outs[k] for k in spec.outputs])
 
     def _dispatch(self, name: str, bindings: list, constants: dict) -> Dispatch:
         binds = [Binding(b[0], b[1]) if isinstance(b, tuple) else Binding(b) for b in bindings]
         return Dispatch(self.definition.kernels[name], binds, constants)
 
+    def plan_specs(self, batched: bool = False) -> dict[str, PlanSpec]:
+        """Plan name -> ``PlanSpec`` of ``prepare()`` (``decode``: T=1, last logits;
+        ``prefill{T}`` for each prefill bucket, last logits; ``score``: T=chunk, every row's logits)
+        or, ``batched``, of ``prepare_batched()`` (``batch{B}`` for each bucket B: rows of any
+        sequences, every row's logits; ``prefill{T}``: rows of one sequence, last logits)."""
+        if batched:
+            return {**{f"batch{B}": PlanSpec(B, True, True) for B in self.batch_sizes},
+                    **{f"prefill{T}": PlanSpec(T, False, True) for T in self.prefill_sizes}}
+        return {"decode": PlanSpec(1, False, False), "score": PlanSpec(self.chunk, True, False),
+                **{f"prefill{T}": PlanSpec(T, False, False) for T in self.prefill_sizes}}
+
+    def _prepare(self, batched: bool, slots: int):
+        plans = {}
+        for name, spec in self.plan_specs(batched).items():
+            frag = self.forward(spec.tokens, spec.all_logits, batched=batched).reuse_private_scratch()
+            g = self.definition.graph()
+            ins = [g.input(io.desc) for io in frag.inputs]
+            plans[name] = (g, ins, frag.record(g, ins))
+        return self.definition.prepare_plans(plans, slots)
+
     def prepare_batched(self):
         """A ``PreparedModel`` of capacity 1 over the batched KV cache (``batch_seqs`` sequences),
-        with plans ``batch{B}`` for each bucket B (T=B rows of any sequences, every row's logits)
-        and ``prefill{T}`` for each prefill bucket (rows of one sequence, last logits); see
-        ``forward(batched=True)`` for the inputs.
+        with the plans of ``plan_specs(batched=True)``.
 
         Raises:
             ValueError: the builder was made without ``batch_seqs``.
         """
         if not self.batch_seqs:
             raise ValueError("prepare_batched needs a builder made with batch_seqs > 0")
-        plans = {}
-        specs = {**{f"batch{B}": (B, True) for B in self.batch_sizes}, **{f"prefill{T}": (T, False) for T in self.prefill_sizes}}
-        for name, (T, all_logits) in specs.items():
-            frag = self.forward(T, all_logits, batched=True).reuse_private_scratch()
-            g = self.definition.graph()
-            ins = [g.input(io.desc) for io in frag.inputs]
-            plans[name] = (g, ins, frag.record(g, ins))
-        return self.definition.prepare_plans(plans, 1)
+        return self._prepare(True, 1)
 
     def prepare(self, slots: int):
-        """A ``PreparedModel`` with plans ``decode`` (T=1, last logits), ``prefill{T}`` for each
-        prefill bucket T (last logits) and ``score`` (T=chunk, all logits), all sharing each slot's
-        KV cache."""
-        plans = {}
-        for name, T in self.plan_tokens.items():
-            all_logits = name == "score"
-            frag = self.forward(T, all_logits).reuse_private_scratch()
-            g = self.definition.graph()
-            ins = [g.input(io.desc) for io in frag.inputs]
-            plans[name] = (g, ins, frag.record(g, ins))
-        return self.definition.prepare_plans(plans, slots)
+        """A ``PreparedModel`` of ``slots`` slots with the plans of ``plan_specs()``, all sharing
+        each slot's KV cache."""
+        return self._prepare(False, slots)

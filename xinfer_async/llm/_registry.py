@@ -18,6 +18,8 @@ import zipfile
 from pathlib import Path
 
 from ..hal._errors import XinferError
+from ._cache import cache_dir
+from ._synthetic import synthetic_model
 
 __all__ = ["ModelSpec", "MODELS", "cache_dir", "resolve_model", "pull", "model_path"]
 
@@ -57,21 +59,6 @@ MODELS: dict[str, ModelSpec] = {
         nbytes=98362432,
     ),
 }
-
-
-def cache_dir() -> Path:
-    """The model cache directory (not created here).
-
-    ``$XINFER_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/xinfer_async``, else
-    ``~/.cache/xinfer_async``.
-    """
-    env = os.environ.get("XINFER_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return Path(xdg).expanduser() / "xinfer_async"
-    return Path.home() / ".cache" / "xinfer_async"
 
 
 def _spec(name: str) -> ModelSpec:
@@ -250,8 +237,6 @@ def resolve_model(name_or_path: str | os.PathLike, pull: bool = True) -> Path:
         return p
     name = str(name_or_path)
     if name.startswith("synthetic:"):
-        from ._synthetic import synthetic_model
-
         return synthetic_model(name)
     if name not in MODELS:
         if name.endswith(".gguf") or os.sep in name:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._cache import cache_dir
 from ._gguf import LlamaConfig
 from ._tokenizer import _bytes_to_unicode
 
@@ -272,8 +273,6 @@ def synthetic_model(spec: str | LlamaConfig, dtype: str = "q4_1", seed: int = 0,
     Raises:
         ValueError: an unknown shape or dtype.
     """
-    from ._registry import cache_dir
-
     if isinstance(spec, str):
         name = spec[len(PREFIX):] if spec.startswith(PREFIX) else spec
         name, _, dt = name.partition(":")

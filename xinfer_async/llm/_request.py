@@ -1,0 +1,147 @@
+"""``Request``: one generation request's record and rules, written once for every scheduler.
+
+A scheduler (``_generate.generate`` on a slot, or the batched ``Batcher``) feeds each generated
+token to ``Request.advance``, which records it, hands it to the consumer (the stream) and decides
+whether the request is done (an end-of-sequence id, ``max_tokens``, the context full). The stream
+ends a request on a stop string with ``stop``. ``timings()`` builds the ``Timings``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Sequence
+
+import numpy as np
+import trio
+
+from ._sampling import Sampler, SamplingParams
+
+
+@dataclasses.dataclass(frozen=True)
+class Timings:
+    """Seconds and rates of one request (prefill: the prompt; decode: generated tokens)."""
+
+    queue_wait_s: float
+    time_to_first_token_s: float
+    prefill_s: float
+    decode_s: float
+    prompt_tokens: int
+    generated_tokens: int
+
+    @property
+    def prefill_tok_per_s(self) -> float:
+        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def decode_tok_per_s(self) -> float:
+        n = self.generated_tokens - 1  # the first token comes from the prefill's logits
+        return n / self.decode_s if self.decode_s > 0 and n > 0 else 0.0
+
+
+class Request:
+    """A generation request: prompt, sampling, limits, stop ids, the generated tokens, the
+    finish reason and the clock readings for ``Timings``.
+
+    Args:
+        prompt_ids: the validated prompt (1 <= len <= ctx).
+        params: sampling parameters (``params.greedy``: argmax on the device).
+        max_tokens: generated tokens at most (>= 0).
+        ctx: the context length, tokens: token k (1-based) is written at position
+            ``len(prompt_ids) + k - 1``, which must be < ``ctx`` for a token k + 1 to follow.
+        stop_ids: ids that end the request (included in ``tokens``); empty for ``ignore_eos``.
+
+    Attributes:
+        tokens: the generated ids so far (list of int).
+        finish_reason: None while running, then ``"stop"`` or ``"length"``.
+        received: the consumer's end of the token channel (ints); it ends when the scheduler is
+            done with the request (``close``).
+    """
+
+    def __init__(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, ctx: int,
+                 stop_ids: frozenset[int] = frozenset()):
+        self.prompt_ids = list(prompt_ids)
+        self.params = params
+        self.max_tokens = max_tokens
+        self.ctx = ctx
+        self.stop_ids = frozenset(stop_ids)
+        self.tokens: list[int] = []
+        self.finish_reason: str | None = None
+        self._sampler: Sampler | None = None
+        self._send, self.received = trio.open_memory_channel(math.inf)
+        now = time.perf_counter()
+        self.submitted_at = self.started_at = self.prefilled_at = self.ended_at = now
+
+    @property
+    def greedy(self) -> bool:
+        return self.params.greedy
+
+    def sample(self, logits: np.ndarray) -> int:
+        """A token from ``logits`` (vocab,) float32 by the request's sampling parameters (its own
+        seeded generator)."""
+        if self._sampler is None:
+            self._sampler = Sampler(self.params)
+        return self._sampler.sample(logits)
+
+    def remaining(self) -> int:
+        """Tokens this request may still generate (``max_tokens`` and the context's end)."""
+        return min(self.max_tokens, self.ctx - len(self.prompt_ids) + 1) - len(self.tokens)
+
+    # -- the clock -------------------------------------------------------------------------
+    def mark_submitted(self) -> None:
+        self.submitted_at = time.perf_counter()
+
+    def mark_started(self) -> None:
+        """A scheduler took the request (a slot or a sequence): the prefill starts."""
+        self.started_at = time.perf_counter()
+
+    def mark_prefilled(self) -> None:
+        """The prompt has all run: the first token follows from its logits."""
+        self.prefilled_at = time.perf_counter()
+
+    # -- the rules -------------------------------------------------------------------------
+    def advance(self, token: int) -> str | None:
+        """Record the next generated ``token``, hand it to the consumer, and return the finish
+        reason when the request is done with it (also when it had ended already: a stop string),
+        else None.
+
+        Raises:
+            trio.BrokenResourceError: the consumer closed its end (the token is recorded).
+        """
+        if self.finish_reason is not None:
+            return self.finish_reason
+        token = int(token)
+        self.tokens.append(token)
+        if token in self.stop_ids:
+            self._finish("stop")
+        elif self.remaining() <= 0:
+            self._finish("length")
+        self._send.send_nowait(token)
+        return self.finish_reason
+
+    def _finish(self, reason: str) -> None:
+        self.finish_reason = reason
+        self.ended_at = time.perf_counter()
+
+    def stop(self, keep: int, reason: str = "stop") -> None:
+        """The consumer ends the request after its first ``keep`` generated tokens (a stop string
+        found in their text; ``max_tokens`` 0: ``stop(0, "length")``): the finish reason becomes
+        ``reason`` whatever the scheduler decided for later tokens, which are dropped. The
+        scheduler sees it at its next ``advance``."""
+        if self.finish_reason is None:
+            self.ended_at = time.perf_counter()
+        self.finish_reason = reason
+        del self.tokens[keep:]
+
+    def close(self) -> None:
+        """The scheduler is done with the request (finished, cancelled or failed): the consumer's
+        ``received`` ends after the tokens it holds. Idempotent."""
+        self._send.close()
+
+    def timings(self) -> Timings:
+        """The ``Timings`` (decode up to the finish, or to now while running)."""
+        end = self.ended_at if self.finish_reason is not None else time.perf_counter()
+        return Timings(self.started_at - self.submitted_at, self.prefilled_at - self.submitted_at,
+                       self.prefilled_at - self.started_at, end - self.prefilled_at, len(self.prompt_ids),
+                       len(self.tokens))
