@@ -420,3 +420,26 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(smol):
 
 async def _statistics(model):
     return model.statistics()
+
+
+# -- bench serve -----------------------------------------------------------------------------
+def test_bench_serve_sweeps_concurrency_against_the_live_server(tiny, tmp_path):
+    import json
+
+    from xinfer_async.bench import _serve, resolve
+
+    out = tmp_path / "serve.json"
+    argv = ["--url", tiny.url + "/v1", "--api-key", KEY, "--concurrency", "1,4", "--requests", "4",
+            "--max-tokens", "6", "--rate", "inf,200", "--json", str(out)]
+    assert resolve("serve")(argv) == 0
+    d = json.loads(out.read_text())
+    assert d["model"] == "tiny" and [(r["concurrency"], r["rate"]) for r in d["rows"]] == \
+        [(1, None), (1, 200.0), (4, None), (4, 200.0)]  # inf is written as null
+    for r in d["rows"]:
+        assert r["completed"] == 4 and r["errors"] == 0 and r["output_tokens"] == 24
+        assert 0 < r["ttft_ms_p10"] <= r["ttft_ms_p50"] <= r["ttft_ms_p90"] and r["itl_ms_p50"] >= 0
+    assert _serve.parse_event('data: {"choices": [{"delta": {"content": "a"}}]}') == ("a", None)
+    assert _serve.parse_event('data: {"choices": [], "usage": {"completion_tokens": 3}}') == ("", 3)
+    assert _serve.parse_event("data: [DONE]") is None and _serve.parse_event("") is None
+    with pytest.raises(RuntimeError, match="server error event"):
+        _serve.parse_event('data: {"error": {"message": "x"}}')

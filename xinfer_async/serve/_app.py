@@ -27,6 +27,7 @@ import trio
 from . import _schema as oa
 from ._metrics import CONTENT_TYPE_LATEST, ServerMetrics, Snapshot
 from ._schema import APIError
+from ._sse import EventWriter, PieceEncoder, encode
 
 __all__ = ["ServerLimits", "OpenAIServer"]
 
@@ -296,7 +297,7 @@ class OpenAIServer:
             self._streams.discard(stream)
             self._in_flight -= 1
 
-    async def _run(self, stream: Any, receive: Callable, on_piece: Callable[[str], Awaitable[None]],
+    async def _run(self, stream: Any, receive: Callable, on_piece: Callable[[str], None],
                    received: float) -> str | None:
         """Iterate ``stream`` into ``on_piece`` while watching the connection; returns None when
         it ran to its end, ``"disconnect"`` or ``"timeout"`` when it was cancelled (its slot is
@@ -332,7 +333,7 @@ class OpenAIServer:
                 with trio.move_on_after(max(0.0, left)) as timer:
                     async for piece in stream:
                         count(time.perf_counter())
-                        await on_piece(piece)
+                        on_piece(piece)
                     count(time.perf_counter())
                 if timer.cancelled_caught:
                     ended_by.append(("timeout", time.perf_counter()))
@@ -355,10 +356,7 @@ class OpenAIServer:
         return None
 
     async def _complete(self, stream, receive, send, chat, rid, created, received) -> None:
-        async def ignore(piece: str) -> None:
-            pass
-
-        ended = await self._run(stream, receive, ignore, received)
+        ended = await self._run(stream, receive, lambda piece: None, received)
         if ended == "disconnect":
             raise _Disconnected
         if ended == "timeout":
@@ -371,41 +369,41 @@ class OpenAIServer:
 
     async def _stream(self, stream, receive, send, chat, rid, created, include_usage, received) -> None:
         name = self.model_name
-
-        async def event(data: Any) -> None:
-            payload = data if isinstance(data, bytes) else json.dumps(data, separators=(",", ":")).encode()
-            await send({"type": "http.response.body", "body": b"data: " + payload + b"\n\n", "more_body": True})
-
-        def chunk(text: str | None = None, finish: str | None = None) -> dict:
-            if chat:
-                delta = {} if text is None else {"content": text}
-                return oa.chat_chunk(rid, name, created, delta, finish, with_usage=include_usage)
-            return oa.completion_chunk(rid, name, created, text or "", finish, with_usage=include_usage)
-
+        timeout_error = APIError(504, f"the request ran past this server's limit of {self.limits.request_timeout_s} s",
+                                 type="server_error", code="timeout")
+        if chat:
+            piece_event = PieceEncoder(lambda text: oa.chat_chunk(rid, name, created, {"content": text},
+                                                                  with_usage=include_usage))
+        else:
+            piece_event = PieceEncoder(lambda text: oa.completion_chunk(rid, name, created, text,
+                                                                        with_usage=include_usage))
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
-        if chat:
-            await event(oa.chat_chunk(rid, name, created, {"role": "assistant", "content": ""},
-                                      with_usage=include_usage))
-
-        async def on_piece(piece: str) -> None:
-            await event(chunk(piece))
-
-        ended = await self._run(stream, receive, on_piece, received)
-        if ended == "disconnect":
-            return
-        if ended == "timeout":
-            await event(APIError(504, f"the request ran past this server's limit of {self.limits.request_timeout_s} s",
-                                 type="server_error", code="timeout").body())
-        else:
-            r = stream.result
-            await event(chunk(None, r.finish_reason))
-            if include_usage:
-                use = oa.usage(r.timings.prompt_tokens, len(r.token_ids))
-                make = oa.chat_chunk if chat else oa.completion_chunk
-                await event(make(rid, name, created, {} if chat else "", use=use, with_usage=True))
-        await event(b"[DONE]")
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        writer = EventWriter(send)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            if chat:
+                writer.write(encode(oa.chat_chunk(rid, name, created, {"role": "assistant", "content": ""},
+                                                  with_usage=include_usage)))
+            ended = await self._run(stream, receive, lambda piece: writer.write(piece_event(piece)), received)
+            if ended == "disconnect":
+                nursery.cancel_scope.cancel()
+                return
+            if ended == "timeout":
+                writer.write(encode(timeout_error.body()))
+            else:
+                r = stream.result
+                if chat:
+                    last = oa.chat_chunk(rid, name, created, {}, r.finish_reason, with_usage=include_usage)
+                else:
+                    last = oa.completion_chunk(rid, name, created, "", r.finish_reason, with_usage=include_usage)
+                writer.write(encode(last))
+                if include_usage:
+                    use = oa.usage(r.timings.prompt_tokens, len(r.token_ids))
+                    make = oa.chat_chunk if chat else oa.completion_chunk
+                    writer.write(encode(make(rid, name, created, {} if chat else "", use=use, with_usage=True)))
+            writer.write(encode(b"[DONE]"))
+            writer.close()
 
 
 def _header(scope: dict, name: bytes) -> bytes | None:
