@@ -194,7 +194,7 @@ def plot_rows(path: str, rows: list[dict], title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(15, 4))
     for rate in sorted({r["rate"] for r in rows}):
         pts = sorted((r for r in rows if r["rate"] == rate), key=lambda r: r["concurrency"])
         xs = [r["concurrency"] for r in pts]
@@ -202,13 +202,13 @@ def plot_rows(path: str, rows: list[dict], title: str) -> None:
         a1.plot(xs, [r["out_tok_per_s"] for r in pts], "o-", label=f"out ({label})")
         if any(r["steady_tok_per_s"] for r in pts):
             a1.plot(xs, [r["steady_tok_per_s"] or np.nan for r in pts], "s--", label=f"steady ({label})")
-        for key, name in (("ttft_ms", "ttft"), ("itl_ms", "itl")):
-            mid = np.array([r[f"{key}_p50"] for r in pts], float)
-            a2.plot(xs, mid, "o-", label=f"{name} p50 ({label})")
-            a2.fill_between(xs, [r[f"{key}_p10"] for r in pts], [r[f"{key}_p90"] for r in pts], alpha=0.2)
+        for a, key in ((a2, "ttft_ms"), (a3, "itl_ms")):
+            a.plot(xs, [r[f"{key}_p50"] for r in pts], "o-", label=f"p50 ({label})")
+            a.fill_between(xs, [r[f"{key}_p10"] for r in pts], [r[f"{key}_p90"] for r in pts], alpha=0.2)
     a1.set(xlabel="concurrent requests", ylabel="tokens/s", title="throughput")
-    a2.set(xlabel="concurrent requests", ylabel="ms", title="latency (band: p10-p90)")
-    for a in (a1, a2):
+    a2.set(xlabel="concurrent requests", ylabel="ms", title="time to first token (band: p10-p90)")
+    a3.set(xlabel="concurrent requests", ylabel="ms", title="inter-token latency (band: p10-p90)")
+    for a in (a1, a2, a3):
         a.set_xlim(left=0)
         a.set_ylim(bottom=0)
         a.grid(True, alpha=0.3)
