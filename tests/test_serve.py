@@ -13,6 +13,7 @@ client can leave mid-stream).
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import threading
 import time
@@ -30,6 +31,7 @@ from xinfer_async.llm._synthetic import write_synthetic_gguf
 from xinfer_async.serve import OpenAIServer, ServerLimits, hypercorn_config, run_server
 
 KEY = "sk-test-0123456789"
+HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
 DEVICE = os.environ.get("XINFER_TEST_DEVICE", "cpu")
 
 
@@ -431,6 +433,8 @@ def test_bench_serve_sweeps_concurrency_against_the_live_server(tiny, tmp_path):
     out = tmp_path / "serve.json"
     argv = ["--url", tiny.url + "/v1", "--api-key", KEY, "--concurrency", "1,4", "--requests", "4",
             "--max-tokens", "6", "--rate", "inf,200", "--json", str(out)]
+    if HAVE_MPL:
+        argv += ["--plot", str(tmp_path / "serve.png")]
     assert resolve("serve")(argv) == 0
     d = json.loads(out.read_text())
     assert d["model"] == "tiny" and [(r["concurrency"], r["rate"]) for r in d["rows"]] == \
@@ -438,8 +442,25 @@ def test_bench_serve_sweeps_concurrency_against_the_live_server(tiny, tmp_path):
     for r in d["rows"]:
         assert r["completed"] == 4 and r["errors"] == 0 and r["output_tokens"] == 24
         assert 0 < r["ttft_ms_p10"] <= r["ttft_ms_p50"] <= r["ttft_ms_p90"] and r["itl_ms_p50"] >= 0
+    assert not HAVE_MPL or (tmp_path / "serve.png").stat().st_size > 10_000
     assert _serve.parse_event('data: {"choices": [{"delta": {"content": "a"}}]}') == ("a", None)
     assert _serve.parse_event('data: {"choices": [], "usage": {"completion_tokens": 3}}') == ("", 3)
     assert _serve.parse_event("data: [DONE]") is None and _serve.parse_event("") is None
     with pytest.raises(RuntimeError, match="server error event"):
         _serve.parse_event('data: {"error": {"message": "x"}}')
+
+
+# -- the command ---------------------------------------------------------------------------
+def test_serve_command_help_and_a_model_that_fails_to_load(capsys, tmp_path):
+    from xinfer_async.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "-h"])
+    assert exc.value.code == 0 and "--api-key" in capsys.readouterr().out
+    missing = tmp_path / "missing.gguf"
+    assert main(["serve", "-m", str(missing), "--port", "0", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "listening on http://127.0.0.1:" in err and f"xinfer-async serve: error:" in err and "missing.gguf" in err
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--port", "70000"])
+    assert exc.value.code == 2 and "--port: must be in [0, 65535], got 70000" in capsys.readouterr().err
