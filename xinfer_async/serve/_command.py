@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import signal
 import sys
 import time
@@ -51,8 +52,9 @@ def build_parser(prog: str = "xinfer-async serve") -> argparse.ArgumentParser:
                    help="a decode step per request instead of one batched step for all (default: batched)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8080, help="port to bind; 0 picks a free one (default 8080)")
-    p.add_argument("--api-key", default=None,
-                   help="require Authorization: Bearer KEY on every route but /health (default: none)")
+    p.add_argument("--api-key", default=os.environ.get("XINFER_API_KEY") or None,
+                   help="require Authorization: Bearer KEY on every route but /health (default: $XINFER_API_KEY, "
+                        "else none; the variable keeps the key out of the process list)")
     p.add_argument("--model-name", default=None,
                    help="the id the model is served as (default: the --model value, a path's file name without .gguf)")
     p.add_argument("--max-queue", type=int, default=256,
