@@ -19,7 +19,10 @@ Per row (a warm-up of one short request per place in flight runs first and is le
 - ``ttft``: time to first token (request sent to the first content chunk), ``itl``: gaps
   between content chunks, all requests pooled (a chunk counted as one token, as vLLM's benchmark
   does), ``tpot``: (latency - ttft) / (tokens - 1) per request, ``latency``: sent to last chunk;
-  each as the median and the p10-p90 spread, plus p99.
+  each as the median and the p10-p90 spread, plus p99. Events that reach the client in one read
+  (a loaded server or client: ``xinfer-async serve`` then sends the events gathered meanwhile in
+  one write) have gaps near 0, which pull the ``itl`` median down: ``tpot`` is the figure that
+  does not depend on how the events were grouped.
 
 Times are taken in this process when a chunk arrives (HTTP client: httpx under trio).
 
