@@ -147,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks (runtime, model, load): see `xinfer-async bench -h`")
     p.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("serve", help="an OpenAI-compatible HTTP server: see `xinfer-async serve -h`", add_help=False)
     return parser
 
 
@@ -156,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.__main__ import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:1] == ["serve"]:  # parsed in the serve package (xinfer_async/serve/_command.py)
+        from .serve import main as serve_main
+
+        return serve_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command == "pull":

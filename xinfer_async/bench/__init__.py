@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, str] = {
     "model-layer": "xinfer_async.bench._model_layer:main",
     "load": "xinfer_async.bench._load:main",
     "model": "xinfer_async.bench._model:main",
+    "serve": "xinfer_async.bench._serve:main",  # a load test of any OpenAI-compatible server over HTTP
     # kernel-level figures (developer tools): cpu matmul speed, cuda raw figures (the gemv research
     # tools, which drive the cuda backend's private modules, live outside the package: tools/)
     "native": "xinfer_async.bench._native_bench:main",

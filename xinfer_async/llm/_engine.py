@@ -243,10 +243,22 @@ class LanguageModel:
         return self._batch
 
     def statistics(self) -> dict:
-        """The job queue's and the slots' statistics (and the batcher's, with batching)."""
+        """The job queue's and the slots' statistics (and the batcher's, with batching), and two
+        counts that mean the same with or without batching (what a server exports):
+
+        - ``"running"``: generation requests holding a slot now (with batching, a sequence of the
+          batched cache); a request that ended or was cancelled stops counting once its slot is
+          free again;
+        - ``"waiting"``: generation requests submitted and waiting for one.
+        """
         st = {"jobs": self._jobs.statistics() if self._jobs else None, "slots": self.prepared.statistics()}
         if self.batching:
-            st["batch"] = self._batch.statistics() if self._batch else None
+            b = self._batch.statistics() if self._batch else None
+            st["batch"] = b
+            st["running"], st["waiting"] = (b.busy, b.waiting) if b else (0, 0)
+        else:
+            st["running"] = st["slots"].busy
+            st["waiting"] = st["jobs"].queued if st["jobs"] else 0
         return st
 
     async def aclose(self) -> None:
