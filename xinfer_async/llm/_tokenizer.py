@@ -123,7 +123,10 @@ class Tokenizer:
             )
 
         def make() -> Any:
-            tk = HFTokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
+            try:
+                tk = HFTokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
+            except Exception as exc:  # tokenizers raises a bare Exception, e.g. a merge of unknown tokens
+                raise GGUFError(f"tokenizer.ggml.tokens/merges do not make a BPE model: {exc}") from exc
             tk.pre_tokenizer = pre_tok
             tk.decoder = decoders.ByteLevel()
             return tk
@@ -150,12 +153,10 @@ class Tokenizer:
             self._special.add_special_tokens(
                 [AddedToken(tokens[i], special=True, normalized=False) for i in sorted(self.special_ids)]
             )
-        # Bytes of every token, for decoding: byte-level pieces map back through the GPT-2 table;
-        # control and user-defined tokens are their text in UTF-8.
-        self._bytes = [
-            t.encode("utf-8") if ty in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED) else _token_bytes(t)
-            for t, ty in zip(tokens, token_types)
-        ]
+        # Bytes of each token, for decoding, computed on first use (a whole vocabulary takes ~0.3 s):
+        # byte-level pieces map back through the GPT-2 table; control and user-defined tokens are
+        # their text in UTF-8.
+        self._bytes: list[bytes | None] = [None] * len(tokens)
 
     @classmethod
     def from_gguf(cls, metadata: dict[str, Any]) -> "Tokenizer":
@@ -213,7 +214,13 @@ class Tokenizer:
         """
         if not 0 <= token_id < self.vocab_size:
             raise ValueError(f"token_id must be in [0, {self.vocab_size}), got {token_id}")
-        return self._bytes[token_id]
+        b = self._bytes[token_id]
+        if b is None:
+            t = self._tokens[token_id]
+            b = t.encode("utf-8") if self._types[token_id] in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED) \
+                else _token_bytes(t)
+            self._bytes[token_id] = b
+        return b
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
         """Token ids -> text. Invalid UTF-8 becomes U+FFFD.
