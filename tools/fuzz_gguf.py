@@ -403,7 +403,7 @@ from xinfer_async.hal import DeviceError, GGUFError
 async def one(path):
     model = await llm.load(path, device="cpu", slots=1, chunk=16, pull=False)
     try:
-        logits = await model.logits([0, 1, 2])
+        logits = await model.logits([0, 1, 2][:model.ctx])  # a file may give a context of 1 or 2
     finally:
         await model.aclose()
     return "ok" if np.isfinite(logits).all() else "nonfinite"
@@ -488,6 +488,8 @@ def run_mutants(bases: dict[str, bytes], n: int, seed: int, timeout_s: float, re
                     done[0] += 1
                     if progress and done[0] % 100 == 0:
                         print(f"{done[0]}/{n} mutants", file=sys.stderr, flush=True)
+                    if progress and done[0] % 1000 == 0:  # a table so far, should the run be cut short
+                        print(table([r for r in results if r is not None]), file=sys.stderr, flush=True)
         finally:
             worker.close()
             path.unlink(missing_ok=True)
