@@ -88,6 +88,14 @@ class Layout:
         self.data_offset = -(-off // self.alignment) * self.alignment
         self.data = raw[self.data_offset:]
 
+    def copy(self) -> "Layout":
+        """A copy whose kvs and infos may be changed (raw, fields and data are shared, never changed)."""
+        c = Layout.__new__(Layout)
+        c.__dict__.update(self.__dict__)
+        c.kvs = [list(kv) for kv in self.kvs]
+        c.infos = [[n, list(ne), t, o] for n, ne, t, o in self.infos]
+        return c
+
     def _str(self, off: int) -> tuple[str, int]:
         (n,) = struct.unpack_from("<Q", self.raw, off)
         return self.raw[off + 8:off + 8 + n].decode("utf-8", "replace"), off + 8 + n
@@ -336,11 +344,16 @@ KINDS = {
 }
 
 
+_PARSED: dict[int, tuple[bytes, Layout]] = {}
+
+
 def mutant(base: bytes, seed: int, index: int, kind: str | None = None) -> tuple[str, bytes]:
     """Mutant ``index`` of ``seed`` of a base file: (kind, bytes)."""
     rng = np.random.default_rng([seed, index])
     kind = kind or _pick(rng, list(KINDS))
-    return kind, KINDS[kind](rng, Layout(base))
+    if id(base) not in _PARSED or _PARSED[id(base)][0] is not base:  # parse each base once (the real one: ~0.3 s)
+        _PARSED[id(base)] = (base, Layout(base))
+    return kind, KINDS[kind](rng, _PARSED[id(base)][1].copy())
 
 
 # -- base files --------------------------------------------------------------------------------------------

@@ -207,7 +207,9 @@ def _value(c: _Cursor, vtype: int, what: str, depth: int = 0) -> tuple[Any, str]
         arr = np.frombuffer(c.buf, dtype=dt, count=n, offset=c.off)
         c.off += n * dt.itemsize
         if sub == _BOOL:
-            arr = arr.astype(bool)
+            if n and arr.max() > 1:
+                raise GGUFError(f"{c.path}: {what} holds a bool of value {int(arr.max())}, expected 0 or 1")
+            arr = arr.view(np.bool_)
         return arr, f"array[{VALUE_TYPES[sub]}]"
     st = _STRUCT.get(vtype)
     if st is None:
