@@ -211,10 +211,10 @@ def _check_tensors(k: _Keys, cfg: LlamaConfig, tensors: dict) -> None:
             raise k.fail(f"missing tensor {name!r}")
         if t.type_name not in SUPPORTED_TYPES:
             raise k.fail(f"tensor {name!r} has unsupported type {t.type_name}; supported: {', '.join(SUPPORTED_TYPES)}")
-        if t.shape != shape:
-            raise k.fail(f"tensor {name!r} has shape {t.shape}, expected {shape}")
         if len(shape) == 1 and t.type_name not in ("F32", "F16"):
             raise k.fail(f"tensor {name!r} has type {t.type_name}, a norm must be F32 or F16")
+        if t.shape != shape:
+            raise k.fail(f"tensor {name!r} has shape {t.shape}, expected {shape}")
     for name in tensors:
         if name not in expected:
             raise k.fail(f"unexpected tensor {name!r} (not part of a llama of block_count {cfg.n_layer})")
