@@ -275,3 +275,15 @@ def test_missing_and_directory(tmp_path):
         read_gguf(tmp_path / "nope.gguf")
     with pytest.raises(GGUFError, match="not a regular file|cannot read"):
         read_gguf(tmp_path)
+
+
+def test_object_counts_are_capped(tmp_path):
+    # counts the file could hold but whose Python objects would cost ~100x their bytes
+    n = 70_000
+    data = _header(0, n) + (_s("") + struct.pack("<IB", 0, 0)) * n
+    with pytest.raises(GGUFError, match=re.escape("metadata count 70000 is more than this reader accepts (65536)")):
+        _read(tmp_path, data)
+    data = _header() + _s("k") + struct.pack("<IIQ", 9, 9, n) + struct.pack("<IQ", 0, 0) * n
+    with pytest.raises(GGUFError, match=re.escape("metadata key 'k' is an array of 70000 arrays, more than this "
+                                                  "reader accepts (65536)")):
+        _read(tmp_path, data)

@@ -35,6 +35,11 @@ VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ARRAY_NESTING = 8
+# Beyond the file-size bounds, caps on counts whose Python objects cost ~100x their bytes in the file
+# (real files: ~40 keys, ~300-3000 tensors, nested arrays unused), so a small crafted file cannot make
+# the reader allocate gigabytes.
+MAX_KEYS = MAX_TENSORS = 1 << 16
+MAX_NESTED_ARRAYS = 1 << 16
 
 # ggml type id -> (name, elements per block, bytes per block): ggml ``ggml.h`` / ``ggml.c`` type traits
 # (checked against ``gguf.GGML_QUANT_SIZES`` in tests/test_gguf_reader.py).
@@ -201,6 +206,9 @@ def _value(c: _Cursor, vtype: int, what: str, depth: int = 0) -> tuple[Any, str]
             return _strings(c, n, what), "array[string]"
         if sub == _ARRAY:
             n = c.count(what, 12)
+            if n > MAX_NESTED_ARRAYS:
+                raise GGUFError(f"{c.path}: {what} is an array of {n} arrays, more than this reader accepts "
+                                f"({MAX_NESTED_ARRAYS})")
             return [_value(c, _ARRAY, f"{what}[{i}]", depth + 1)[0] for i in range(n)], "array[array]"
         dt = _SCALAR[sub]
         n = c.count(what, dt.itemsize)
@@ -283,7 +291,8 @@ def read_gguf(path: str | os.PathLike) -> GGUFFile:
     Raises:
         GGUFError: the file is missing, unreadable or empty; the magic is not ``GGUF``; the version
             is not 2 or 3 (a big-endian file is named as such); a count, length or offset runs
-            past the end of the file (``truncated file: ...``); a value type, array element type or
+            past the end of the file (``truncated file: ...``); more than 65536 keys, tensors or
+            nested arrays in one array; a value type, array element type or
             ggml tensor type id is unknown; a key or tensor name repeats; ``general.alignment`` is
             not a uint32 power of two; a tensor has 0 or more than 4 dimensions, a dimension < 1,
             ``ne[0]`` not a multiple of its type's block size, an offset not aligned or not where
@@ -313,11 +322,13 @@ def read_gguf(path: str | os.PathLike) -> GGUFFile:
         raise GGUFError(f"{path}: unsupported GGUF version {version}; supported: 2, 3")
     n_tensors = c.u64("the tensor count")
     n_kv = c.u64("the metadata count")
-    for what, n, least in (("metadata count", n_kv, 13), ("tensor count", n_tensors, 24)):
+    for what, n, least, most in (("metadata count", n_kv, 13, MAX_KEYS), ("tensor count", n_tensors, 24, MAX_TENSORS)):
         # a pair takes >= 8 (key length) + 4 (type) + 1 bytes; a tensor info >= 8 + 4 + 8 + 4 + 8
         if n * least > size - c.off:
             raise GGUFError(f"{path}: truncated file or corrupt {what}: {n} entries need at least {n * least} "
                             f"bytes but the file has {size}")
+        if n > most:
+            raise GGUFError(f"{path}: {what} {n} is more than this reader accepts ({most})")
 
     metadata: dict[str, Any] = {}
     value_types: dict[str, str] = {}
