@@ -100,15 +100,13 @@ class Tokenizer:
             raise GGUFError(
                 f"tokenizer.ggml.token_type has {len(token_types)} entries for {len(tokens)} tokens"
             )
-        vocab = {}
-        for i, t in enumerate(tokens):
-            vocab.setdefault(t, i)
-        pairs = []
-        for i, m in enumerate(merges):
-            parts = m.split(" ")
-            if len(parts) != 2:
-                raise GGUFError(f"tokenizer.ggml.merges[{i}] = {m!r} is not 'left right'")
-            pairs.append((parts[0], parts[1]))
+        # a repeated piece keeps its first id (inserted last, from the end)
+        vocab = dict(zip(reversed(tokens), range(len(tokens) - 1, -1, -1)))
+        split = [m.split(" ") for m in merges]
+        if any(len(p) != 2 for p in split):
+            i = next(i for i, p in enumerate(split) if len(p) != 2)
+            raise GGUFError(f"tokenizer.ggml.merges[{i}] = {merges[i]!r} is not 'left right'")
+        pairs = list(map(tuple, split))
 
         if pre in _DIGIT_SPLIT_PRE:
             pre_tok = pre_tokenizers.Sequence([
@@ -138,8 +136,8 @@ class Tokenizer:
         self.bos_id = bos_id
         self.eos_id = eos_id
         self.add_bos = bool(add_bos)
-        self.special_ids = frozenset(i for i, t in enumerate(token_types) if t == TOKEN_TYPE_CONTROL)
-        user_ids = [i for i, t in enumerate(token_types) if t == TOKEN_TYPE_USER_DEFINED]
+        self.special_ids = frozenset(i for i, t in enumerate(self._types) if t == TOKEN_TYPE_CONTROL)
+        user_ids = [i for i, t in enumerate(self._types) if t == TOKEN_TYPE_USER_DEFINED]
         self.im_end_id = vocab.get("<|im_end|>")
 
         user = [AddedToken(tokens[i], special=False, normalized=False) for i in user_ids]
