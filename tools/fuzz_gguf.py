@@ -10,11 +10,13 @@ and 48,900 merges) with ``block_count`` 1 and the tensors of block 0, the embedd
 (real data, ~33 MB). Each mutant (seeded: mutant i of seed s is the same on every run) is one of
 ``KINDS``; it is written to a temporary file and loaded by a worker subprocess (``llm.load(path,
 device="cpu", slots=1, chunk=16)`` then one ``logits`` call) under a per-mutant watchdog. A worker serves many
-mutants in sequence and is restarted after a hang or a crash. Its address space is capped
+mutants in sequence and is restarted after a hang or a crash; a hang is ``--timeout-s`` of the
+worker's CPU time on one mutant (or twenty times that of wall time), so a worker starved on a loaded
+machine is not taken for a hung one. Its address space is capped
 (``RLIMIT_AS``, 6 GiB) so that a load that tries to allocate gigabytes fails at once.
 
 Outcomes: ``ok`` (finite logits), ``GGUFError``, ``DeviceError``, ``exception`` (any other, with its
-type), ``nonfinite`` (logits with NaN/inf), ``hang`` (no answer within ``--timeout-s``), ``signal``
+type), ``nonfinite`` (logits with NaN/inf), ``hang`` (see above), ``signal``
 (the worker died). Anything but ``ok``, ``GGUFError`` or ``DeviceError`` is a defect; the exit status
 is 1 when there is one. ``tests/test_gguf_fuzz.py`` runs a few hundred of the same mutants in CI.
 """
@@ -450,17 +452,33 @@ class Worker:
         if self.proc.stdout.readline().strip() != "ready":
             raise RuntimeError("fuzz worker failed to start")
 
+    def _cpu_s(self) -> float | None:
+        """CPU seconds the worker has used (all its threads), from /proc; None where there is none."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
     def run(self, path: Path) -> tuple[str, str]:
+        """Load one mutant. A hang is ``timeout_s`` of the worker's CPU time on it (a starved worker on
+        a loaded machine is slow, not hung), or twenty times that of wall time (a deadlock burns no CPU)."""
         import select
 
         if self.proc is None or self.proc.poll() is not None:
             self._start()
+        cpu0, t0 = self._cpu_s(), time.monotonic()
         self.proc.stdin.write(f"{path}\n")
         self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout_s)
-        if not ready:
-            self.close()
-            return "hang", f"no answer in {self.timeout_s} s"
+        while True:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+            if ready:
+                break
+            cpu, wall = self._cpu_s(), time.monotonic() - t0
+            used = cpu - cpu0 if cpu is not None and cpu0 is not None else wall
+            if used > self.timeout_s or wall > 20 * self.timeout_s:
+                self.close()
+                return "hang", f"no answer after {used:.0f} s of CPU time, {wall:.0f} s of wall time"
         line = self.proc.stdout.readline()
         if not line:
             rc = self.proc.wait()
@@ -477,11 +495,14 @@ class Worker:
 
 
 def run_mutants(bases: dict[str, bytes], n: int, seed: int, timeout_s: float, real_fraction: float = 0.2,
-                jobs: int = 1, progress: bool = False):
-    """Run mutants ``0 .. n-1`` on ``jobs`` workers; returns (base, kind, outcome, detail, index) in order."""
+                jobs: int = 1, progress: bool = False, only: list[int] | None = None):
+    """Run mutants ``0 .. n-1`` (or the indices ``only``) on ``jobs`` workers; returns
+    (base, kind, outcome, detail, index) in index order."""
     import threading
 
-    results: list = [None] * n
+    todo = list(range(n)) if only is None else sorted(set(only))
+    n = len(todo)
+    results: list = [None] * (max(todo) + 1 if todo else 0)
     done = [0]
     lock = threading.Lock()
 
@@ -508,7 +529,7 @@ def run_mutants(bases: dict[str, bytes], n: int, seed: int, timeout_s: float, re
             path.unlink(missing_ok=True)
             tmp.rmdir()
 
-    threads = [threading.Thread(target=serve, args=(range(j, n, jobs),)) for j in range(jobs)]
+    threads = [threading.Thread(target=serve, args=(todo[j::jobs],)) for j in range(jobs)]
     for t in threads:
         t.start()
     for t in threads:
@@ -539,6 +560,8 @@ def main(argv=None) -> int:
                     help="share of mutants of the real model's header when the file is present (default 0.2)")
     ap.add_argument("--show", type=int, default=5, help="defects to print in full (default 5)")
     ap.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1)")
+    ap.add_argument("--only", type=str, default=None,
+                    help="comma-separated mutant indices to run again (of the same -n, --seed, --real-fraction)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as d:
         bases = {"tiny": tiny_base(Path(d) / "tiny.gguf")}
@@ -548,7 +571,9 @@ def main(argv=None) -> int:
     else:
         print("real model file not found: tiny mutants only", file=sys.stderr)
     t = time.perf_counter()
-    results = run_mutants(bases, args.n, args.seed, args.timeout_s, args.real_fraction, args.jobs, progress=True)
+    only = [int(i) for i in args.only.split(",")] if args.only else None
+    results = run_mutants(bases, args.n, args.seed, args.timeout_s, args.real_fraction, args.jobs, progress=True,
+                          only=only)
     dt = time.perf_counter() - t
     print(table(results))
     bad = [r for r in results if r[2] not in GOOD]

@@ -46,7 +46,7 @@ class GGUFTensor:
     shape: tuple[int, ...]
     data: np.ndarray
     nbytes: int
-    ggml_type: str = "F32"
+    ggml_type: str
 
     def dequantize(self) -> np.ndarray:
         """Decode the tensor to float32.
