@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 import trio
@@ -41,9 +42,10 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
             the matrix kernel's stage, shaders/xi_mvc.cuh, or runs the tensor-core kernel,
             shaders/xi_tc.cuh).
             ``logits`` runs unbatched on one slot of its own.
-        progress: a "loading model" tqdm bar on stderr (stages: read and validate the file, build the
-            tokenizer, upload the weights and build the plans), shown only once loading has taken
-            more than 0.5 s. Off by default (a library call prints nothing); the CLI turns it on.
+        progress: a "loading model" tqdm line on stderr (stages: read and validate the file, build
+            the tokenizer, upload the weights and build the plans, with the elapsed time), shown only
+            once loading has taken more than 0.5 s and cleared when done. Off by default (a library
+            call prints nothing); the CLI turns it on.
 
     The whole file is read and checked (``load_gguf``: format, hyperparameters, tensor types and
     shapes, finite weights, tokenizer) and the tokenizer built before any weight reaches the device.
@@ -57,7 +59,7 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
     if slots < 1:
         raise ValueError(f"slots must be >= 1, got {slots}")
     path = await trio.to_thread.run_sync(lambda: resolve_model(name_or_path, pull=pull))
-    bar = _progress_bar(path) if progress else None
+    bar = _LoadProgress(os.path.basename(str(path))) if progress else None
     try:
         gguf_model = await trio.to_thread.run_sync(load_gguf, path)
         _advance(bar, "building the tokenizer")
@@ -66,42 +68,67 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
         return await _on_device(path, gguf_model, tokenizer, device, slots, ctx, chunk, max_queued, batching)
     finally:
         if bar is not None:
-            bar.stop.set()
             bar.close()
 
 
-_PROGRESS_DELAY_S = 0.5
+class _LoadProgress:
+    """The "loading model" line: a tqdm bar on stderr, created (tqdm imported) only once loading has
+    taken ``DELAY_S``, then redrawn twice a second by a thread (the stages run in worker threads), so
+    a long stage shows its elapsed time and a fast load prints and imports nothing."""
 
+    DELAY_S = 0.5
+    STAGES = 3
 
-def _progress_bar(path: Any) -> Any:
-    import sys
+    def __init__(self, name: str):
+        self._name = name
+        self._stage = "reading and checking the file"
+        self._done = 0
+        self._bar: Any = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._t0 = time.time()  # tqdm's clock
+        threading.Thread(target=self._run, daemon=True, name="xinfer-load-progress").start()
 
-    from tqdm import tqdm
+    def advance(self, stage: str) -> None:
+        with self._lock:
+            self._stage, self._done = stage, self._done + 1
+            self._draw()
 
-    bar = tqdm(total=3, file=sys.stderr, delay=_PROGRESS_DELAY_S, leave=False,
-               bar_format="loading model {desc} ({n}/{total} stages done, {elapsed})")
-    bar.name = os.path.basename(str(path))
-    bar.set_description_str(f"{bar.name}: reading and checking the file", refresh=False)
-    bar.stop = threading.Event()
-    threading.Thread(target=_tick, args=(bar,), daemon=True, name="xinfer-load-progress").start()
-    return bar
+    def _draw(self) -> None:
+        if self._bar is not None:
+            self._bar.n = self._done
+            self._bar.set_description_str(f"{self._name}: {self._stage}", refresh=False)
+            self._bar.refresh()
 
-
-def _tick(bar: Any) -> None:
-    """Redraw the bar twice a second once the delay has passed, so a long stage shows its elapsed
-    time (a thread: the stages run in worker threads, and this needs no nursery in ``load``)."""
-    if bar.stop.wait(_PROGRESS_DELAY_S):
-        return
-    while True:
-        bar.refresh()
-        if bar.stop.wait(0.5):
+    def _run(self) -> None:
+        if self._stop.wait(self.DELAY_S):
             return
+        import sys
+
+        from tqdm import tqdm
+
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._bar = tqdm(total=self.STAGES, file=sys.stderr, leave=False, initial=self._done,
+                             desc=f"{self._name}: {self._stage}",
+                             bar_format="loading model {desc} ({n}/{total} stages done, {elapsed})")
+            self._bar.start_t = self._t0  # elapsed since load began, not since the line appeared
+            self._draw()
+        while not self._stop.wait(0.5):
+            with self._lock:
+                self._draw()
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop.set()
+            if self._bar is not None:
+                self._bar.close()
 
 
-def _advance(bar: Any, stage: str) -> None:
+def _advance(bar: _LoadProgress | None, stage: str) -> None:
     if bar is not None:
-        bar.set_description_str(f"{bar.name}: {stage}", refresh=False)
-        bar.update(1)
+        bar.advance(stage)
 
 
 async def _on_device(path, gguf_model, tokenizer, device, slots, ctx, chunk, max_queued, batching) -> LanguageModel:
