@@ -44,8 +44,8 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
             ``logits`` runs unbatched on one slot of its own.
         progress: a "loading model" tqdm line on stderr (stages: read and validate the file, build
             the tokenizer, upload the weights and build the plans, with the elapsed time), shown only
-            once loading has taken more than 1 s (SmolLM2 loads in ~0.6 s on a quiet 2-core machine) and cleared when done. Off by default (a library
-            call prints nothing); the CLI turns it on.
+            once loading has taken more than 1 s (SmolLM2 takes ~0.6 s of CPU time) and cleared when
+            done. Off by default (a library call prints nothing); the CLI turns it on.
 
     The whole file is read and checked (``load_gguf``: format, hyperparameters, tensor types and
     shapes, finite weights, tokenizer) and the tokenizer built before any weight reaches the device.
