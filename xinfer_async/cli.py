@@ -32,7 +32,7 @@ def _sampling(args) -> dict:
 async def _load(args, slots: int = 1, ctx: int | None = None):
     from . import llm
 
-    return await llm.load(args.model, device=args.device, slots=slots, ctx=ctx or args.ctx)
+    return await llm.load(args.model, device=args.device, slots=slots, ctx=ctx or args.ctx, progress=True)
 
 
 async def _generate(args) -> None:

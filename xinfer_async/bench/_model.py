@@ -191,7 +191,7 @@ async def _main(args) -> dict:
             dev = model.device
             peak = args.peak_gbs if args.peak_gbs is not None else (H200_GBS if dev.name.startswith("cuda") else None)
             weight_bytes = model.builder.weight_bytes()
-            print(f"model {model!r}; weights {weight_bytes / 1e6:.1f} MB; loaded in {load_s:.1f} s")
+            print(f"model {model!r}; weights {weight_bytes / 1e6:.1f} MB; loaded in {load_s:.2f} s")
             print(f"device {getattr(dev, 'description', dev.name)}; peak bandwidth: "
                   f"{f'{peak:.0f} GB/s' if peak else 'not known (reported only)'}")
         await _decode_row(model, n, args.warmup_tokens)  # warm-up: every slot runs once

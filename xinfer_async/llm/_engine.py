@@ -41,13 +41,13 @@ class LanguageModel:
     """
 
     def __init__(self, path: Any, gguf_model: Any, builder: Any, prepared: Any, *, max_queued: int = 256,
-                 batched: Any = None, batch_seqs: int = 0):
+                 batched: Any = None, batch_seqs: int = 0, tokenizer: Tokenizer | None = None):
         self.path = path
         #: whether ``aclose`` closes the device (``load`` opened it from a name)
         self.owns_device = False
         self.config = gguf_model.config
         self.metadata = {k: v for k, v in gguf_model.metadata.items() if not k.startswith("tokenizer.ggml.")}
-        self.tokenizer = Tokenizer.from_gguf(gguf_model.metadata)
+        self.tokenizer = tokenizer if tokenizer is not None else Tokenizer.from_gguf(gguf_model.metadata)
         self.chat_template = gguf_model.metadata.get("tokenizer.chat_template")
         self.add_bos = bool(gguf_model.metadata.get("tokenizer.ggml.add_bos_token", False))
         self.builder = builder
