@@ -22,7 +22,7 @@ __all__ = ["run_chat", "banner"]
 def banner(model: Any) -> str:
     """Two lines that say which model runs where, and the keys."""
     c = model.config
-    name = model.metadata.get("general.name") or getattr(model.path, "name", str(model.path))
+    name = getattr(model.path, "name", str(model.path))
     return (f"xinfer-async chat: {name} ({c.n_layer} layers, dim {c.dim}) on {model.device.name}, "
             f"context {model.ctx} tokens\n"
             "Type a message and press Enter. Ctrl-C stops an answer; Ctrl-C or Ctrl-D at the prompt ends the chat.")
@@ -129,5 +129,5 @@ async def _answer(model: Any, prompt: list[int], n_predict: int, sampling: dict,
     if stream.result is None:  # stopped by Ctrl-C: cancel the request, keep what was said
         with trio.CancelScope(shield=True):
             await stream.aclose()
-        return "".join(pieces), f"[answer stopped by Ctrl-C after {len(pieces)} pieces of text; the chat goes on]"
+        return "".join(pieces), "[answer stopped (Ctrl-C); what it said stays in the chat]"
     return stream.result.text, _end_line(stream.result, n_predict, model.ctx)
