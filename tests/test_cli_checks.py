@@ -23,17 +23,25 @@ WRAPPER = ("import sys, xinfer_async.llm as L\n"
            "L.load = boom\n"
            "from xinfer_async.cli import main\n"
            "sys.exit(main(sys.argv[1:]))\n")
-# 2 s on this machine when it is quiet (about 0.6-1 s measured); generous for a shared one
-LIMIT_S = float(os.environ.get("XINFER_TEST_CLI_LIMIT_S", "6"))
+# The error must come in under 2 s on this 2-core machine. What is bounded is the child's cpu time
+# (user + sys: interpreter start, imports, the checks), which other work on a shared machine does not
+# inflate the way it does the wall time (0.6-1.3 s measured here; loading the model costs ~6 s of cpu)
+LIMIT_S = float(os.environ.get("XINFER_TEST_CLI_LIMIT_S", "2"))
 
 
 def run_cli(*argv: str, wrapped: bool = True) -> tuple[int, str, float]:
+    """(exit status, stderr, cpu seconds of the child) of the CLI in a fresh process."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("XINFER_DEVICE", None)
     cmd = [sys.executable, "-c", WRAPPER, *argv] if wrapped else [sys.executable, "-m", "xinfer_async.cli", *argv]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
-    return proc.returncode, proc.stderr, time.perf_counter() - t0
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stderr.close()
+    assert time.perf_counter() - t0 < 120
+    return proc.returncode, err, usage.ru_utime + usage.ru_stime
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +71,7 @@ def test_bad_generate_option_fails_fast_before_loading(tiny, args, message):
     assert rc == 2, err
     assert err.strip() == "xinfer-async generate: error: " + message.format(model=tiny)
     assert "LOADING" not in err
-    assert dt < LIMIT_S, f"{dt:.2f} s"
+    assert dt < LIMIT_S, f"{dt:.2f} s of cpu"
 
 
 def test_chat_checks_before_loading(tiny):

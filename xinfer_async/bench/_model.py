@@ -40,7 +40,6 @@ prints the device time a step spends in each kernel name.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np

@@ -18,7 +18,6 @@ Usage: ``xinfer-async bench model-layer [--device auto] [--runs 400] [--capaciti
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np

@@ -28,7 +28,6 @@ the driver's synchronize.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from typing import Any, Callable
