@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import trio
 
+from . import parser as bench_parser
 from ._load import arrival_times
 from ._model import PROMPTS, _steady
 from ._report import add_output_args, check_plot, percentiles, render_table, write_json
@@ -224,7 +225,7 @@ def plot_rows(path: str, rows: list[dict], title: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="xinfer-async bench serve", description=__doc__.splitlines()[0])
+    p = bench_parser("serve", __doc__)
     p.add_argument("--url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8080 (a /v1 suffix is dropped)")
     p.add_argument("--model", default=None, help="the model field (default: the first id of GET /v1/models)")
     p.add_argument("--api-key", default=None, help="sent as Authorization: Bearer KEY")
