@@ -110,6 +110,29 @@ class GenerationStream:
             if self.result is not None:
                 raise StopAsyncIteration
 
+    def read_nowait(self) -> str:
+        """The text of every token already delivered, without waiting: ``""`` when none is (or
+        the stream has ended or not started). For a consumer that wakes once per several tokens
+        (a server writing one event per interval): ``await anext(stream)`` for the first piece,
+        then this for the rest that came meanwhile. The end of the stream (and the request's
+        error, if any) is left to the next ``anext``.
+        """
+        if self._handle is None:
+            return ""
+        pieces = []
+        received = self.request.received
+        while self.result is None:
+            try:
+                token = received.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            self._consumed += 1
+            self._text += self._decoder.push(token)
+            piece = self._release()
+            if piece:
+                pieces.append(piece)
+        return "".join(pieces)
+
     def _release(self) -> str:
         for s in self._stop:
             at = self._text.find(s, max(0, self._emitted - len(s)))

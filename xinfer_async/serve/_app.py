@@ -27,7 +27,7 @@ import trio
 from . import _schema as oa
 from ._metrics import CONTENT_TYPE_LATEST, ServerMetrics, Snapshot
 from ._schema import APIError
-from ._sse import EventWriter, PieceEncoder, encode
+from ._sse import PieceEncoder, StreamPacing, encode
 
 __all__ = ["ServerLimits", "OpenAIServer"]
 
@@ -84,9 +84,12 @@ class OpenAIServer:
         api_key: when set, every route but ``/health`` needs ``Authorization: Bearer KEY``
             (compared in constant time, ``hmac.compare_digest``).
         limits: see ``ServerLimits``.
+        pacing: how often a streamed response writes (see ``StreamPacing``: by default one
+            token an event while few requests stream, several tokens an event when many do).
     """
 
-    def __init__(self, model_name: str, *, api_key: str | None = None, limits: ServerLimits = ServerLimits()):
+    def __init__(self, model_name: str, *, api_key: str | None = None, limits: ServerLimits = ServerLimits(),
+                 pacing: StreamPacing = StreamPacing()):
         self.model_name = model_name
         self.limits = limits
         self.model: Any = None
@@ -96,6 +99,8 @@ class OpenAIServer:
         self._accepted: frozenset[str] = frozenset()
         self._streams: set = set()  # GenerationStreams of the requests in flight
         self._in_flight = 0
+        self._streaming = 0  # requests whose SSE response has started and not ended
+        self.pacing = pacing
         self.metrics = ServerMetrics(self.snapshot)
         self._routes: dict[str, tuple[str, Callable[..., Awaitable[None]]]] = {
             "/health": ("GET", self._health), "/metrics": ("GET", self._metrics), "/v1/models": ("GET", self._models),
@@ -297,11 +302,12 @@ class OpenAIServer:
             self._streams.discard(stream)
             self._in_flight -= 1
 
-    async def _run(self, stream: Any, receive: Callable, on_piece: Callable[[str], None],
+    async def _run(self, stream: Any, receive: Callable, on_text: Callable[[str], Awaitable[None]] | None,
                    received: float) -> str | None:
-        """Iterate ``stream`` into ``on_piece`` while watching the connection; returns None when
-        it ran to its end, ``"disconnect"`` or ``"timeout"`` when it was cancelled (its slot is
-        free by then, and the time from the event to that is recorded)."""
+        """Iterate ``stream`` into ``await on_text(text)`` (the text of every token there when it
+        wakes, so one call may carry several tokens; None: only run it) while watching the
+        connection; returns None when it ran to its end, ``"disconnect"`` or ``"timeout"`` when it
+        was cancelled (its slot is free by then, and the time from the event to that is recorded)."""
         ended_by: list = []  # (reason, perf_counter at the event)
         last, counted = received, 0
         m = self.metrics
@@ -332,8 +338,11 @@ class OpenAIServer:
                 left = timeout - (time.perf_counter() - received) if timeout else float("inf")
                 with trio.move_on_after(max(0.0, left)) as timer:
                     async for piece in stream:
+                        if on_text is not None:
+                            piece += stream.read_nowait()
                         count(time.perf_counter())
-                        on_piece(piece)
+                        if on_text is not None:
+                            await on_text(piece)
                     count(time.perf_counter())
                 if timer.cancelled_caught:
                     ended_by.append(("timeout", time.perf_counter()))
@@ -356,7 +365,7 @@ class OpenAIServer:
         return None
 
     async def _complete(self, stream, receive, send, chat, rid, created, received) -> None:
-        ended = await self._run(stream, receive, lambda piece: None, received)
+        ended = await self._run(stream, receive, None, received)
         if ended == "disconnect":
             raise _Disconnected
         if ended == "timeout":
@@ -377,33 +386,45 @@ class OpenAIServer:
         else:
             piece_event = PieceEncoder(lambda text: oa.completion_chunk(rid, name, created, text,
                                                                         with_usage=include_usage))
+
+        async def write(data: bytes, more: bool = True) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": more})
+
+        next_write = 0.0  # trio.current_time() before which this stream does not write again
+
+        async def on_text(text: str) -> None:  # one event of the tokens there, then the interval
+            nonlocal next_write
+            await write(piece_event(text))
+            gap = self.pacing.interval(self._streaming)
+            if gap > 0:
+                next_write = trio.current_time() + gap
+                await trio.sleep_until(next_write)
+
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
-        writer = EventWriter(send)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(writer.run)
+        self._streaming += 1
+        try:
             if chat:
-                writer.write(encode(oa.chat_chunk(rid, name, created, {"role": "assistant", "content": ""},
-                                                  with_usage=include_usage)))
-            ended = await self._run(stream, receive, lambda piece: writer.write(piece_event(piece)), received)
-            if ended == "disconnect":
-                nursery.cancel_scope.cancel()
-                return
-            if ended == "timeout":
-                writer.write(encode(timeout_error.body()))
-            else:
-                r = stream.result
-                if chat:
-                    last = oa.chat_chunk(rid, name, created, {}, r.finish_reason, with_usage=include_usage)
-                else:
-                    last = oa.completion_chunk(rid, name, created, "", r.finish_reason, with_usage=include_usage)
-                writer.write(encode(last))
-                if include_usage:
-                    use = oa.usage(r.timings.prompt_tokens, len(r.token_ids))
-                    make = oa.chat_chunk if chat else oa.completion_chunk
-                    writer.write(encode(make(rid, name, created, {} if chat else "", use=use, with_usage=True)))
-            writer.write(encode(b"[DONE]"))
-            writer.close()
+                await write(encode(oa.chat_chunk(rid, name, created, {"role": "assistant", "content": ""},
+                                                 with_usage=include_usage)))
+            ended = await self._run(stream, receive, on_text, received)
+        finally:
+            self._streaming -= 1
+        if ended == "disconnect":
+            return
+        if ended == "timeout":
+            await write(encode(timeout_error.body()) + encode(b"[DONE]"), more=False)
+            return
+        r = stream.result
+        if chat:
+            tail = [oa.chat_chunk(rid, name, created, {}, r.finish_reason, with_usage=include_usage)]
+        else:
+            tail = [oa.completion_chunk(rid, name, created, "", r.finish_reason, with_usage=include_usage)]
+        if include_usage:
+            use = oa.usage(r.timings.prompt_tokens, len(r.token_ids))
+            make = oa.chat_chunk if chat else oa.completion_chunk
+            tail.append(make(rid, name, created, {} if chat else "", use=use, with_usage=True))
+        await write(b"".join(encode(c) for c in tail) + encode(b"[DONE]"), more=False)
 
 
 def _header(scope: dict, name: bytes) -> bytes | None:

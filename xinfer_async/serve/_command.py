@@ -20,6 +20,7 @@ from typing import Any, Awaitable, Callable
 import trio
 
 from ._app import OpenAIServer, ServerLimits
+from ._sse import StreamPacing
 
 __all__ = ["build_parser", "main", "run_server", "hypercorn_config"]
 
@@ -36,6 +37,13 @@ def _port(text: str) -> int:
     if not 0 <= v <= 65535:
         raise argparse.ArgumentTypeError(f"must be in [0, 65535], got {v}")
     return v
+
+
+def _interval_ms(text: str) -> float:
+    v = float(text)
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 milliseconds, got {text}")
+    return v / 1e3
 
 
 def build_parser(prog: str = "xinfer-async serve") -> argparse.ArgumentParser:
@@ -65,6 +73,10 @@ def build_parser(prog: str = "xinfer-async serve") -> argparse.ArgumentParser:
                    help="the largest max_tokens a request may ask (default: the context length)")
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds a generation may run before it is cancelled; 0: no limit (default 600)")
+    p.add_argument("--stream-interval", type=_interval_ms, default=None, metavar="MS",
+                   help="a streamed response writes at most once per MS milliseconds, the tokens that came meanwhile "
+                        "as one event (0: every token as soon as it is there; default: 0.25 ms times the streams in "
+                        "flight, one token an event while few stream)")
     p.add_argument("--access-log", action="store_true", help="log each HTTP request to stderr")
     return p
 
@@ -133,7 +145,7 @@ async def _serve(args: argparse.Namespace) -> None:
     limits = ServerLimits(max_queue=args.max_queue, max_body_bytes=args.max_body_bytes, max_tokens=args.max_tokens,
                           request_timeout_s=args.timeout or None)
     name = args.model_name or served_name(args.model)
-    app = OpenAIServer(name, api_key=args.api_key, limits=limits)
+    app = OpenAIServer(name, api_key=args.api_key, limits=limits, pacing=StreamPacing(args.stream_interval))
 
     async def load():
         t = time.perf_counter()

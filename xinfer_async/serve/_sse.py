@@ -1,11 +1,15 @@
-"""Server-sent events for a streamed response: the encoding (``data: JSON\\n\\n``) and a writer
-that never makes the generation wait for the socket.
+"""Server-sent events for a streamed response: the encoding (``data: JSON\\n\\n``), the per-request
+event template, and the pacing of one request's writes (``StreamPacing``).
 
-``EventWriter.write`` only appends to a buffer; a sender task of the request sends what has
-gathered as one HTTP body part. While the socket keeps up, each event goes out on its own as soon
-as it is written; when it falls behind (a loaded host, a slow client), the events written
-meanwhile go out together in one write, so the cost a token pays for the network shrinks as the
-load grows instead of the generation slowing down to the socket's pace.
+Every write to a socket costs the server tens of microseconds (hypercorn's HTTP/1.1 framing, the
+``send`` system call, a trio task switch), whatever it carries; at tens of thousands of tokens a
+second over dozens of streams that cost, not the device, would set the pace. So a request's
+stream writes at most once per *stream interval*: the first event goes out as soon as its token
+is there, and the tokens that arrive while the request waits out its interval go out together as
+one event whose text is theirs joined (one OpenAI chunk, as vLLM's ``--stream-interval`` does).
+The default interval grows with the streams in flight (``StreamPacing``): one stream gets one
+event per token; 64 streams of a fast model get a few tokens an event. The generation never waits
+for the socket: the scheduler's tokens queue on the request meanwhile.
 """
 
 from __future__ import annotations
@@ -13,9 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-import trio
-
-__all__ = ["encode", "PieceEncoder", "EventWriter"]
+__all__ = ["encode", "PieceEncoder", "StreamPacing"]
 
 _SENTINEL = "\x00piece\x00"
 
@@ -45,37 +47,35 @@ class PieceEncoder:
         return self._head + json.dumps(piece).encode() + self._tail
 
 
-class EventWriter:
-    """Buffers events and sends them from ``run`` (start it in the request's nursery).
+class StreamPacing:
+    """How often one request's stream may write: its *stream interval*, seconds.
 
     Args:
-        send: the ASGI ``send``; the response must have been started.
+        interval_s: a fixed interval (0: every token as soon as it is there), or None for the
+            default: ``write_cost_s`` times the streams in flight, which holds the server's writes
+            to about ``1 / write_cost_s`` a second in all (4,000 with the default) however many
+            streams there are, and is shorter than a token's time while few stream (one token an
+            event then).
+        write_cost_s: see ``interval_s`` (seconds of server time a write is allowed).
+
+    Raises:
+        ValueError: ``interval_s`` below 0, or ``write_cost_s`` not above 0.
     """
 
-    def __init__(self, send: Callable):
-        self._send = send
-        self._buffer: list[bytes] = []
-        self._wake = trio.Event()
-        self._closed = False
+    def __init__(self, interval_s: float | None = None, write_cost_s: float = 250e-6):
+        if interval_s is not None and not interval_s >= 0:
+            raise ValueError(f"interval_s must be None or >= 0 seconds, got {interval_s!r}")
+        if not write_cost_s > 0:
+            raise ValueError(f"write_cost_s must be > 0 seconds, got {write_cost_s!r}")
+        self.interval_s = interval_s
+        self.write_cost_s = write_cost_s
 
-    def write(self, event: bytes) -> None:
-        """Queue ``event`` (encoded bytes) for sending; never waits."""
-        self._buffer.append(event)
-        self._wake.set()
+    def interval(self, streams: int) -> float:
+        """The interval, seconds, with ``streams`` requests streaming."""
+        if self.interval_s is not None:
+            return self.interval_s
+        return self.write_cost_s * max(0, streams - 1)
 
-    def close(self) -> None:
-        """No more events: ``run`` sends what is queued, ends the body and returns."""
-        self._closed = True
-        self._wake.set()
-
-    async def run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake = trio.Event()
-            if self._buffer:
-                data = b"".join(self._buffer)
-                self._buffer.clear()
-                await self._send({"type": "http.response.body", "body": data, "more_body": True})
-            if self._closed and not self._buffer:
-                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
-                return
+    def __repr__(self) -> str:
+        fixed = "auto" if self.interval_s is None else f"{self.interval_s * 1e3:g} ms"
+        return f"StreamPacing({fixed}, write_cost_s={self.write_cost_s})"
