@@ -33,8 +33,10 @@ Usage: ``xinfer-async bench serve --url http://127.0.0.1:8080 [--concurrency 1,8
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from typing import Any
@@ -53,6 +55,7 @@ COLUMNS = [
     ("ttft p50 ms", "ttft_ms_p50", ".1f"), ("p10", "ttft_ms_p10", ".1f"), ("p90", "ttft_ms_p90", ".1f"),
     ("itl p50 ms", "itl_ms_p50", ".2f"), ("p10", "itl_ms_p10", ".2f"), ("p90", "itl_ms_p90", ".2f"),
     ("p99", "itl_ms_p99", ".2f"), ("tpot p50 ms", "tpot_ms_p50", ".2f"), ("lat p50 s", "latency_s_p50", ".3f"),
+    ("cli cpu us/tok", "client_cpu_us_per_tok", ".0f"), ("srv cpu us/tok", "server_cpu_us_per_tok", ".0f"),
     ("errors", "errors", "d"),
 ]
 QS = (10, 50, 90, 99)
@@ -93,6 +96,26 @@ def parse_event(line: str) -> tuple[str, int | None] | None:
     return text, (usage or {}).get("completion_tokens")
 
 
+def parse_events(data: bytes) -> tuple[list[tuple[str, int | None]], bytes]:
+    """Complete SSE events at the start of ``data`` (bytes as they came off the socket) ->
+    (``parse_event`` of each data event, the incomplete rest). Works on bytes, without decoding
+    and splitting lines first: the client's cost per event is what limits it at tens of
+    thousands of events a second.
+
+    Raises:
+        RuntimeError: an error event (the server's message).
+    """
+    events = []
+    *complete, rest = data.replace(b"\r\n", b"\n").split(b"\n\n")
+    for raw in complete:
+        for line in raw.split(b"\n"):
+            if line.startswith(b"data:"):
+                ev = parse_event(line.decode())
+                if ev is not None:
+                    events.append(ev)
+    return events, rest
+
+
 async def stream_request(client: Any, url: str, body: dict, headers: dict) -> dict:
     """Send one streamed request; returns its times (perf_counter seconds) and token counts."""
     t0 = time.perf_counter()
@@ -101,15 +124,14 @@ async def stream_request(client: Any, url: str, body: dict, headers: dict) -> di
     async with client.stream("POST", url, json=body, headers=headers) as r:
         if r.status_code != 200:
             raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread()).decode(errors='replace')[:300]}")
-        async for line in r.aiter_lines():
-            ev = parse_event(line)
-            if ev is None:
-                continue
-            text, n = ev
-            if n is not None:
-                usage_tokens = n
-            if text:
-                times.append((time.perf_counter(), len(times) + 1))
+        rest = b""
+        async for data in r.aiter_bytes():
+            events, rest = parse_events(rest + data)
+            for text, n in events:
+                if n is not None:
+                    usage_tokens = n
+                if text:
+                    times.append((time.perf_counter(), len(times) + 1))
     end = time.perf_counter()
     tokens = usage_tokens if usage_tokens is not None else len(times)
     ttft = times[0][0] - t0 if times else math.nan
@@ -118,34 +140,172 @@ async def stream_request(client: Any, url: str, body: dict, headers: dict) -> di
                 tpot=(end - t0 - ttft) / (tokens - 1) if tokens > 1 else math.nan)
 
 
-async def run_row(client: Any, url: str, headers: dict, *, model: str | None, concurrency: int, rate: float,
-                  requests: int, max_tokens: int, chat: bool, seed: int = 0) -> dict:
-    """One row: warm-up, then ``requests`` Poisson arrivals with at most ``concurrency`` in flight."""
-    async with trio.open_nursery() as nursery:  # warm-up: every place in flight once, short
-        for i in range(concurrency):
+@dataclasses.dataclass(frozen=True)
+class Share:
+    """The part of a row one client process runs.
+
+    Attributes:
+        concurrency: its requests in flight at most.
+        indices: the row's request numbers it sends (the prompt is ``PROMPTS[i % len(PROMPTS)]``).
+        offsets: their arrival times, seconds after the row's start.
+    """
+
+    concurrency: int
+    indices: tuple[int, ...]
+    offsets: tuple[float, ...]
+
+
+def split_row(concurrency: int, requests: int, rate: float, seed: int, workers: int) -> list[Share]:
+    """A row's Poisson arrivals dealt out to ``workers`` client processes (request i to process
+    i mod workers, the places in flight as evenly as they go); fewer processes when the row has
+    fewer places in flight than ``workers``.
+
+    Raises:
+        ValueError: ``workers`` or ``concurrency`` below 1.
+    """
+    if workers < 1 or concurrency < 1:
+        raise ValueError(f"workers and concurrency must be >= 1, got {workers}, {concurrency}")
+    offsets = arrival_times(requests, rate, seed)
+    w = min(workers, concurrency)
+    return [Share(concurrency // w + (k < concurrency % w), tuple(range(k, requests, w)),
+                  tuple(float(offsets[i]) for i in range(k, requests, w))) for k in range(w)]
+
+
+async def warm_up(client: Any, url: str, headers: dict, model: str | None, places: int, chat: bool) -> None:
+    """One short request per place in flight (opens the connections; left out of the row)."""
+    async with trio.open_nursery() as nursery:
+        for i in range(places):
             nursery.start_soon(stream_request, client, url, request_body(model, PROMPTS[i % len(PROMPTS)], 4, chat),
                                headers)
-    offsets = arrival_times(requests, rate, seed)
-    places = trio.Semaphore(concurrency)
-    results: list[dict | None] = [None] * requests
+
+
+async def run_share(client: Any, url: str, headers: dict, share: Share, start: float, *, model: str | None,
+                    max_tokens: int, chat: bool) -> tuple[list[dict], list[str]]:
+    """Send ``share``'s requests, each at ``start`` (``trio.current_time()``) + its offset, at most
+    ``share.concurrency`` at a time; returns (the records of those that completed, the errors, the
+    CPU seconds this process spent meanwhile)."""
+    places = trio.Semaphore(share.concurrency)
+    results: list[dict] = []
     errors: list[str] = []
 
-    async def one(i: int, start: float) -> None:
-        await trio.sleep_until(start + offsets[i])
+    async def one(i: int, offset: float) -> None:
+        await trio.sleep_until(start + offset)
         async with places:
             try:
-                results[i] = await stream_request(client, url, request_body(model, PROMPTS[i % len(PROMPTS)],
-                                                                            max_tokens, chat), headers)
-            except (RuntimeError, OSError, ValueError) as exc:  # httpx's errors are OSError-like; count them
-                errors.append(f"{type(exc).__name__}: {exc}")
-            except Exception as exc:
+                results.append(await stream_request(client, url, request_body(model, PROMPTS[i % len(PROMPTS)],
+                                                                               max_tokens, chat), headers))
+            except Exception as exc:  # httpx's errors, an error event, a bad status: counted
                 errors.append(f"{type(exc).__name__}: {exc}")
 
-    start = trio.current_time()
+    cpu = time.process_time()
     async with trio.open_nursery() as nursery:
-        for i in range(requests):
-            nursery.start_soon(one, i, start)
-    done = [r for r in results if r is not None]
+        for i, offset in zip(share.indices, share.offsets):
+            nursery.start_soon(one, i, offset)
+    return results, errors, time.process_time() - cpu
+
+
+def _client(httpx: Any, places: int, timeout: float) -> Any:
+    return httpx.AsyncClient(timeout=httpx.Timeout(timeout),
+                             limits=httpx.Limits(max_connections=places, max_keepalive_connections=places))
+
+
+async def _row_here(url: str, headers: dict, share: Share, opts: dict, timeout: float) -> tuple[list, list]:
+    import httpx
+
+    async with _client(httpx, share.concurrency, timeout) as client:
+        await warm_up(client, url, headers, opts["model"], share.concurrency, opts["chat"])
+        server_cpu = await _server_cpu_s(client, url, headers)
+        out = await run_share(client, url, headers, share, trio.current_time(), **opts)
+        return (*out, await _server_cpu_s(client, url, headers) - server_cpu)
+
+
+async def _row_worker(conn: Any, url: str, headers: dict, share: Share, opts: dict, timeout: float) -> None:
+    import httpx
+
+    async with _client(httpx, share.concurrency, timeout) as client:
+        await warm_up(client, url, headers, opts["model"], share.concurrency, opts["chat"])
+        conn.send("ready")
+        start = await trio.to_thread.run_sync(conn.recv)  # a perf_counter time, the same in every process
+        out = await run_share(client, url, headers, share, trio.current_time() + (start - time.perf_counter()),
+                              **opts)
+    conn.send(out)
+
+
+def _worker_main(conn: Any, *args: Any) -> None:
+    try:
+        trio.run(_row_worker, conn, *args)
+    except BaseException as exc:
+        conn.send(RuntimeError(f"client process failed: {type(exc).__name__}: {exc}"))
+        raise
+
+
+async def _server_cpu_s(client: Any, url: str, headers: dict) -> float:
+    """The server's ``process_cpu_seconds_total`` from its ``/metrics`` (NaN without it: another
+    server, or not Linux)."""
+    try:
+        r = await client.get(url.rsplit("/v1/", 1)[0] + "/metrics", headers=headers)
+        for line in r.text.splitlines():
+            if line.startswith("process_cpu_seconds_total "):
+                return float(line.split()[1])
+    except Exception:  # no /metrics, not Prometheus text: the figure is left out
+        pass
+    return math.nan
+
+
+async def _scrape_cpu_s(url: str, headers: dict) -> float:
+    import httpx
+
+    async with httpx.AsyncClient(timeout=30) as client:
+        return await _server_cpu_s(client, url, headers)
+
+
+def _row_in_processes(url: str, headers: dict, shares: list[Share], opts: dict, timeout: float) -> tuple[list, list]:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # the parent's state (threads, sockets) stays out
+    procs, conns = [], []
+    try:
+        for share in shares:
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_worker_main, args=(theirs, url, headers, share, opts, timeout), daemon=True)
+            proc.start()
+            procs.append(proc)
+            conns.append(mine)
+        for c in conns:
+            if (msg := c.recv()) != "ready":
+                raise msg
+        server_cpu = trio.run(_scrape_cpu_s, url, headers)
+        start = time.perf_counter() + 0.05
+        for c in conns:
+            c.send(start)
+        results, errors, client_cpu = [], [], 0.0
+        for c in conns:
+            out = c.recv()
+            if isinstance(out, BaseException):
+                raise out
+            results += out[0]
+            errors += out[1]
+            client_cpu += out[2]
+        return results, errors, client_cpu, trio.run(_scrape_cpu_s, url, headers) - server_cpu
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+
+
+def run_row(url: str, headers: dict, *, model: str | None, concurrency: int, rate: float, requests: int,
+            max_tokens: int, chat: bool, seed: int = 0, workers: int = 1, timeout: float = 600.0) -> dict:
+    """One row: a warm-up, then ``requests`` Poisson arrivals with at most ``concurrency`` in
+    flight, sent from ``min(workers, concurrency)`` client processes (1: this process) whose
+    records are merged (their ``time.perf_counter`` is the system's monotonic clock, one
+    clock for all of them)."""
+    shares = split_row(concurrency, requests, rate, seed, workers)
+    opts = dict(model=model, max_tokens=max_tokens, chat=chat)
+    if len(shares) == 1:
+        done, errors, client_cpu, server_cpu = trio.run(_row_here, url, headers, shares[0], opts, timeout)
+    else:
+        done, errors, client_cpu, server_cpu = _row_in_processes(url, headers, shares, opts, timeout)
     if not done:
         raise RuntimeError(f"every request failed; first error: {errors[0] if errors else '?'}")
     wall = max(r["end"] for r in done) - min(r["start"] for r in done)
@@ -153,8 +313,9 @@ async def run_row(client: Any, url: str, headers: dict, *, model: str | None, co
     steady_tok_s, _ = _steady(done)
     return dict(
         concurrency=concurrency, rate=rate, requests=requests, completed=len(done), errors=len(errors),
-        first_errors=errors[:3], max_tokens=max_tokens, duration_s=wall, output_tokens=tokens,
-        req_per_s=len(done) / wall, out_tok_per_s=tokens / wall, steady_tok_per_s=steady_tok_s,
+        first_errors=errors[:3], max_tokens=max_tokens, client_processes=len(shares), duration_s=wall,
+        output_tokens=tokens, client_cpu_us_per_tok=client_cpu / tokens * 1e6,
+        server_cpu_us_per_tok=server_cpu / tokens * 1e6, req_per_s=len(done) / wall, out_tok_per_s=tokens / wall, steady_tok_per_s=steady_tok_s,
         **percentiles((r["ttft"] for r in done if not math.isnan(r["ttft"])), QS, 1e3, "ttft_ms_"),
         **percentiles((g for r in done for g in r["itl"]), QS, 1e3, "itl_ms_"),
         **percentiles((r["tpot"] for r in done if not math.isnan(r["tpot"])), QS, 1e3, "tpot_ms_"),
@@ -162,7 +323,8 @@ async def run_row(client: Any, url: str, headers: dict, *, model: str | None, co
     )
 
 
-async def _main(args: argparse.Namespace) -> dict:
+def collect(args: argparse.Namespace) -> dict:
+    """Every (concurrency, rate) row of ``args`` against ``args.url``."""
     import httpx
 
     base = args.url.rstrip("/")
@@ -170,23 +332,22 @@ async def _main(args: argparse.Namespace) -> dict:
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     concurrencies = [int(c) for c in str(args.concurrency).split(",")]
     rates = [float(r) for r in str(args.rate).split(",")]
-    limits = httpx.Limits(max_connections=max(concurrencies), max_keepalive_connections=max(concurrencies))
-    async with httpx.AsyncClient(timeout=httpx.Timeout(args.timeout), limits=limits) as client:
-        model = args.model
-        if model is None:  # the server's first model
-            r = await client.get(base + "/v1/models", headers=headers)
-            r.raise_for_status()
-            model = r.json()["data"][0]["id"]
-        url = base + ("/v1/chat/completions" if args.chat else "/v1/completions")
-        rows = []
-        for c in concurrencies:
-            for rate in rates:
-                row = await run_row(client, url, headers, model=model, concurrency=c, rate=rate,
-                                    requests=args.requests or c, max_tokens=args.max_tokens, chat=args.chat,
-                                    seed=args.seed)
-                rows.append(row)
-                print(f"  concurrency {c}, rate {rate:g}: {row['out_tok_per_s']:.1f} tok/s "
-                      f"({row['completed']} requests, {row['errors']} errors)", file=sys.stderr)
+    model = args.model
+    if model is None:  # the server's first model
+        r = httpx.get(base + "/v1/models", headers=headers, timeout=args.timeout)
+        r.raise_for_status()
+        model = r.json()["data"][0]["id"]
+    url = base + ("/v1/chat/completions" if args.chat else "/v1/completions")
+    rows = []
+    for c in concurrencies:
+        for rate in rates:
+            row = run_row(url, headers, model=model, concurrency=c, rate=rate, requests=args.requests or c,
+                          max_tokens=args.max_tokens, chat=args.chat, seed=args.seed, workers=args.workers,
+                          timeout=args.timeout)
+            rows.append(row)
+            print(f"  concurrency {c}, rate {rate:g}: {row['out_tok_per_s']:.1f} tok/s "
+                  f"({row['completed']} requests, {row['errors']} errors, {row['client_processes']} client "
+                  f"processes)", file=sys.stderr)
     return dict(benchmark="serve", url=args.url, model=model, endpoint=url, max_tokens=args.max_tokens, rows=rows)
 
 
@@ -237,11 +398,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chat", action="store_true", help="POST /v1/chat/completions (default: /v1/completions)")
     p.add_argument("--timeout", type=float, default=600.0, help="HTTP timeout a request, seconds (default 600)")
     p.add_argument("--seed", type=int, default=0, help="seed of the arrivals (default 0)")
+    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
+                   help="client processes a row's requests are dealt out to (at most one per place in flight), so "
+                        "that parsing the streams is not what limits a fast server (default: min(4, CPUs), here "
+                        f"{min(4, os.cpu_count() or 1)})")
     add_output_args(p)
     args = p.parse_args(argv)
     try:
         if any(int(c) < 1 for c in str(args.concurrency).split(",")):
             raise ValueError(f"--concurrency values must be >= 1, got {args.concurrency}")
+        if args.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {args.workers}")
         if args.requests < 0 or args.max_tokens < 1:
             raise ValueError(f"--requests must be >= 0 and --max-tokens >= 1, got {args.requests}, {args.max_tokens}")
         for r in str(args.rate).split(","):
@@ -249,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         check_plot(args.plot)
     except (ValueError, RuntimeError) as exc:
         p.error(str(exc))
-    result = trio.run(_main, args)
+    result = collect(args)
     print(f"bench serve: {result['endpoint']} model {result['model']}, {args.max_tokens} tokens a request "
           f"(greedy, ignore_eos), streamed; medians with p10/p90")
     print(render_table(COLUMNS, result["rows"]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -88,6 +88,7 @@ class ServerMetrics:
     def __init__(self, snapshot: Callable[[], Snapshot]):
         self.registry = CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)  # process_cpu_seconds_total etc. (Linux): bench serve's server CPU a token
         self.http_requests = Counter("xinfer_http_requests", "HTTP requests answered, by route and status",
                                      ["route", "status"], registry=r)
         self.prompt_tokens = Counter("xinfer_prompt_tokens", "prompt tokens of admitted generation requests",
