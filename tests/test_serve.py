@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import os
 import threading
 import time
@@ -269,6 +270,36 @@ def test_32_concurrent_streams_all_equal_the_in_process_results(tiny):
     tiny.wait_idle()
 
 
+def test_a_stream_interval_groups_the_tokens_of_one_interval_into_one_event(tiny):
+    from xinfer_async.serve._sse import StreamPacing
+
+    ref = reference(tiny, "once upon a time", max_tokens=24, ignore_eos=True)
+    client = tiny.client()
+    tiny.app.pacing = StreamPacing(0.3)  # one write per 0.3 s: every event after the first carries several tokens
+    try:
+        chunks = [c for c in client.completions.create(model="tiny", prompt="once upon a time", max_tokens=24,
+                                                        temperature=0, stream=True, extra_body={"ignore_eos": True})]
+    finally:
+        tiny.app.pacing = StreamPacing()
+    texts = [c.choices[0].text for c in chunks if c.choices and c.choices[0].text]
+    assert "".join(texts) == ref.text and chunks[-1].choices[0].finish_reason == "length"
+    assert 1 <= len(texts) < 24  # each event a valid chunk; fewer events than tokens
+    tiny.wait_idle()
+
+
+def test_stream_pacing_default_grows_with_the_streams_and_checks_its_arguments():
+    from xinfer_async.serve._sse import StreamPacing
+
+    auto = StreamPacing(write_cost_s=1e-3)
+    assert auto.interval(0) == auto.interval(1) == 0.0  # one stream: every token its own event
+    assert auto.interval(64) == pytest.approx(63e-3)
+    assert StreamPacing(0.01).interval(64) == 0.01 and StreamPacing(0).interval(64) == 0
+    with pytest.raises(ValueError, match="interval_s must be None or >= 0 seconds, got -1"):
+        StreamPacing(-1)
+    with pytest.raises(ValueError, match="write_cost_s must be > 0 seconds, got 0"):
+        StreamPacing(write_cost_s=0)
+
+
 async def _max_active(model):
     return model.statistics()["batch"].max_active
 
@@ -448,6 +479,35 @@ def test_bench_serve_sweeps_concurrency_against_the_live_server(tiny, tmp_path):
     assert _serve.parse_event("data: [DONE]") is None and _serve.parse_event("") is None
     with pytest.raises(RuntimeError, match="server error event"):
         _serve.parse_event('data: {"error": {"message": "x"}}')
+
+
+def test_bench_serve_deals_a_row_out_to_client_processes_and_merges_them(tiny, tmp_path):
+    import json
+
+    from xinfer_async.bench import _serve, resolve
+    from xinfer_async.bench._load import arrival_times
+
+    shares = _serve.split_row(7, 20, 50.0, 3, 3)
+    assert [s.concurrency for s in shares] == [3, 2, 2]
+    assert sorted(i for s in shares for i in s.indices) == list(range(20))
+    want = arrival_times(20, 50.0, 3)
+    assert all(o == pytest.approx(want[i]) for s in shares for i, o in zip(s.indices, s.offsets))
+    assert len(_serve.split_row(2, 5, math.inf, 0, 4)) == 2  # never more processes than places in flight
+    with pytest.raises(ValueError, match="workers and concurrency must be >= 1, got 0, 2"):
+        _serve.split_row(2, 5, math.inf, 0, 0)
+    # SSE split anywhere on the wire: the bytes parser keeps the incomplete rest
+    wire = b'data: {"choices":[{"text":"a"}]}\n\ndata: {"choices":[],"usage":{"completion_tokens":3}}\n\ndata: [DONE]\n\n'
+    for cut in range(len(wire) + 1):
+        first, rest = _serve.parse_events(wire[:cut])
+        second, rest = _serve.parse_events(rest + wire[cut:])
+        assert first + second == [("a", None), ("", 3)] and rest == b""
+    out = tmp_path / "serve.json"
+    assert resolve("serve")(["--url", tiny.url, "--api-key", KEY, "--concurrency", "4", "--requests", "6",
+                             "--max-tokens", "5", "--workers", "2", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["client_processes"] == 2 and row["completed"] == 6 and row["errors"] == 0
+    assert row["output_tokens"] == 30 and row["client_cpu_us_per_tok"] > 0 and row["server_cpu_us_per_tok"] > 0
+    tiny.wait_idle()
 
 
 # -- the command ---------------------------------------------------------------------------
