@@ -24,10 +24,19 @@ Per row (a warm-up of one short request per place in flight runs first and is le
   one write) have gaps near 0, which pull the ``itl`` median down: ``tpot`` is the figure that
   does not depend on how the events were grouped.
 
-Times are taken in this process when a chunk arrives (HTTP client: httpx under trio).
+- ``cli cpu us/tok``: CPU time of the client processes while the row ran / generated tokens;
+  ``srv cpu us/tok``: the same of the server, from its ``/metrics`` ``process_cpu_seconds_total``
+  read before and after the row (``-`` for a server without it). CPU time, not wall time, is the
+  figure that holds on a shared machine.
+
+Times are taken when a chunk arrives (HTTP client: httpx under trio, the SSE parsed from the bytes)
+in ``--workers`` client processes (default min(4, CPUs); a row's request i goes to process
+i mod N, its places in flight dealt out evenly; ``time.perf_counter`` is the system's monotonic
+clock, one clock for all of them, so their records merge): one Python process parsing 64 streams
+of a fast server would itself be the limit.
 
 Usage: ``xinfer-async bench serve --url http://127.0.0.1:8080 [--concurrency 1,8,64] [--rate inf]
-[--requests 64] [--max-tokens 128] [--chat] [--api-key KEY] [--json F] [--plot F.png]``
+[--requests 64] [--max-tokens 128] [--workers 4] [--chat] [--api-key KEY] [--json F] [--plot F.png]``
 """
 
 from __future__ import annotations
