@@ -19,10 +19,10 @@ Per row (a warm-up of one short request per place in flight runs first and is le
 - ``ttft``: time to first token (request sent to the first content chunk), ``itl``: gaps
   between content chunks, all requests pooled (a chunk counted as one token, as vLLM's benchmark
   does), ``tpot``: (latency - ttft) / (tokens - 1) per request, ``latency``: sent to last chunk;
-  each as the median and the p10-p90 spread, plus p99. Events that reach the client in one read
-  (a loaded server or client: ``xinfer-async serve`` then sends the events gathered meanwhile in
-  one write) have gaps near 0, which pull the ``itl`` median down: ``tpot`` is the figure that
-  does not depend on how the events were grouped.
+  each as the median and the p10-p90 spread, plus p99. A server that puts several tokens in one
+  event (``xinfer-async serve``'s stream interval with many streams, vLLM's ``--stream-interval``)
+  has fewer, longer gaps, and events that reach the client in one read have gaps near 0: ``tpot``
+  is the figure that does not depend on how the tokens were grouped.
 
 - ``cli cpu us/tok``: CPU time of the client processes while the row ran / generated tokens;
   ``srv cpu us/tok``: the same of the server, from its ``/metrics`` ``process_cpu_seconds_total``
