@@ -1,5 +1,5 @@
 """Closing a model: waiting requests end with an error (no hang), held slots are released after
-their holders, a device opened by ``load`` is closed; stop strings keep real timings."""
+their holders, a device opened by ``load`` is closed; stop strings keep real timings; ``GenerationStream.read_nowait`` drains what was delivered."""
 
 import pytest
 import trio
@@ -82,3 +82,26 @@ async def test_aclose_of_a_batched_model_ends_its_requests():
         model, lambda: model.statistics()["batch"] is not None and model.statistics()["batch"].steps > 0)
     assert len(errors) == 3 and all(isinstance(e, trio.ClosedResourceError) for e in errors), errors
     assert model.device._closed and model.device.allocator.cached_bytes == 0
+
+
+async def test_read_nowait_returns_the_tokens_already_delivered_and_leaves_the_end_to_anext(tmp_path):
+    from xinfer_async import llm
+    from xinfer_async.llm._synthetic import write_synthetic_gguf
+
+    path = write_synthetic_gguf(tmp_path / "tiny.gguf", "tiny")
+    model = await llm.load(str(path), device="cpu", ctx=128, slots=2, batching=True)
+    try:
+        ref = await model.complete("once upon a time", max_tokens=20, ignore_eos=True)
+        stream = model.generate("once upon a time", max_tokens=20, ignore_eos=True)
+        assert stream.read_nowait() == ""  # not started: nothing, no error
+        parts, bunched = [], 0
+        async for piece in stream:
+            await trio.sleep(0.02)  # let several steps deliver their tokens meanwhile
+            counted = stream.token_count
+            rest = stream.read_nowait()
+            bunched = max(bunched, stream.token_count - counted)
+            parts.append(piece + rest)
+        assert "".join(parts) == ref.text and stream.result.token_ids == ref.token_ids
+        assert bunched >= 1 and stream.read_nowait() == ""  # some tokens came meanwhile; after the end nothing
+    finally:
+        await model.aclose()
