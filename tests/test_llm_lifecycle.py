@@ -1,5 +1,6 @@
 """Closing a model: waiting requests end with an error (no hang), held slots are released after
-their holders, a device opened by ``load`` is closed; stop strings keep real timings; ``GenerationStream.read_nowait`` drains what was delivered."""
+their holders, a device opened by ``load`` is closed; stop strings keep real timings;
+``GenerationStream.read_nowait`` drains what was delivered."""
 
 import pytest
 import trio
