@@ -229,6 +229,9 @@ def test_min_p_filter_matches_reference(rng, min_p):
     from xinfer_async.llm._sampling import min_p_filter
 
     z = rng.standard_normal(200) * 2
+    top = int(np.argmax(z))
+    z[(top + 1) % 200] = z[top] - 0.5  # a runner-up every min_p < 0.6 keeps (p ratio e^-0.5)
+    z[(top + 2) % 200] = z[top] - 5.0  # and a token every min_p > 0.007 drops
     probs = np.exp(z) / np.exp(z).sum()
     got = min_p_filter(probs, min_p)
     want = _min_p_reference(probs, min_p)
