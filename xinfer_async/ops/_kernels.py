@@ -115,7 +115,12 @@ _declare("kv_store", [("src", R, "(T, width)", _strided("T", "src_stride", lambd
          cuda=flat(lambda c: c["T"] * c["width"]),
          doc="cache[pos[t], :] = src[t*src_stride : t*src_stride+width]; rows with pos outside [0, ctx) skipped")
 #: the weight types of the ``_DT`` kernel families (``dequantize_DT``: the block types among them)
-WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1)
+WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1,
+                 DType.q5_0, DType.q5_1, DType.q2_k, DType.q3_k, DType.q4_k, DType.q5_k, DType.q6_k,
+                 DType.iq4_nl, DType.iq4_xs, DType.bf16)
+#: the weight types that have cuda kernels (``shaders/``); the others are cpu-only for now and the
+#: cuda backend refuses them (``backends/cuda/_kernel.load_kernel``: no shader)
+CUDA_WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1)
 
 
 def _blocks(dt: DType, key: str):
@@ -128,7 +133,7 @@ def _matrix(dt: DType, rows: int = 1):
     return lambda c: dt.nbytes(rows * c["N"] * c["K"])
 
 
-_K32 = "; K a multiple of 32 for block types"
+_K32 = "; K a multiple of the block size (32, or 256 for the K-quants and iq4_xs) for block types"
 # A family a loop. The declaration order is the order of the generated structs, the order the
 # hand-written headers had (so the text the compilers see is unchanged): declare new kernels last.
 for _dt in WEIGHT_DTYPES:
