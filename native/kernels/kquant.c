@@ -6,6 +6,10 @@
  * the same order: d * sc rounded, then d_sc * q - d_min rounded; the build passes
  * -ffp-contract=off, so no product is fused into a sum).
  *
+ * dequantize_DT runs the scalar formulas; get_rows_DT and the matmuls the AVX2 versions where there
+ * are (the K-quants), the same operations on the same values (tests/test_kquant_kernels.py checks
+ * each bit for bit against gguf).
+ *
  * The matmuls dequantize one block (32 or 256 weights) of a weight row exactly into a float buffer
  * (in L1), then FMA it against up to 4 x rows in float32: every token's sum runs in 4 chains of 8
  * floats (AVX2+FMA) over the blocks in order, whatever the number of tokens sharing the tile, so a
@@ -50,14 +54,30 @@ static inline void deq_q5_1(const uint8_t *blk, float *o)
     }
 }
 
+/* 16 packed bytes of 4-bit iq4 codes: lo[j] = dl * kvalues[q[j] & 15], hi[j] = dl * kvalues[q[j] >> 4] */
+static inline void iq4_16(const uint8_t *q, float dl, float *lo, float *hi)
+{
+#if defined(__AVX2__)
+    const __m128i table = _mm_loadu_si128((const __m128i *)kvalues_iq4nl);
+    const __m128i v = _mm_loadu_si128((const __m128i *)q), m4 = _mm_set1_epi8(15);
+    const __m128i kl = _mm_shuffle_epi8(table, _mm_and_si128(v, m4));
+    const __m128i kh = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    const __m256 d = _mm256_set1_ps(dl);
+    _mm256_storeu_ps(lo, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(kl))));
+    _mm256_storeu_ps(lo + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(kl, kl)))));
+    _mm256_storeu_ps(hi, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(kh))));
+    _mm256_storeu_ps(hi + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(kh, kh)))));
+#else
+    for (int j = 0; j < 16; j++) {
+        lo[j] = dl * (float)kvalues_iq4nl[q[j] & 15];
+        hi[j] = dl * (float)kvalues_iq4nl[q[j] >> 4];
+    }
+#endif
+}
+
 static inline void deq_iq4_nl(const uint8_t *blk, float *o)
 {
-    const float d = xi_h2f_bits(xi_rd16(blk));
-    const uint8_t *qs = blk + 2;
-    for (int j = 0; j < 16; j++) {
-        o[j] = d * (float)kvalues_iq4nl[qs[j] & 15];
-        o[j + 16] = d * (float)kvalues_iq4nl[qs[j] >> 4];
-    }
+    iq4_16(blk + 2, xi_h2f_bits(xi_rd16(blk)), o, o + 16);
 }
 
 /* block_q2_K: scales[16] (low nibble scale, high nibble min), qs[64], d, dmin */
@@ -65,13 +85,15 @@ static inline void deq_q2_k(const uint8_t *blk, float *o)
 {
     const uint8_t *sc = blk, *qs = blk + 16;
     const float d = xi_h2f_bits(xi_rd16(blk + 80)), dmin = xi_h2f_bits(xi_rd16(blk + 82));
-    for (int g = 0; g < 16; g++) { /* 16 groups of 16 */
-        const float dl = d * (float)(sc[g] & 15), ml = dmin * (float)(sc[g] >> 4);
-        for (int l = 0; l < 16; l++) {
-            const int e = 16 * g + l, h = e >> 7, j = (e & 127) >> 5;
-            o[e] = dl * (float)((qs[32 * h + (e & 31)] >> (2 * j)) & 3) - ml;
-        }
-    }
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int half = 0; half < 2; half++) {
+                const int g = 8 * h + 2 * j + half;
+                const float dl = d * (float)(sc[g] & 15), ml = dmin * (float)(sc[g] >> 4);
+                const uint8_t *q = qs + 32 * h + 16 * half;
+                float *out = o + 16 * g;
+                for (int l = 0; l < 16; l++) out[l] = dl * (float)((q[l] >> (2 * j)) & 3) - ml;
+            }
 }
 
 /* block_q3_K: hmask[32], qs[64], scales[12] (16 6-bit scales, offset 32), d */
@@ -79,17 +101,19 @@ static inline void deq_q3_k(const uint8_t *blk, float *o)
 {
     const uint8_t *hm = blk, *qs = blk + 32, *sc = blk + 96;
     const float d = xi_h2f_bits(xi_rd16(blk + 108));
-    for (int g = 0; g < 16; g++) {
-        const int lo = (sc[g & 7] >> (4 * (g >> 3))) & 15;
-        const int hi = (sc[8 + (g & 3)] >> (2 * (g >> 2))) & 3;
-        const float dl = d * (float)((int8_t)(lo | (hi << 4)) - 32);
-        for (int l = 0; l < 16; l++) {
-            const int e = 16 * g + l, h = e >> 7, j = (e & 127) >> 5;
-            const int ql = (qs[32 * h + (e & 31)] >> (2 * j)) & 3;
-            const int qh = (hm[e & 31] >> (e >> 5)) & 1;
-            o[e] = dl * (float)(ql - ((qh ^ 1) << 2));
-        }
-    }
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int half = 0; half < 2; half++) {
+                const int g = 8 * h + 2 * j + half;
+                const int lo = (sc[g & 7] >> (4 * (g >> 3))) & 15;
+                const int hi = (sc[8 + (g & 3)] >> (2 * (g >> 2))) & 3;
+                const float dl = d * (float)((lo | (hi << 4)) - 32);
+                const uint8_t *q = qs + 32 * h + 16 * half, *m = hm + 16 * half;
+                const int hb = 4 * h + j;
+                float *out = o + 16 * g;
+                for (int l = 0; l < 16; l++)
+                    out[l] = dl * (float)(((q[l] >> (2 * j)) & 3) - ((((m[l] >> hb) & 1) ^ 1) << 2));
+            }
 }
 
 /* the 6-bit scale and min of group j (0..7) of q4_K / q5_K's 12 scale bytes */
@@ -141,15 +165,17 @@ static inline void deq_q6_k(const uint8_t *blk, float *o)
     const uint8_t *ql = blk, *qh = blk + 128;
     const int8_t *sc = (const int8_t *)(blk + 192);
     const float d = xi_h2f_bits(xi_rd16(blk + 208));
-    for (int g = 0; g < 16; g++) {
-        const float dl = d * (float)sc[g];
-        for (int l = 0; l < 16; l++) {
-            const int e = 16 * g + l, h = e >> 7, i = e & 127;
-            const int lo = (ql[64 * h + (i & 63)] >> (4 * (i >> 6))) & 15;
-            const int hi = (qh[32 * h + (i & 31)] >> (2 * (i >> 5))) & 3;
-            o[e] = dl * (float)((lo | (hi << 4)) - 32);
-        }
-    }
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int half = 0; half < 2; half++) {
+                const int g = 8 * h + 2 * j + half;
+                const float dl = d * (float)sc[g];
+                const uint8_t *lo = ql + 64 * h + 32 * (j & 1) + 16 * half, *hi = qh + 32 * h + 16 * half;
+                const int sl = 4 * (j >> 1), sh = 2 * j;
+                float *out = o + 16 * g;
+                for (int l = 0; l < 16; l++)
+                    out[l] = dl * (float)((((lo[l] >> sl) & 15) | (((hi[l] >> sh) & 3) << 4)) - 32);
+            }
 }
 
 /* block_iq4_xs: d, scales_h (u16), scales_l[4], qs[128] */
@@ -160,14 +186,123 @@ static inline void deq_iq4_xs(const uint8_t *blk, float *o)
     const uint8_t *sl = blk + 4, *qs = blk + 8;
     for (int g = 0; g < 8; g++) {
         const int ls = ((sl[g >> 1] >> (4 * (g & 1))) & 15) | (((sh >> (2 * g)) & 3) << 4);
-        const float dl = d * (float)(ls - 32);
-        const uint8_t *q = qs + 16 * g;
-        for (int j = 0; j < 16; j++) {
-            o[32 * g + j] = dl * (float)kvalues_iq4nl[q[j] & 15];
-            o[32 * g + j + 16] = dl * (float)kvalues_iq4nl[q[j] >> 4];
-        }
+        iq4_16(qs + 16 * g, d * (float)(ls - 32), o + 32 * g, o + 32 * g + 16);
     }
 }
+
+#if defined(__AVX2__)
+/* AVX2 versions of the K-quant dequantizations: the same float operations on the same values
+ * (codes as int8 -> float exactly, d * q then - m, each rounded), so bit-identical to the scalar
+ * ones above (tests/test_kquant_kernels.py compares both with gguf). */
+static inline __m256i srl8(__m256i v, int s) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(s)); }
+
+/* 32 int8 codes q -> o[0..15] = d0 * q - m0, o[16..31] = d1 * q - m1 (no subtraction if !MIN) */
+static inline __attribute__((always_inline)) void
+emit32(__m256i q, float d0, float d1, float m0, float m1, float *o, const int MIN)
+{
+    const __m128i a = _mm256_castsi256_si128(q), b = _mm256_extracti128_si256(q, 1);
+    const __m256 f[4] = {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a)),
+                         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(a, a))),
+                         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)),
+                         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(b, b)))};
+    for (int i = 0; i < 4; i++) {
+        __m256 v = _mm256_mul_ps(_mm256_set1_ps(i < 2 ? d0 : d1), f[i]);
+        if (MIN) v = _mm256_sub_ps(v, _mm256_set1_ps(i < 2 ? m0 : m1));
+        _mm256_storeu_ps(o + 8 * i, v);
+    }
+}
+
+static inline __m256i ld32(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+static inline void vdeq_q4_k(const uint8_t *blk, float *o)
+{
+    const float d = xi_h2f_bits(xi_rd16(blk)), dmin = xi_h2f_bits(xi_rd16(blk + 2));
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int g = 0; g < 8; g++) {
+        int sc, m;
+        scale_min_k4(g, blk + 4, &sc, &m);
+        const float dl = d * (float)sc, ml = dmin * (float)m;
+        const __m256i q = _mm256_and_si256(srl8(ld32(blk + 16 + 32 * (g >> 1)), 4 * (g & 1)), m4);
+        emit32(q, dl, dl, ml, ml, o + 32 * g, 1);
+    }
+}
+
+static inline void vdeq_q5_k(const uint8_t *blk, float *o)
+{
+    const float d = xi_h2f_bits(xi_rd16(blk)), dmin = xi_h2f_bits(xi_rd16(blk + 2));
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1), qh = ld32(blk + 16);
+    for (int g = 0; g < 8; g++) {
+        int sc, m;
+        scale_min_k4(g, blk + 4, &sc, &m);
+        const float dl = d * (float)sc, ml = dmin * (float)m;
+        const __m256i lo = _mm256_and_si256(srl8(ld32(blk + 48 + 32 * (g >> 1)), 4 * (g & 1)), m4);
+        const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(srl8(qh, g), one), 4);
+        emit32(_mm256_or_si256(lo, hi), dl, dl, ml, ml, o + 32 * g, 1);
+    }
+}
+
+static inline void vdeq_q6_k(const uint8_t *blk, float *o)
+{
+    const int8_t *sc = (const int8_t *)(blk + 192);
+    const float d = xi_h2f_bits(xi_rd16(blk + 208));
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++) {
+            const int g = 8 * h + 2 * j;
+            const __m256i lo = _mm256_and_si256(srl8(ld32(blk + 64 * h + 32 * (j & 1)), 4 * (j >> 1)), m4);
+            const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(srl8(ld32(blk + 128 + 32 * h), 2 * j), m2), 4);
+            emit32(_mm256_sub_epi8(_mm256_or_si256(lo, hi), k32), d * (float)sc[g], d * (float)sc[g + 1], 0, 0,
+                   o + 32 * (4 * h + j), 0);
+        }
+}
+
+static inline void vdeq_q2_k(const uint8_t *blk, float *o)
+{
+    const uint8_t *sc = blk;
+    const float d = xi_h2f_bits(xi_rd16(blk + 80)), dmin = xi_h2f_bits(xi_rd16(blk + 82));
+    const __m256i m2 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++) {
+            const int g = 8 * h + 2 * j;
+            const __m256i q = _mm256_and_si256(srl8(ld32(blk + 16 + 32 * h), 2 * j), m2);
+            emit32(q, d * (float)(sc[g] & 15), d * (float)(sc[g + 1] & 15), dmin * (float)(sc[g] >> 4),
+                   dmin * (float)(sc[g + 1] >> 4), o + 32 * (4 * h + j), 1);
+        }
+}
+
+static inline void vdeq_q3_k(const uint8_t *blk, float *o)
+{
+    const uint8_t *sc = blk + 96;
+    const float d = xi_h2f_bits(xi_rd16(blk + 108));
+    const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), hm = ld32(blk);
+    float dl[16];
+    for (int g = 0; g < 16; g++) {
+        const int lo = (sc[g & 7] >> (4 * (g >> 3))) & 15, hi = (sc[8 + (g & 3)] >> (2 * (g >> 2))) & 3;
+        dl[g] = d * (float)((lo | (hi << 4)) - 32);
+    }
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++) {
+            const int g = 8 * h + 2 * j;
+            const __m256i ql = _mm256_and_si256(srl8(ld32(blk + 32 + 32 * h), 2 * j), m2);
+            const __m256i nb = _mm256_andnot_si256(srl8(hm, 4 * h + j), one); /* (bit ^ 1) */
+            emit32(_mm256_sub_epi8(ql, _mm256_slli_epi16(nb, 2)), dl[g], dl[g + 1], 0, 0, o + 32 * (4 * h + j), 0);
+        }
+}
+#define XI_KDEQ(NAME) vdeq_##NAME
+#else
+#define XI_KDEQ(NAME) deq_##NAME
+#endif
+/* the matmul's block dequantization: the AVX2 one where there is one */
+#define mdeq_q5_0 deq_q5_0
+#define mdeq_q5_1 deq_q5_1
+#define mdeq_iq4_nl deq_iq4_nl
+#define mdeq_iq4_xs deq_iq4_xs
+#define mdeq_bf16 deq_bf16
+#define mdeq_q2_k XI_KDEQ(q2_k)
+#define mdeq_q3_k XI_KDEQ(q3_k)
+#define mdeq_q4_k XI_KDEQ(q4_k)
+#define mdeq_q5_k XI_KDEQ(q5_k)
+#define mdeq_q6_k XI_KDEQ(q6_k)
 
 /* bf16 "blocks" of 32 elements (matmul driver; the K % 32 tail goes through scalar_bf16) */
 static inline float bf16_to_f32(uint16_t h)
@@ -206,7 +341,7 @@ int xi_k_get_rows_##NAME(void *const *b, const void *c)                         
             continue;                                                                \
         }                                                                            \
         const uint8_t *row = table + id * nb * (BYTES);                              \
-        for (long i = 0; i < nb; i++) deq_##NAME(row + i * (BYTES), o + (QK) * i);   \
+        for (long i = 0; i < nb; i++) mdeq_##NAME(row + i * (BYTES), o + (QK) * i);   \
     }                                                                                \
     return XI_OK;                                                                    \
 }
@@ -295,7 +430,7 @@ ktile_##NAME(const uint8_t *wr, long nb, const float *x, long K, float *res, con
     float w[QK] __attribute__((aligned(64)));                                        \
     for (int t = 0; t < XI_KT; t++) acc_zero(acc[t]);                                \
     for (long ib = 0; ib < nb; ib++) {                                               \
-        deq_##NAME(wr + ib * (BYTES), w);                                            \
+        mdeq_##NAME(wr + ib * (BYTES), w);                                            \
         for (int t = 0; t < TT; t++) {                                               \
             const float *xb = x + t * K + ib * (QK);                                 \
             for (int j = 0; j < (QK); j += 32) acc_fma32(acc[t], w + j, xb + j);     \
