@@ -19,14 +19,11 @@ from typing import Any
 import numpy as np
 
 from ..hal._errors import GGUFError
+from ._support import SUPPORTED_ARCHITECTURES, SUPPORTED_TYPES, check_supported
 
 __all__ = ["GGUFModel", "GGUFTensor", "LlamaConfig", "load_gguf", "SUPPORTED_ARCHITECTURES"]
 
 GGUF_MAGIC = b"GGUF"
-SUPPORTED_ARCHITECTURES = ("llama",)
-
-# ggml type name -> our dtype string. Every other ggml type is rejected with GGUFError.
-_SUPPORTED_TYPES = {"F32": "f32", "F16": "f16", "Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_1": "q4_1"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +68,9 @@ class GGUFTensor:
 
     Attributes:
         name: GGUF tensor name, e.g. ``"blk.0.attn_q.weight"``.
-        dtype: one of ``'f32', 'f16', 'q8_0', 'q4_0', 'q4_1'``.
+        dtype: a label of ``_support.SUPPORTED_TYPES`` (``'f32'``, ``'f16'``, ``'bf16'``, ``'q8_0'``,
+            ``'q4_0'``, ``'q4_1'``, ``'q5_0'``, ``'q5_1'``, ``'q2_k'`` ... ``'q6_k'``, ``'iq4_nl'``,
+            ``'iq4_xs'``).
         shape: logical shape in numpy (row-major) order: ``(N, K)`` for a matrix of N rows of K
             elements (GGUF stores ``ne = [K, N]``), ``(n,)`` for a vector.
         data: the raw memory-mapped array (not a copy): float32/float16 of ``shape`` for float
@@ -322,8 +321,10 @@ def load_gguf(path: str | os.PathLike) -> GGUFModel:
 
     Raises:
         GGUFError: the file is missing or unreadable; it does not start with the ``GGUF`` magic;
-            it is truncated (the message names the first tensor whose data does not fit); a tensor
-            has a type other than F32, F16, Q8_0, Q4_0, Q4_1 (message names tensor and type); a
+            it is truncated (the message names the first tensor whose data does not fit); anything
+            unsupported (``_support.check_supported``: the architecture, the tokenizer model, each
+            tensor type not in ``SUPPORTED_TYPES`` with a count, a norm not F32/F16), all listed in
+            one message, before any weight is read; a
             required key is missing (``llama.block_count``, ``llama.embedding_length``,
             ``llama.attention.head_count``, ``llama.feed_forward_length``,
             ``tokenizer.ggml.tokens``); the architecture is not ``llama``; tensor shapes do not match
@@ -363,17 +364,13 @@ def load_gguf(path: str | os.PathLike) -> GGUFModel:
             continue
         metadata[key] = _field_value(field)
 
+    check_supported(path, metadata.get("general.architecture"), metadata.get("tokenizer.ggml.model"),
+                    [(t.name, t.tensor_type.name, len(t.shape)) for t in reader.tensors])
     tensors: dict[str, GGUFTensor] = {}
     for t in reader.tensors:
-        tname = t.tensor_type.name
-        if tname not in _SUPPORTED_TYPES:
-            raise GGUFError(
-                f"{path}: tensor {t.name!r} has unsupported type {tname}; "
-                f"supported: {', '.join(_SUPPORTED_TYPES)}"
-            )
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))
         tensors[t.name] = GGUFTensor(
-            name=t.name, dtype=_SUPPORTED_TYPES[tname], shape=shape, data=t.data,
+            name=t.name, dtype=SUPPORTED_TYPES[t.tensor_type.name], shape=shape, data=t.data,
             nbytes=int(t.n_bytes), _qtype=t.tensor_type,
         )
     config = _build_config(path, metadata, tensors)
