@@ -118,9 +118,17 @@ _declare("kv_store", [("src", R, "(T, width)", _strided("T", "src_stride", lambd
 WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1,
                  DType.q5_0, DType.q5_1, DType.q2_k, DType.q3_k, DType.q4_k, DType.q5_k, DType.q6_k,
                  DType.iq4_nl, DType.iq4_xs, DType.bf16)
-#: the weight types that have cuda kernels (``shaders/``); the others are cpu-only for now and the
-#: cuda backend refuses them (``backends/cuda/_kernel.load_kernel``: no shader)
+#: the weight types of the tuned cuda matrix kernels (the ``matmul`` launcher family of
+#: ``backends/cuda/_launch.py``: shaders/xi_mvc.cuh, xi_mvt.cuh, xi_tc.cuh); the others run the simple
+#: kernels of shaders/xi_kquant.cuh (a warp an output row, 8 rows a block)
 CUDA_WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1)
+_KQ_ROWS = CudaLaunch(256, lambda c, sms: (cdiv(c["N"], 8), 1, 1))
+
+
+def _matrix_launch(dt: DType, kind: str) -> CudaLaunch:
+    if dt in CUDA_WEIGHT_DTYPES:
+        return CudaLaunch(family="matmul", params=(("dt", dt.label), ("kind", kind)))
+    return _KQ_ROWS
 
 
 def _blocks(dt: DType, key: str):
@@ -148,7 +156,7 @@ for _dt in WEIGHT_DTYPES:
     _declare(f"matmul_{_d}", [("w", R, "(N, K) DT", _matrix(_dt)), ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
                               ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
              ["T", "N", "K", "accumulate"], check=_blocks(_dt, "K"), struct="matmul",
-             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "matmul"))),
+             cuda=_matrix_launch(_dt, "matmul"),
              doc="y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] * x[t,k]" + _K32)
 for _dt in [d for d in WEIGHT_DTYPES if d.is_quantized]:
     _declare(f"dequantize_{_dt.label}", [("src", R, "(n / block)", (lambda d: lambda c: d.nbytes(c["n"]))(_dt)),
@@ -162,7 +170,7 @@ for _dt in WEIGHT_DTYPES:
                                       ("norm", R, "(K)", _f32(lambda c: c["K"])),
                                       ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
              ["T", "N", "K", "accumulate", "eps:f32"], check=_blocks(_dt, "K"), struct="rmsnorm_matmul",
-             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "rmsnorm_matmul"))),
+             cuda=_matrix_launch(_dt, "rmsnorm_matmul"),
              doc="y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] * h[t,k] with h = `rmsnorm`(x, norm, eps): "
                  "`rmsnorm` then `matmul_DT` in one kernel" + _K32)
 for _dt in WEIGHT_DTYPES:
@@ -172,7 +180,7 @@ for _dt in WEIGHT_DTYPES:
                                              ("norm", R, "(K)", _f32(lambda c: c["K"])),
                                              ("y", W, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
              ["T", "N", "K", "eps:f32"], check=_blocks(_dt, "K"), struct="rmsnorm_matmul_swiglu",
-             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "rmsnorm_matmul_swiglu"))),
+             cuda=_matrix_launch(_dt, "rmsnorm_matmul_swiglu"),
              doc="h = `rmsnorm`(x, norm, eps); gate[t,n] = sum_k w[n,k] * h[t,k], up[t,n] = sum_k w[N+n,k] * h[t,k] "
                  "(rows [0, N) of w the gate matrix, [N, 2N) the up matrix); y = silu(gate) * up: `rmsnorm`, "
                  "`matmul_DT` into (T, 2N), then `swiglu` with in_stride = 2N" + _K32)
