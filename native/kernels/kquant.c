@@ -288,13 +288,37 @@ static inline void vdeq_q3_k(const uint8_t *blk, float *o)
             emit32(_mm256_sub_epi8(ql, _mm256_slli_epi16(nb, 2)), dl[g], dl[g + 1], 0, 0, o + 32 * (4 * h + j), 0);
         }
 }
+/* q5_0 / q5_1: the 32 high bits to bytes (bit j -> 0x10 in byte j), or'ed into the nibbles */
+static inline __m256i q5_codes(const uint8_t *qh, const uint8_t *qs)
+{
+    uint32_t bits;
+    memcpy(&bits, qh, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    b = _mm256_cmpeq_epi8(_mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL)), _mm256_set1_epi64x(-1));
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(15);
+    const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    return _mm256_or_si256(nib, _mm256_and_si256(b, _mm256_set1_epi8(16)));
+}
+
+static inline void vdeq_q5_0(const uint8_t *blk, float *o)
+{
+    const float d = xi_h2f_bits(xi_rd16(blk));
+    emit32(_mm256_sub_epi8(q5_codes(blk + 2, blk + 6), _mm256_set1_epi8(16)), d, d, 0, 0, o, 0);
+}
+
+static inline void vdeq_q5_1(const uint8_t *blk, float *o)
+{
+    const float d = xi_h2f_bits(xi_rd16(blk)), m = xi_h2f_bits(xi_rd16(blk + 2));
+    emit32(q5_codes(blk + 4, blk + 8), d, d, -m, -m, o, 1); /* d * q - (-m): d * q + m, bit for bit */
+}
 #define XI_KDEQ(NAME) vdeq_##NAME
 #else
 #define XI_KDEQ(NAME) deq_##NAME
 #endif
 /* the matmul's block dequantization: the AVX2 one where there is one */
-#define mdeq_q5_0 deq_q5_0
-#define mdeq_q5_1 deq_q5_1
+#define mdeq_q5_0 XI_KDEQ(q5_0)
+#define mdeq_q5_1 XI_KDEQ(q5_1)
 #define mdeq_iq4_nl deq_iq4_nl
 #define mdeq_iq4_xs deq_iq4_xs
 #define mdeq_bf16 deq_bf16
