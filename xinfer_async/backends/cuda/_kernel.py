@@ -85,8 +85,7 @@ def _compile(backend: "CUDABackend", source_name: str, name: str) -> bytes:
         with open(path) as f:
             source = f.read()
     except OSError as e:
-        raise ValueError(f"kernel {name!r} has no cuda implementation (no shaders/{source_name}.cu: the cuda "
-                         f"backend does not run this weight type yet; the cpu backend does): {e}") from None
+        raise ValueError(f"no shader for kernel {name!r}: {e}") from None
     headers = {}
     for h in sorted(os.listdir(d)):
         if h.endswith(".cuh"):
