@@ -31,3 +31,26 @@ def rng():
     seed = int(np.random.SeedSequence().entropy % (2**63))
     print(f"rng seed = {seed}")
     return np.random.default_rng(seed)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """After the run: how many tests skipped, grouped by why (most of them need a GPU), so a
+    suite that skips ~500 tests on a machine without one says so plainly instead of ``s`` marks."""
+    from collections import Counter
+
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    reasons: Counter = Counter()
+    for rep in skipped:
+        why = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        why = why.removeprefix("Skipped: ")
+        if "cuda" in why.lower() or "gpu" in why.lower() or "nvrtc" in why.lower():
+            ok, reason = cuda_status()
+            why = "need a usable cuda device" + ("" if ok else f" (here: {reason})")
+        elif len(why) > 110:
+            why = why[:107] + "..."
+        reasons[why] += 1
+    terminalreporter.write_sep("-", f"{len(skipped)} tests skipped, by reason")
+    for why, n in reasons.most_common():
+        terminalreporter.write_line(f"{n:6d}  {why}")

@@ -242,3 +242,84 @@ def test_gemv_tools_outside_the_package_import_without_a_gpu(monkeypatch):
     assert vals.std() > 0
     for m in ("gemv_probes", "gemv_variants"):
         sys.modules.pop(m, None)
+
+
+# -- help texts and plots (issue #20, items 7 and 8) -----------------------------------------------
+
+def _run_bench(*argv: str) -> tuple[int, str, str]:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "xinfer_async.cli", "bench", *argv], capture_output=True,
+                          text=True, timeout=120, cwd=root, env=dict(os.environ, PYTHONPATH=str(root)))
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_bench_help_names_the_command_and_describes_every_subcommand():
+    from xinfer_async.bench import SUBCOMMANDS
+
+    rc, out, _ = _run_bench("--help")
+    assert rc == 0
+    assert out.startswith("usage: xinfer-async bench SUBCOMMAND [options]") and "python -m" not in out
+    for name in SUBCOMMANDS:
+        line = next(ln for ln in out.splitlines() if ln.strip().startswith(name + " "))
+        assert len(line.split(None, 1)[1]) > 20, line  # a description, not just the name
+
+
+@pytest.mark.parametrize("name", ["runtime", "model-layer", "load", "model", "native", "cuda-raw", "serve"])
+def test_every_bench_help_prints_without_running_and_without_a_gpu(name):
+    import time
+
+    t = time.perf_counter()
+    rc, out, err = _run_bench(name, "--help")
+    assert rc == 0, err
+    assert out.startswith(f"usage: xinfer-async bench {name}"), out[:200]
+    assert time.perf_counter() - t < 30  # nothing was measured (`native` runs ~a minute here)
+    assert "median us" not in out.split("\n\n", 1)[0]  # no benchmark row printed before the help
+    first = out.split("\n\n")[1]  # the description's first paragraph: whole sentences
+    assert first.rstrip().endswith((".", ":", ")")), first
+
+
+def test_runtime_table_names_the_slow_tail_of_rates_and_explains_the_ratios():
+    from xinfer_async.bench import _runtime
+
+    t = _runtime._Table()
+    t.add("a time", "us", _runtime._stats([1e-6 * v for v in range(1, 101)], 1e6))
+    t.add("a rate", "GB/s", _runtime._inverse(_runtime._stats([1e-3 * v for v in range(1, 101)], 1.0), 1.0))
+    text = t.render()
+    assert "slow 1%" in text.splitlines()[0] and "p99" not in text.splitlines()[0]
+    rate = t.rows[1]
+    # the rate's slow tail is below its median and its p10 (a rate's low percentiles are the slow side)
+    assert rate["p1"] < rate["p10"] < rate["median"] < rate["p90"]
+    assert rate["p1"] == pytest.approx(1.0 / np.percentile(np.arange(1, 101) * 1e-3, 99))
+    lines = _runtime.ratio_lines({"await_over_blocking": 0.5, "await_over_to_thread": 2.0,
+                                  "await_over_synchronize": 1.0, "kernel_await_over_synchronize": 1.1}, cuda=False)
+    assert "Awaiting a fence in trio takes 0.50x the time of blocking the thread on it" in lines
+    assert "goal: at most 1.5x, met" in lines and "goal: under 1x, NOT met" in lines and "this is the cpu" in lines
+
+
+@pytest.mark.skipif(not HAVE_MPL, reason="matplotlib is not installed (the [plot] extra)")
+def test_concurrency_plot_starts_at_zero_with_integer_slot_ticks_and_labelled_points():
+    import matplotlib.pyplot as plt
+
+    from xinfer_async.bench._model import plot_title
+
+    rows = [{"slots": s, "tok": 100.0 - 1.4 * (s > 1), "lat": 10.0 + s} for s in (1, 2, 3)]
+    fig = _report.concurrency_figure(rows, x="slots", x_label="slots", tok_per_s="tok", latencies={"p50": "lat"},
+                                     title=plot_title({"model": "m", "device": "cpu", "batching": False,
+                                                       "max_tokens": 64}),
+                                     integer_x=True, point_label=lambda r: f"{r['slots']} slots")
+    try:
+        a1, a2 = fig.axes
+        assert a1.get_ylim()[0] == 0 and a2.get_ylim()[0] == 0
+        for a in (a1, a2):
+            ticks = list(a.get_xticks())
+            assert ticks == [1, 2, 3], ticks
+        assert sorted(t.get_text() for t in a1.texts) == ["1 slots", "2 slots", "3 slots"]
+        title = fig._suptitle.get_text()
+        assert "batching off" in title and "64 tokens a request" in title
+    finally:
+        plt.close(fig)

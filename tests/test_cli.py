@@ -49,14 +49,15 @@ def test_unknown_model_lists_the_known_ones(capsys):
     rc = main(["generate", "-m", "no-such-model", "-p", "hello"])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err.startswith("xinfer-async generate: error: unknown model 'no-such-model'; known models: ")
+    assert err.startswith("xinfer-async generate: error: -m no-such-model: unknown model 'no-such-model'; "
+                          "known models: ")
     assert "smollm2-135m" in err
 
 
 def test_missing_model_file(capsys, tmp_path):
     rc = main(["generate", "-m", str(tmp_path / "missing.gguf"), "-p", "hello"])
     assert rc == 2
-    assert f"model file not found: {tmp_path / 'missing.gguf'}" in capsys.readouterr().err
+    assert f"-m {tmp_path / 'missing.gguf'}: model file not found" in capsys.readouterr().err
 
 
 @pytest.mark.model
@@ -73,9 +74,15 @@ def test_perplexity_small_file(capsys, tmp_path):
 
 
 @pytest.mark.model
-def test_perplexity_text_shorter_than_ctx(capsys, tmp_path):
-    f = tmp_path / "short.txt"
-    f.write_text("Too short.")
-    rc = main(["perplexity", "-m", str(require_model()), "--device", "cpu", "-f", str(f), "--ctx", "32", "-q"])
-    assert rc == 2
-    assert re.search(r"error: .*short\.txt has \d+ tokens, fewer than one chunk of --ctx 32", capsys.readouterr().err)
+def test_generate_on_an_instruct_model_says_why_it_ended_and_chat_applies_the_template(capsys):
+    # issue #20 item 2: the plain prompt ends the instruct model's turn at once; say so, point to
+    # `chat` and --chat; with --chat the template is applied and the model answers
+    base = ["generate", "-m", str(require_model()), "--device", "cpu", "-p", "What is gravity?", "-n", "12"]
+    assert main(base) == 0
+    out, err = capsys.readouterr()
+    assert re.search(r"\[[01] tokens, finish: stop;", err), err
+    assert "Add --chat to wrap the prompt in the model's chat template, or talk to it with `xinfer-async chat`" in err
+    assert main(base + ["--chat"]) == 0
+    out, err = capsys.readouterr()
+    assert "[12 tokens, finish: length;" in err and "--chat" not in err
+    assert len(out.split()) >= 5, out

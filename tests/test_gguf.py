@@ -93,8 +93,11 @@ def test_truncated_header(tmp_path, rng):
     write_tiny_gguf(p, rng=rng)
     t = tmp_path / "trunc.gguf"
     t.write_bytes(p.read_bytes()[:200])
-    with pytest.raises(GGUFError, match=re.escape("truncated file: the header (metadata and tensor infos) "
-                                                  "runs past the end (200 bytes)")):
+    with pytest.raises(GGUFError, match=re.escape("truncated file or corrupt tensor count: 20 entries need at least "
+                                                  "480 bytes but the file has 200")):
+        load_gguf(t)
+    t.write_bytes(p.read_bytes()[:1000])  # cut inside the metadata
+    with pytest.raises(GGUFError, match=r"truncated file: .* needs \d+ bytes at offset \d+ but the file has 1000 bytes"):
         load_gguf(t)
 
 

@@ -1,5 +1,5 @@
 """The package's import graph, read statically with ``ast``: no cycle among module-level imports, and
-none hidden behind function-level imports outside ``llm/``.
+none hidden behind function-level imports.
 
 An edge ``a -> b`` is an import in module ``a`` of package module ``b`` (``from . import x`` names
 the submodule ``x``; ``from .pkg import name`` names ``pkg``, the package, unless ``name`` is a
@@ -16,10 +16,6 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PKG = "xinfer_async"
-#: modules of cycles through function-level imports that issue 21's rewrite of the generation path
-#: (llm/) removes; any other cycle fails
-LLM_KNOWN = {f"{PKG}.llm._batch", f"{PKG}.llm._engine", f"{PKG}.llm._stream", f"{PKG}.llm._registry",
-             f"{PKG}.llm._synthetic"}
 
 
 def _modules() -> dict[str, tuple[pathlib.Path | None, bool]]:
@@ -130,10 +126,10 @@ def test_no_cycle_among_module_level_imports():
     assert found == [], "module-level import cycles: " + "; ".join(" <-> ".join(c) for c in found)
 
 
-def test_function_level_imports_hide_no_cycle_outside_llm():
-    """Counting imports inside functions too, the only cycles are llm/'s (being rewritten in issue
-    21); a function-level import must not be the way round a cycle."""
+def test_function_level_imports_hide_no_cycle():
+    """Counting imports inside functions too, there is no cycle: a function-level import must not
+    be the way round a cycle."""
     g = import_graph()
     every = {m: g["module"][m] | g["function"][m] for m in g["module"]}
     found = cycles(every)
-    assert [c for c in found if not set(c) <= LLM_KNOWN] == [], found
+    assert found == [], "import cycles through function-level imports: " + "; ".join(" <-> ".join(c) for c in found)

@@ -170,3 +170,105 @@ def test_tiny_temperature_is_finite(rng):
     logits = rng.standard_normal(100).astype(np.float32)
     s = Sampler(SamplingParams(temperature=1e-30))
     assert s.sample(logits) == int(np.argmax(logits))
+
+
+# -- penalties and min-p (issue #20, item 6) -------------------------------------------------------
+
+def _penalties_reference(logits, recent, rep, pres, freq):
+    """Token by token, float64, as llama.cpp's llama_sampler_penalties writes it."""
+    out = [float(v) for v in logits]
+    counts: dict[int, int] = {}
+    for t in recent:
+        counts[int(t)] = counts.get(int(t), 0) + 1
+    for t, c in counts.items():
+        v = out[t]
+        v = v * rep if v <= 0 else v / rep
+        out[t] = v - (c * freq + pres)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("rep,pres,freq", [(1.3, 0.0, 0.0), (0.8, 0.0, 0.0), (1.0, 0.7, 0.0),
+                                           (1.0, 0.0, -0.4), (1.1, 0.5, 0.25)])
+def test_apply_penalties_matches_reference(rng, rep, pres, freq):
+    from xinfer_async.llm._sampling import apply_penalties
+
+    vocab = 97
+    logits = (rng.standard_normal(vocab) * 3).astype(np.float32)  # both signs
+    recent = rng.integers(0, vocab, 40)  # with repeats
+    got = apply_penalties(logits, recent, repeat_penalty=rep, presence_penalty=pres, frequency_penalty=freq)
+    want = _penalties_reference(logits, recent, rep, pres, freq)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    untouched = np.setdiff1d(np.arange(vocab), recent)
+    assert np.array_equal(got[untouched], logits[untouched].astype(np.float64))
+    assert not np.array_equal(got, logits.astype(np.float64))  # something was penalized
+
+
+def test_apply_penalties_keeps_input_neg_inf_and_rejects_bad_ids(rng):
+    from xinfer_async.llm._sampling import apply_penalties
+
+    logits = rng.standard_normal(10)
+    logits[3] = -np.inf
+    before = logits.copy()
+    got = apply_penalties(logits, [3, 3, 4], repeat_penalty=1.5, frequency_penalty=0.5)
+    assert np.array_equal(logits, before) and got[3] == -np.inf
+    assert np.array_equal(apply_penalties(logits, [], repeat_penalty=2.0), logits)
+    with pytest.raises(ValueError, match=r"recent_ids holds token id 10, outside the vocabulary \[0, 10\)"):
+        apply_penalties(logits, [1, 10], repeat_penalty=1.2)
+
+
+def _min_p_reference(probs, min_p):
+    p = [float(v) for v in probs]
+    top = max(p)
+    kept = [v if v >= min_p * top else 0.0 for v in p]
+    s = sum(kept)
+    return np.array([v / s for v in kept])
+
+
+@pytest.mark.parametrize("min_p", [0.0, 0.05, 0.3, 1.0])
+def test_min_p_filter_matches_reference(rng, min_p):
+    from xinfer_async.llm._sampling import min_p_filter
+
+    z = rng.standard_normal(200) * 2
+    probs = np.exp(z) / np.exp(z).sum()
+    got = min_p_filter(probs, min_p)
+    want = _min_p_reference(probs, min_p)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    assert got[np.argmax(probs)] > 0
+    if 0 < min_p < 1:
+        assert 1 < np.count_nonzero(got) < probs.size
+
+
+def test_sampler_applies_min_p_after_temperature(rng):
+    logits = rng.standard_normal(64) * 2
+    T, m = 0.7, 0.2
+    s = Sampler(SamplingParams(temperature=T, min_p=m, seed=1))
+    z = logits / T
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    np.testing.assert_allclose(s.probabilities(logits), _min_p_reference(p, m), rtol=1e-12, atol=1e-15)
+    kept = np.flatnonzero(_min_p_reference(p, m))
+    assert set(np.flatnonzero(_draw(s, logits, 2000))) <= set(kept)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(min_p=-0.1), "min_p must be in [0, 1], got -0.1"),
+    (dict(min_p=1.5), "min_p must be in [0, 1], got 1.5"),
+    (dict(repeat_penalty=0.0), "repeat_penalty must be a finite number > 0, got 0.0"),
+    (dict(repeat_penalty=float("nan")), "repeat_penalty must be a finite number > 0, got nan"),
+    (dict(presence_penalty=2.5), "presence_penalty must be in [-2, 2], got 2.5"),
+    (dict(frequency_penalty=-3), "frequency_penalty must be in [-2, 2], got -3"),
+    (dict(repeat_last_n=-2), "repeat_last_n must be an integer >= -1, got -2"),
+    (dict(repeat_last_n=1.5), "repeat_last_n must be an integer >= -1, got 1.5"),
+])
+def test_penalty_params_validation(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        SamplingParams(**kwargs)
+    assert str(info.value) == message
+
+
+def test_penalties_default_off():
+    p = SamplingParams()
+    assert (p.min_p, p.repeat_penalty, p.presence_penalty, p.frequency_penalty) == (0.0, 1.0, 0.0, 0.0)
+    assert not p.penalized
+    assert SamplingParams(repeat_penalty=1.1).penalized
+    assert not SamplingParams(repeat_penalty=1.1, repeat_last_n=0).penalized

@@ -32,12 +32,13 @@ def _sampling(args) -> dict:
 async def _load(args, slots: int = 1, ctx: int | None = None):
     from . import llm
 
-    return await llm.load(args.model, device=args.device, slots=slots, ctx=ctx or args.ctx)
+    return await llm.load(args.model, device=args.device, slots=slots, ctx=ctx or args.ctx, progress=True)
 
 
 async def _generate(args) -> None:
     model = await _load(args)
-    stream = model.generate(args.prompt, max_tokens=args.n_predict, stop=args.stop or (), special=args.special,
+    prompt = model.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
+    stream = model.generate(prompt, max_tokens=args.n_predict, stop=args.stop or (), special=args.special,
                             **_sampling(args))
     async for piece in stream:
         sys.stdout.write(piece)
@@ -48,36 +49,31 @@ async def _generate(args) -> None:
     print(f"[{len(stream.result.token_ids)} tokens, finish: {stream.result.finish_reason}; prompt {t.prompt_tokens} tokens "
           f"at {t.prefill_tok_per_s:.1f} tok/s, decode {t.decode_tok_per_s:.1f} tok/s, "
           f"first token after {t.time_to_first_token_s * 1e3:.0f} ms, on {model.device.name}]", file=sys.stderr)
+    if stream.result.finish_reason == "stop" and len(stream.result.token_ids) <= 1 and model.chat_template \
+            and not args.chat:
+        print("[the model ended its turn at once: it is a chat (instruct) model and the prompt was given as "
+              "plain text. Add --chat to wrap the prompt in the model's chat template, or talk to it with "
+              "`xinfer-async chat`]", file=sys.stderr)
     await model.aclose()
 
 
 async def _chat(args) -> None:
+    from ._cli_chat import run_chat
+
     model = await _load(args)
-    messages = [{"role": "system", "content": args.system}] if args.system else []
-    print(f"{model!r}\nType a message; an empty line or Ctrl-D ends the chat.", file=sys.stderr)
-    while True:
-        try:
-            line = await trio.to_thread.run_sync(input, "> ")
-        except EOFError:
-            break
-        if not line.strip():
-            break
-        messages.append({"role": "user", "content": line})
-        stream = model.generate(model.render_chat(messages), max_tokens=args.n_predict, **_sampling(args))
-        async for piece in stream:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-        sys.stdout.write("\n")
-        messages.append({"role": "assistant", "content": stream.result.text})
-    await model.aclose()
+    try:
+        await run_chat(model, system=args.system, n_predict=args.n_predict, sampling=_sampling(args))
+    finally:
+        with trio.CancelScope(shield=True):
+            await model.aclose()
 
 
-async def _perplexity(args) -> None:
+async def _perplexity(args, pre) -> None:
     from .llm._perplexity import perplexity
 
     text = Path(args.file).read_text(encoding="utf-8", errors="replace")
     model = await _load(args, ctx=args.ctx)
-    ids = model.tokenize(text)
+    ids = pre.text_ids if pre.text_ids is not None else model.tokenize(text)
     n_chunks = len(ids) // args.ctx
     if n_chunks < 1:
         raise ValueError(f"{args.file} has {len(ids)} tokens, fewer than one chunk of --ctx {args.ctx}")
@@ -111,8 +107,10 @@ def _devices(args) -> None:
 
 
 def _pull(args) -> None:
+    from ._cli_checks import check_pull_name
     from .llm import pull
 
+    check_pull_name(args.name)
     path = pull(args.name, progress=not args.quiet)
     print(path)
 
@@ -131,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate at most (default 128)")
     p.add_argument("--stop", action="append", help="a stop string (repeatable)")
     p.add_argument("--special", action="store_true", help="parse special tokens (<|im_start|>...) in the prompt")
+    p.add_argument("--chat", action="store_true",
+                   help="wrap the prompt in the model's chat template as one user message (for instruct models)")
 
     p = sub.add_parser("chat", help="interactive chat with the model's template")
     _add_model_args(p)
@@ -147,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks (runtime, model, load): see `xinfer-async bench -h`")
     p.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("serve", help="an OpenAI-compatible HTTP server: see `xinfer-async serve -h`", add_help=False)
     return parser
 
 
@@ -156,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.__main__ import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:1] == ["serve"]:  # parsed in the serve package (xinfer_async/serve/_command.py)
+        from .serve import main as serve_main
+
+        return serve_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command == "pull":
@@ -163,8 +168,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "devices":
             _devices(args)
         else:
-            fn = {"generate": _generate, "chat": _chat, "perplexity": _perplexity}[args.command]
-            trio.run(fn, args)
+            from ._cli_checks import check_before_load
+
+            pre = check_before_load(args)  # every option that can be judged before loading
+            if args.command == "perplexity":
+                trio.run(_perplexity, args, pre)
+            else:
+                trio.run({"generate": _generate, "chat": _chat}[args.command], args)
     except (XinferError, ValueError, FileNotFoundError) as exc:
         print(f"xinfer-async {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -1,7 +1,11 @@
-"""Raw figures of the cuda backend (``python -m xinfer_async.bench._cuda_bench``): launch and fence
+"""Raw figures of the cuda backend (``xinfer-async bench cuda-raw``): launch and fence
 round trips, host cost of ``cuLaunchKernel`` / ``cuGraphLaunch``, achieved GB/s of rmsnorm and
-matmul_q4_1 on 4096x4096, cuBLAS GEMM TFLOP/s. Medians and p99 over timed repetitions after warm-up;
-GPU times from CUDA events."""
+matmul_q4_1 on 4096x4096, cuBLAS GEMM TFLOP/s. Medians and the slow tail over timed repetitions
+after warm-up; GPU times from CUDA events.
+
+Columns: ``median``; ``slow 1%``: the 99th percentile of a time (us), the 1st percentile of a rate
+(GB/s, TFLOP/s: the rate of the 99th-percentile time), so it is the slow side for both; ``unit``.
+Needs a usable cuda device."""
 
 from __future__ import annotations
 
@@ -28,6 +32,9 @@ def _stats(xs):
 
 
 def main(argv=None) -> int:
+    from xinfer_async.bench import parser
+
+    parser("cuda-raw", __doc__).parse_args(sys.argv[1:] if argv is None else argv)  # --help: before any cuda call
     be = CUDABackend()
     q = be.create_queue()
     rows = []
@@ -164,7 +171,7 @@ def main(argv=None) -> int:
         for p_ in (A, B, C):
             be.free(p_)
     print(f"\n{be.description}, driver {be.driver_version}")
-    print(f"{'figure':44s} {'median':>10s} {'p99':>10s}  unit")
+    print(f"{'figure':44s} {'median':>10s} {'slow 1%':>10s}  unit")
     for what, med, p99, unit, note in rows:
         print(f"{what:44s} {med:10.2f} {p99:10.2f}  {unit:8s} {note}")
     be.close()

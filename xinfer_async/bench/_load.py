@@ -1,4 +1,4 @@
-"""``python -m xinfer_async.bench load``: a serving benchmark, N clients with Poisson arrivals.
+"""``xinfer-async bench load``: a serving benchmark, N clients with Poisson arrivals.
 
 As vLLM's ``benchmark_serving`` does: ``--requests`` requests arrive at ``--rate`` requests/s, with
 exponential gaps (a Poisson process; ``--rate inf`` sends them all at once), each a trio task that
@@ -21,7 +21,7 @@ Per row (warm-up excluded: one short request per slot runs first, concurrently):
 
 Every time is taken on the host when a token reaches its client, i.e. after the fence of its step.
 
-Usage: ``python -m xinfer_async.bench load [--model synthetic:smollm2-135m] [--device cpu|cuda]
+Usage: ``xinfer-async bench load [--model synthetic:smollm2-135m] [--device cpu|cuda]
 [--rate 4] [--requests 64] [--prompt-tokens 32] [--max-tokens 64] [--slots 8] [--json F] [--plot F.png]``
 """
 
@@ -37,6 +37,7 @@ import numpy as np
 import trio
 
 from ._report import add_output_args, check_plot, percentiles, plot_concurrency, render_table, write_json
+from . import parser as bench_parser
 
 COLUMNS = [
     ("slots", "slots", "d"), ("rate", "rate", ".3g"), ("req/s", "req_per_s", ".2f"),
@@ -190,7 +191,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m xinfer_async.bench load", description=__doc__.splitlines()[0])
+    p = bench_parser("load", __doc__)
     p.add_argument("--model", default="smollm2-135m",
                    help="a known model name, a .gguf path, or synthetic:SHAPE (default: smollm2-135m)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: $XINFER_DEVICE, else auto)")
@@ -221,5 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         plot_concurrency(args.plot, result["rows"], x="busy_mean", x_label="mean busy slots (concurrency)",
                          tok_per_s="out_tok_per_s",
                          latencies={"itl p50": "itl_ms_p50", "itl p99": "itl_ms_p99", "ttft p50": "ttft_ms_p50"},
-                         title=f"bench load: {result['model']} on {result['device']}")
+                         title=(f"bench load: {result['model']} on {result['device']}, batching "
+                                f"{'on' if args.batching else 'off'}, {args.prompt_tokens}-token prompts, "
+                                f"{args.max_tokens} tokens asked a request"),
+                         point_label=lambda r: f"{r['slots']} slots, "
+                         + ("all at once" if math.isinf(r["rate"]) else f"{r['rate']:g} req/s"))
     return 0

@@ -13,12 +13,12 @@ model loaded with N slots. Reported per row:
 - ``GB/s``: weight bytes read per decode step / the median step time (every step reads every
   weight once; at N > 1 each slot reads them separately), against the device's peak bandwidth when
   known (``--peak-gbs``; cuda default: the H200's measured 4300 GB/s; cpu: reported only);
-- ``gpu ms``: device time of one decode step alone, from a ``GpuTimer`` around 32 back-to-back
+- ``dev ms``: device time of one decode step alone (the GPU's on cuda, the queue thread's on cpu), from a ``GpuTimer`` around 32 back-to-back
   replays of the step's captured plan (``decode``, or ``batch{B}`` for the bucket N falls in with
   ``--batching``), and ``host %``: the share of a step's wall time outside that device time
-  (1 - gpu ms / steady ms), where a request's token time is one step: batched, or one slot alone
+  (1 - dev ms / steady ms), where a request's token time is one step: batched, or one slot alone
   (unbatched N > 1 interleaves the slots' steps on the device: shown as ``-``);
-- ``steady tok/s``, ``ms``: aggregate tok/s and the step ms p50 while all N requests decode (from
+- ``steady tok/s``, ``steady ms``: aggregate tok/s and the step ms p50 while all N requests decode (from
   the last request's first token to the first request's last token: the ramp-up while prompts are
   admitted and the tail while requests end are left out): the figure to hold against a batch-N
   decode step, as PyTorch's is timed (``-`` when that window is under 4 steps a request).
@@ -27,7 +27,7 @@ Prefill: one request of a ``--prompt-tokens`` prompt and one generated token, al
 the prefill's tok/s (median of ``--repeats``). Warm-up requests on every slot run first and are
 left out; every time is taken after the fence is awaited (a token reaches the caller only then).
 
-Usage: ``python -m xinfer_async.bench model [--model NAME|PATH] [--device cpu|cuda] [--slots 1,4,8]
+Usage: ``xinfer-async bench model [--model NAME|PATH] [--device cpu|cuda] [--slots 1,4,8]
 [--batching] [--max-tokens 64] [--json FILE] [--plot FILE.png] [--compare torch]``
 
 ``--compare torch`` (where PyTorch sees a CUDA device) times ``_torch_ref``'s hand-written decode step of
@@ -40,7 +40,6 @@ prints the device time a step spends in each kernel name.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
@@ -49,6 +48,7 @@ import trio
 from ..runtime._profile import by_label, profile_graph
 from . import _torch_ref
 from ._report import add_output_args, check_plot, plot_concurrency, write_json
+from . import parser as bench_parser
 
 PROMPTS = ["Once upon a time, in a small village,", "The history of the Roman Empire begins",
            "Here is a recipe for a simple bread:", "The theory of relativity was developed by",
@@ -191,7 +191,7 @@ async def _main(args) -> dict:
             dev = model.device
             peak = args.peak_gbs if args.peak_gbs is not None else (H200_GBS if dev.name.startswith("cuda") else None)
             weight_bytes = model.builder.weight_bytes()
-            print(f"model {model!r}; weights {weight_bytes / 1e6:.1f} MB; loaded in {load_s:.1f} s")
+            print(f"model {model!r}; weights {weight_bytes / 1e6:.1f} MB; loaded in {load_s:.2f} s")
             print(f"device {getattr(dev, 'description', dev.name)}; peak bandwidth: "
                   f"{f'{peak:.0f} GB/s' if peak else 'not known (reported only)'}")
         await _decode_row(model, n, args.warmup_tokens)  # warm-up: every slot runs once
@@ -222,8 +222,8 @@ async def _main(args) -> dict:
     print(f"\ndecode: greedy, {args.max_tokens} tokens a request after a short prompt, N concurrent requests"
           + (", batched decode (one step for all)" if args.batching else ""))
     print(f"{'slots':>5} {'tokens':>6} {'agg tok/s':>9} {'step ms p50':>11} {'p10-p90':>13} {'req tok/s':>9} "
-          f"{'ttft ms':>8} {'GB/s':>6}" + (f" {'of peak':>7}" if peak else "") + f" {'gpu ms':>7} {'host %':>6}"
-          f" {'steady tok/s':>12} {'ms':>6}")
+          f"{'ttft ms':>8} {'GB/s':>6}" + (f" {'of peak':>7}" if peak else "") + f" {'dev ms':>7} {'host %':>6}"
+          f" {'steady tok/s':>12} {'steady ms':>9}")
     for r in rows:
         line = (f"{r['slots']:>5} {r['tokens']:>6} {r['agg_tok_per_s']:>9.1f} {r['step_ms_p50']:>11.2f} "
                 f"{r['step_ms_p10']:>6.2f}-{r['step_ms_p90']:<6.2f} {r['per_request_tok_per_s']:>9.1f} "
@@ -232,9 +232,10 @@ async def _main(args) -> dict:
             line += f" {100 * r['bandwidth_fraction']:>6.1f}%"
         host = f"{100 * r['host_fraction']:>5.1f}%" if r["host_fraction"] is not None else f"{'-':>6}"
         line += f" {r['gpu_ms_per_step']:>7.3f} {host}"
-        line += (f" {r['steady_tok_per_s']:>12.1f} {r['steady_step_ms']:>6.2f}" if r["steady_tok_per_s"]
-                 else f" {'-':>12} {'-':>6}")
+        line += (f" {r['steady_tok_per_s']:>12.1f} {r['steady_step_ms']:>9.2f}" if r["steady_tok_per_s"]
+                 else f" {'-':>12} {'-':>9}")
         print(line)
+    print(legend(dev.name, peak))
     for r in rows:
         if r.get("batch_steps"):
             print(f"  {r['slots']} requests: {r['batch_steps']} batched steps, {r['pipelined_steps']} pipelined "
@@ -249,8 +250,28 @@ async def _main(args) -> dict:
                 kernel_profile=profile)
 
 
+def legend(device: str, peak: float | None) -> str:
+    """What the decode table's columns mean, in a few lines under it."""
+    where = "the GPU" if device.startswith("cuda") else "the cpu backend's queue thread"
+    return "\n".join([
+        "  slots: concurrent requests; tokens: generated a request; agg tok/s: all requests' tokens / wall time",
+        "  step ms: time between two tokens of one request (p50, p10-p90); req tok/s: one request's own rate",
+        "  ttft ms: time to the first token; GB/s: weight bytes read a step / step time"
+        + (f"; of peak: of {peak:.0f} GB/s" if peak else ""),
+        f"  dev ms: time of one decode step on {where} alone; host %: the share of a step spent outside it"
+        " (- where slots interleave)",
+        "  steady tok/s, steady ms: rate and step time while all requests decode at once (ramp-up and tail left out)",
+    ])
+
+
+def plot_title(result: dict) -> str:
+    """The plot's title: model, device, batching and the tokens each request asked for."""
+    return (f"bench model: {result['model']} on {result['device']}, batching "
+            f"{'on' if result['batching'] else 'off'}, {result['max_tokens']} tokens a request")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m xinfer_async.bench model", description=__doc__.splitlines()[0])
+    p = bench_parser("model", __doc__)
     p.add_argument("--model", default="smollm2-135m", help="a known model name or a .gguf path (default: smollm2-135m)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: $XINFER_DEVICE, else auto)")
     p.add_argument("--slots", default="1,4,8", help="comma-separated slot counts, one row each (default: 1,4,8)")
@@ -284,5 +305,6 @@ def main(argv: list[str] | None = None) -> int:
         plot_concurrency(args.plot, result["decode"], x="slots", x_label="concurrent requests (slots)",
                          tok_per_s="agg_tok_per_s", latencies={"step p50": "step_ms_p50", "step p90": "step_ms_p90",
                                                                "ttft p50": "ttft_ms_p50"},
-                         title=f"bench model: {result['model']} on {result['device']}")
+                         title=plot_title(result), integer_x=True,
+                         point_label=lambda r: f"{r['slots']} slot{'s' if r['slots'] != 1 else ''}")
     return 0

@@ -13,16 +13,16 @@ Rows:
 The overhead line is the median of the sequential ``prepared`` row minus each bare path's median.
 Warm-up runs are left out; every latency is measured after the fence is awaited.
 
-Usage: ``python -m xinfer_async.bench model-layer [--device auto] [--runs 400] [--capacities 1,4,16]``
+Usage: ``xinfer-async bench model-layer [--device auto] [--runs 400] [--capacities 1,4,16]``
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 import trio
+from . import parser as bench_parser
 
 from .._open import open_device
 from ..hal import Access, TensorDesc
@@ -155,14 +155,14 @@ async def _main(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m xinfer_async.bench model-layer", description=__doc__.splitlines()[0])
+    p = bench_parser("model-layer", __doc__)
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
     p.add_argument("--runs", type=int, default=400, help="timed runs per row (default: 400)")
     p.add_argument("--warmup", type=int, default=20, help="untimed runs before each row (default: 20)")
     p.add_argument("--capacities", default="1,4,16", help="comma-separated slot counts (default: 1,4,16)")
-    p.add_argument("--rows", type=int, default=8)
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--n", type=int, default=32)
+    p.add_argument("--rows", type=int, default=8, help="rows (tokens) of the input a run (default: 8)")
+    p.add_argument("--dim", type=int, default=64, help="width of the rmsnorm and K of the matmul (default: 64)")
+    p.add_argument("--n", type=int, default=32, help="output width N of the matmul (default: 32)")
     args = p.parse_args(argv)
     trio.run(_main, args)
     return 0

@@ -1,12 +1,14 @@
-"""Speed check of the cpu backend's matmul kernels at SmolLM2-135M shapes.
+"""Speed check of the cpu backend's matmul kernels at SmolLM2-135M shapes: ``xinfer-async bench native``.
 
-    python -m xinfer_async.bench._native_bench   (or python xinfer_async/bench/_native_bench.py)
-
-Prints the median time per call, the weight bytes read per second, and an estimate of the
-matmul time of one decoded token: 30 layers x (q, k, v, o, gate, up, down) in Q4_1 plus the
-Q8_0 tied-embedding output projection (49152 x 576). Then every weight type's matmul on one shape
-whose K is a multiple of 256 (the K-quants' super-block), its GB/s and the ratio to q4_1's: a
-type's kernel reads its bytes in the same class per byte as q4_1's when the ratio is near 1.
+Calls each ``xi_k_matmul_DT`` of the native C module directly (no runtime, no queue) on random
+weights and prints one row per kernel and shape. Columns: ``T`` tokens (rows of x), ``N`` x ``K``
+the weight's shape, ``median us`` the median time of one call in microseconds (warm-up left out),
+``GB/s`` the weight bytes read per second, ``GFLOP/s`` 2 T N K per second. Then an estimate of the
+matmul time of one decoded token: 30 layers x (q, k, v, o, gate, up, down) in Q4_1 plus the Q8_0
+tied-embedding output projection (49152 x 576). The threads are the C module's (``OMP_NUM_THREADS``). Then every
+weight type's matmul on one shape whose K is a multiple of 256 (the K-quants' super-block), its GB/s
+and the ratio to q4_1's: a type's kernel reads its bytes in the same class per byte as q4_1's when
+the ratio is near 1.
 """
 import os
 import sys
@@ -80,6 +82,9 @@ def time_matmul(dt, T, N, K, reps=None, rng=None):
 
 
 def main(argv=None):
+    from xinfer_async.bench import parser
+
+    parser("native", __doc__).parse_args(sys.argv[1:] if argv is None else argv)
     rng = np.random.default_rng(0)
     print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(default)')}, cpus={os.cpu_count()}")
     print(f"{'kernel':<12}{'T':>4}{'N':>7}{'K':>6}{'median us':>12}{'GB/s':>8}{'GFLOP/s':>9}")

@@ -11,12 +11,12 @@ import argparse
 import json
 import math
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 __all__ = ["percentiles", "render_table", "add_output_args", "check_plot", "write_json", "plot_concurrency",
-           "PlotUnavailableError"]
+           "PlotUnavailableError", "concurrency_figure"]
 
 
 class PlotUnavailableError(RuntimeError):
@@ -107,45 +107,81 @@ def write_json(path: str, result: dict[str, Any]) -> None:
         f.write("\n")
 
 
-def plot_concurrency(path: str, rows: Sequence[dict[str, Any]], *, x: str, x_label: str, tok_per_s: str,
-                     latencies: dict[str, str], title: str) -> None:
-    """Two panels against concurrency: throughput and latency percentiles, saved to ``path`` (PNG).
+def concurrency_figure(rows: Sequence[dict[str, Any]], *, x: str, x_label: str, tok_per_s: str,
+                       latencies: dict[str, str], title: str, integer_x: bool = False,
+                       point_label: Callable[[dict], str] | None = None) -> Any:
+    """The matplotlib figure of ``plot_concurrency`` (not saved; the caller closes it).
 
-    Args:
-        rows: one dict per measured point.
-        x: the key of the concurrency (slots, mean busy slots...).
-        tok_per_s: the key of the throughput, tokens/s.
-        latencies: legend label -> key of a latency in milliseconds.
-        title: the figure's title.
+    The throughput axis starts at 0 (a small dip is drawn as small), an integer ``x`` (slot counts)
+    gets integer ticks only, and each throughput point is labelled with ``point_label(row)``.
 
     Raises:
         PlotUnavailableError: matplotlib is missing.
     """
-    check_plot(path)
+    check_plot("figure")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
 
     pts = sorted(rows, key=lambda r: r[x])
     xs = [r[x] for r in pts]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    a1.plot(xs, [r.get(tok_per_s) for r in pts], "o-")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    ys = [r.get(tok_per_s) for r in pts]
+    a1.plot(xs, ys, "o-")
+    if point_label is not None:
+        for r, xv, yv in zip(pts, xs, ys):
+            a1.annotate(point_label(r), (xv, yv), textcoords="offset points", xytext=(0, 7), ha="center",
+                        fontsize=8)
     a1.set_xlabel(x_label)
     a1.set_ylabel("tokens/s")
     a1.set_title("throughput")
+    top = max([v for v in ys if v is not None and v == v] or [1.0])
+    a1.set_ylim(0, top * 1.15)  # from 0: the eye reads heights as ratios
     for label, key in latencies.items():
         a2.plot(xs, [r.get(key) for r in pts], "o-", label=label)
     a2.set_xlabel(x_label)
     a2.set_ylabel("ms")
+    a2.set_ylim(bottom=0)
     a2.set_title("latency")
     a2.legend()
     for a in (a1, a2):
         a.grid(True, alpha=0.3)
         if len(xs) > 1 and min(xs) > 0 and max(xs) / min(xs) >= 8:
             a.set_xscale("log", base=2)
+        if integer_x:
+            a.set_xticks(sorted(set(xs)))
+            a.set_xticklabels([str(int(v)) for v in sorted(set(xs))])
+            a.xaxis.set_minor_locator(NullLocator())
     fig.suptitle(title)
     fig.tight_layout()
+    return fig
+
+
+def plot_concurrency(path: str, rows: Sequence[dict[str, Any]], *, x: str, x_label: str, tok_per_s: str,
+                     latencies: dict[str, str], title: str, integer_x: bool = False,
+                     point_label: Callable[[dict], str] | None = None) -> None:
+    """Two panels against concurrency: throughput and latency percentiles, saved to ``path`` (PNG).
+
+    Args:
+        rows: one dict per measured point.
+        x: the key of the concurrency (slots, mean busy slots...).
+        x_label: its axis label.
+        tok_per_s: the key of the throughput, tokens/s.
+        latencies: legend label -> key of a latency in milliseconds.
+        title: the figure's title (say the settings: batching, tokens asked).
+        integer_x: ``x`` is a count (slots): ticks at the measured counts only, no 1.5.
+        point_label: a row -> the text written beside its throughput point (its settings).
+
+    Raises:
+        PlotUnavailableError: matplotlib is missing.
+    """
+    check_plot(path)
+    import matplotlib.pyplot as plt
+
+    fig = concurrency_figure(rows, x=x, x_label=x_label, tok_per_s=tok_per_s, latencies=latencies, title=title,
+                             integer_x=integer_x, point_label=point_label)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     print(f"plot written to {path}", file=sys.stderr)

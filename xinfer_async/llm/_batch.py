@@ -54,7 +54,8 @@ class BatchStatistics:
     """steps: batched decode steps run; rows: request rows over those steps (rows / steps: the
     mean batch); max_active: the most requests decoding at once; waiting, active: now;
     pipelined: steps submitted before the previous step's tokens were read (see the module doc);
-    prompt_rows: prompt tokens run inside decode steps (the rest ran through prefill plans)."""
+    prompt_rows: prompt tokens run inside decode steps (the rest ran through prefill plans);
+    busy: sequences held by a request now (admitted, prefilling or decoding)."""
 
     steps: int
     rows: int
@@ -63,6 +64,7 @@ class BatchStatistics:
     active: int
     pipelined: int = 0
     prompt_rows: int = 0
+    busy: int = 0
 
 
 class BatchedRequest:
@@ -146,7 +148,7 @@ class Batcher:
 
     def statistics(self) -> BatchStatistics:
         return BatchStatistics(self._steps, self._rows, self._max_active, len(self._waiting), len(self._active),
-                               self._pipelined, self._prompt_rows)
+                               self._pipelined, self._prompt_rows, self.seqs - len(self._free))
 
     # -- the scheduler ---------------------------------------------------------------------
     async def run(self) -> None:

@@ -41,13 +41,13 @@ class LanguageModel:
     """
 
     def __init__(self, path: Any, gguf_model: Any, builder: Any, prepared: Any, *, max_queued: int = 256,
-                 batched: Any = None, batch_seqs: int = 0):
+                 batched: Any = None, batch_seqs: int = 0, tokenizer: Tokenizer | None = None):
         self.path = path
         #: whether ``aclose`` closes the device (``load`` opened it from a name)
         self.owns_device = False
         self.config = gguf_model.config
         self.metadata = {k: v for k, v in gguf_model.metadata.items() if not k.startswith("tokenizer.ggml.")}
-        self.tokenizer = Tokenizer.from_gguf(gguf_model.metadata)
+        self.tokenizer = tokenizer if tokenizer is not None else Tokenizer.from_gguf(gguf_model.metadata)
         self.chat_template = gguf_model.metadata.get("tokenizer.chat_template")
         self.add_bos = bool(gguf_model.metadata.get("tokenizer.ggml.add_bos_token", False))
         self.builder = builder
@@ -243,10 +243,22 @@ class LanguageModel:
         return self._batch
 
     def statistics(self) -> dict:
-        """The job queue's and the slots' statistics (and the batcher's, with batching)."""
+        """The job queue's and the slots' statistics (and the batcher's, with batching), and two
+        counts that mean the same with or without batching (what a server exports):
+
+        - ``"running"``: generation requests holding a slot now (with batching, a sequence of the
+          batched cache); a request that ended or was cancelled stops counting once its slot is
+          free again;
+        - ``"waiting"``: generation requests submitted and waiting for one.
+        """
         st = {"jobs": self._jobs.statistics() if self._jobs else None, "slots": self.prepared.statistics()}
         if self.batching:
-            st["batch"] = self._batch.statistics() if self._batch else None
+            b = self._batch.statistics() if self._batch else None
+            st["batch"] = b
+            st["running"], st["waiting"] = (b.busy, b.waiting) if b else (0, 0)
+        else:
+            st["running"] = st["slots"].busy
+            st["waiting"] = st["jobs"].queued if st["jobs"] else 0
         return st
 
     async def aclose(self) -> None:

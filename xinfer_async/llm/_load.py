@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from typing import Any
 
 import trio
@@ -13,13 +15,14 @@ from ._engine import LanguageModel
 from ._gguf import load_gguf
 from ._llama import LlamaBuilder
 from ._registry import resolve_model
+from ._tokenizer import Tokenizer
 
 DEFAULT_MODEL = "smollm2-135m"
 
 
 async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any = None, slots: int = 4,
                ctx: int | None = None, chunk: int = 64, pull: bool = True,
-               max_queued: int = 256, batching: bool = False) -> LanguageModel:
+               max_queued: int = 256, batching: bool = False, progress: bool = False) -> LanguageModel:
     """Load a Llama-architecture GGUF model onto a device, ready for concurrent requests.
 
     Args:
@@ -39,16 +42,96 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
             the matrix kernel's stage, shaders/xi_mvc.cuh, or runs the tensor-core kernel,
             shaders/xi_tc.cuh).
             ``logits`` runs unbatched on one slot of its own.
+        progress: a "loading model" tqdm line on stderr (stages: read and validate the file, build
+            the tokenizer, upload the weights and build the plans, with the elapsed time), shown only
+            once loading has taken more than 1 s (SmolLM2 takes ~0.6 s of CPU time) and cleared when
+            done. Off by default (a library call prints nothing); the CLI turns it on.
+
+    The whole file is read and checked (``load_gguf``: format, hyperparameters, tensor types and
+    shapes, finite weights, tokenizer) and the tokenizer built before any weight reaches the device.
 
     Raises:
         ValueError: an unknown model name (the message lists the known ones), bad sizes.
-        GGUFError: a malformed, truncated or unsupported file.
+        GGUFError: a malformed, truncated or unsupported file, or one that is not a Llama this runs
+            (see ``load_gguf``); the message names the key or tensor and the value.
         DeviceError: the device cannot be opened.
     """
     if slots < 1:
         raise ValueError(f"slots must be >= 1, got {slots}")
     path = await trio.to_thread.run_sync(lambda: resolve_model(name_or_path, pull=pull))
-    gguf_model = await trio.to_thread.run_sync(load_gguf, path)
+    bar = _LoadProgress(os.path.basename(str(path))) if progress else None
+    try:
+        gguf_model = await trio.to_thread.run_sync(load_gguf, path)
+        _advance(bar, "building the tokenizer")
+        tokenizer = await trio.to_thread.run_sync(Tokenizer.from_gguf, gguf_model.metadata)
+        _advance(bar, "uploading weights, building plans")
+        return await _on_device(path, gguf_model, tokenizer, device, slots, ctx, chunk, max_queued, batching)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+class _LoadProgress:
+    """The "loading model" line: a tqdm bar on stderr, created (tqdm imported) only once loading has
+    taken ``DELAY_S``, then redrawn twice a second by a thread (the stages run in worker threads), so
+    a long stage shows its elapsed time and a fast load prints and imports nothing."""
+
+    DELAY_S = 1.0
+    STAGES = 3
+
+    def __init__(self, name: str):
+        self._name = name
+        self._stage = "reading and checking the file"
+        self._done = 0
+        self._bar: Any = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._t0 = time.time()  # tqdm's clock
+        threading.Thread(target=self._run, daemon=True, name="xinfer-load-progress").start()
+
+    def advance(self, stage: str) -> None:
+        with self._lock:
+            self._stage, self._done = stage, self._done + 1
+            self._draw()
+
+    def _draw(self) -> None:
+        if self._bar is not None:
+            self._bar.n = self._done
+            self._bar.set_description_str(f"{self._name}: {self._stage}", refresh=False)
+            self._bar.refresh()
+
+    def _run(self) -> None:
+        if self._stop.wait(self.DELAY_S):
+            return
+        import sys
+
+        from tqdm import tqdm
+
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._bar = tqdm(total=self.STAGES, file=sys.stderr, leave=False, initial=self._done,
+                             desc=f"{self._name}: {self._stage}",
+                             bar_format="loading model {desc} ({n}/{total} stages done, {elapsed})")
+            self._bar.start_t = self._t0  # elapsed since load began, not since the line appeared
+            self._draw()
+        while not self._stop.wait(0.5):
+            with self._lock:
+                self._draw()
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop.set()
+            if self._bar is not None:
+                self._bar.close()
+
+
+def _advance(bar: _LoadProgress | None, stage: str) -> None:
+    if bar is not None:
+        bar.advance(stage)
+
+
+async def _on_device(path, gguf_model, tokenizer, device, slots, ctx, chunk, max_queued, batching) -> LanguageModel:
     dev = device if isinstance(device, Device) else open_device(device)
     if ctx is None:
         ctx = min(2048, gguf_model.config.context_length)
@@ -68,6 +151,6 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
             dev.close()
         raise
     model = LanguageModel(path, gguf_model, builder, prepared, max_queued=max_queued, batched=batched,
-                          batch_seqs=slots if batching else 0)
+                          batch_seqs=slots if batching else 0, tokenizer=tokenizer)
     model.owns_device = dev is not device  # opened here from a name: aclose() closes it
     return model

@@ -1,9 +1,13 @@
-"""Token sampling on the host: greedy, temperature, top-k, top-p (nucleus).
+"""Token sampling on the host: penalties, greedy, temperature, top-k, top-p (nucleus), min-p.
 
-Order of operations as in llama.cpp's sampler chain and Hugging Face's logits warpers:
-``softmax(logits / temperature)`` -> keep the ``top_k`` most likely -> renormalize, keep the
-smallest prefix of the sorted distribution whose mass reaches ``top_p`` (Holtzman et al. 2019, "The Curious Case of
-Neural Text Degeneration") -> renormalize -> draw.
+Order of operations as in llama.cpp's sampler chain and Hugging Face's logits processors:
+penalties on the raw logits (``apply_penalties``: repetition, presence, frequency, over the last
+``repeat_last_n`` tokens) -> ``softmax(logits / temperature)`` -> keep the ``top_k`` most likely ->
+renormalize, keep the smallest prefix of the sorted distribution whose mass reaches ``top_p``
+(Holtzman et al. 2019, "The Curious Case of Neural Text Degeneration") -> keep the tokens whose
+probability is at least ``min_p`` times the largest (``min_p_filter``; Nguyen et al. 2024, "Turning
+Up the Heat: Min-p Sampling"; after temperature, as Hugging Face's ``MinPLogitsWarper``) ->
+renormalize -> draw.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["SamplingParams", "Sampler"]
+__all__ = ["SamplingParams", "Sampler", "apply_penalties", "min_p_filter"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +31,18 @@ class SamplingParams:
         top_p: keep the smallest set of most likely tokens whose probability reaches top_p;
             1.0 turns it off. In (0, 1].
         seed: seed of the numpy ``Generator``; None draws fresh entropy.
+        min_p: keep only tokens whose probability (after temperature) is at least ``min_p`` times
+            the most likely token's; 0.0 turns it off. In [0, 1].
+        repeat_penalty: repetition penalty of llama.cpp (``--repeat-penalty``) and Hugging Face
+            (``repetition_penalty``, Keskar et al. 2019, CTRL): the logit of every token seen in
+            the last ``repeat_last_n`` tokens is divided by it when positive, multiplied by it when
+            negative; 1.0 turns it off. Finite, > 0.
+        presence_penalty: OpenAI's presence penalty: subtracted once from the logit of every token
+            seen in the last ``repeat_last_n`` tokens; 0.0 turns it off. Finite, in [-2, 2].
+        frequency_penalty: OpenAI's frequency penalty: subtracted from a token's logit once per
+            time it occurs in the last ``repeat_last_n`` tokens; 0.0 turns it off. Finite, in [-2, 2].
+        repeat_last_n: how many of the latest tokens (prompt and generated) the three penalties
+            look at; 0 turns them off, -1 means the whole context (as llama.cpp). Integer >= -1.
 
     Raises:
         ValueError: on construction, for a value outside the ranges above (the message names the
@@ -37,6 +53,11 @@ class SamplingParams:
     top_k: int = 0
     top_p: float = 1.0
     seed: int | None = None
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repeat_last_n: int = 64
 
     def __post_init__(self):
         t = self.temperature
@@ -51,11 +72,98 @@ class SamplingParams:
         s = self.seed
         if s is not None and (isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0):
             raise ValueError(f"seed must be None or an integer >= 0, got {s!r}")
+        m = self.min_p
+        if isinstance(m, bool) or not isinstance(m, numbers.Real) or not (0.0 <= m <= 1.0):
+            raise ValueError(f"min_p must be in [0, 1], got {m!r}")
+        r = self.repeat_penalty
+        if isinstance(r, bool) or not isinstance(r, numbers.Real) or not math.isfinite(r) or r <= 0:
+            raise ValueError(f"repeat_penalty must be a finite number > 0, got {r!r}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (-2.0 <= v <= 2.0):
+                raise ValueError(f"{name} must be in [-2, 2], got {v!r}")
+        n = self.repeat_last_n
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < -1:
+            raise ValueError(f"repeat_last_n must be an integer >= -1, got {n!r}")
 
     @property
     def greedy(self) -> bool:
         """True when sampling is argmax (temperature 0)."""
         return self.temperature == 0.0
+
+    @property
+    def penalized(self) -> bool:
+        """True when any of the repetition, presence or frequency penalties is on."""
+        return self.repeat_last_n != 0 and (self.repeat_penalty != 1.0 or self.presence_penalty != 0.0
+                                            or self.frequency_penalty != 0.0)
+
+
+def apply_penalties(logits: np.ndarray, recent_ids, *, repeat_penalty: float = 1.0,
+                    presence_penalty: float = 0.0, frequency_penalty: float = 0.0) -> np.ndarray:
+    """Logits with the repetition, presence and frequency penalties applied (llama.cpp's
+    ``llama_sampler_penalties``; repetition as Hugging Face's ``RepetitionPenaltyLogitsProcessor``,
+    presence and frequency as OpenAI's API reference describes them).
+
+    For each token id ``t`` occurring ``c[t] > 0`` times in ``recent_ids``:
+    ``l[t] = l[t] / repeat_penalty`` if ``l[t] > 0`` else ``l[t] * repeat_penalty``, then
+    ``l[t] -= c[t] * frequency_penalty + presence_penalty``. Other tokens are unchanged; ``-inf``
+    stays ``-inf``.
+
+    Args:
+        logits: float (vocab,) raw logits.
+        recent_ids: int token ids (any length, ids in ``[0, vocab)``): the window the penalties
+            look at (the caller cuts it to the last ``repeat_last_n`` tokens).
+        repeat_penalty: > 0; 1.0 is off.
+        presence_penalty, frequency_penalty: 0.0 is off.
+
+    Returns:
+        a new float64 array (vocab,); ``logits`` is not modified.
+
+    Raises:
+        ValueError: ``logits`` is not a non-empty 1-D float array, or an id is outside
+            ``[0, vocab)`` (the message names it).
+    """
+    x = np.array(logits, dtype=np.float64, copy=True)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"logits must be a non-empty 1-D array, got shape {x.shape}")
+    ids = np.asarray(recent_ids, dtype=np.int64).reshape(-1)
+    if ids.size == 0:
+        return x
+    bad = ids[(ids < 0) | (ids >= x.size)]
+    if bad.size:
+        raise ValueError(f"recent_ids holds token id {int(bad[0])}, outside the vocabulary [0, {x.size})")
+    counts = np.bincount(ids, minlength=x.size)
+    seen = np.flatnonzero(counts)
+    v = x[seen]
+    if repeat_penalty != 1.0:
+        v = np.where(v > 0, v / repeat_penalty, v * repeat_penalty)
+    v = v - (counts[seen] * frequency_penalty + presence_penalty)
+    x[seen] = v
+    return x
+
+
+def min_p_filter(probs: np.ndarray, min_p: float) -> np.ndarray:
+    """The distribution cut to the tokens with ``p >= min_p * max(p)``, renormalized.
+
+    Args:
+        probs: float (vocab,) probabilities (non-negative, not all zero; need not sum to 1).
+        min_p: in [0, 1]; 0 keeps every token with ``p > 0``.
+
+    Returns:
+        float64 (vocab,) summing to 1, zero outside the kept set (the most likely token is always
+        kept).
+
+    Raises:
+        ValueError: ``min_p`` outside [0, 1], or ``probs`` not a non-empty 1-D array with a positive
+            entry.
+    """
+    if isinstance(min_p, bool) or not isinstance(min_p, numbers.Real) or not (0.0 <= min_p <= 1.0):
+        raise ValueError(f"min_p must be in [0, 1], got {min_p!r}")
+    p = np.asarray(probs, dtype=np.float64)
+    if p.ndim != 1 or p.size == 0 or not (p.max() > 0):
+        raise ValueError(f"probs must be a non-empty 1-D array with a positive entry, got shape {p.shape}")
+    out = np.where(p >= min_p * p.max(), p, 0.0)
+    return out / out.sum()
 
 
 class Sampler:
@@ -70,7 +178,8 @@ class Sampler:
         self._rng = np.random.default_rng(self.params.seed)
 
     def probabilities(self, logits: np.ndarray) -> np.ndarray:
-        """The distribution ``sample`` draws from (after temperature, top-k, top-p).
+        """The distribution ``sample`` draws from (after temperature, top-k, top-p, min-p; the
+        penalties, which need the token history, are the caller's: ``apply_penalties``).
 
         Args:
             logits: float (vocab,), finite or -inf; temperature must be > 0.
@@ -103,6 +212,8 @@ class Sampler:
         kept = order[:keep]
         out[kept] = p[kept]
         out /= out.sum()
+        if self.params.min_p > 0.0:
+            out = min_p_filter(out, self.params.min_p)
         return out
 
     def sample(self, logits: np.ndarray) -> int:

@@ -133,6 +133,27 @@ class GenerationStream:
         self.result = CompletionResult(self._text, list(req.tokens), req.finish_reason or "stop", req.timings())
         return piece
 
+    @property
+    def prompt_tokens(self) -> int:
+        """Tokens of the prompt (after tokenization and BOS), known as soon as ``generate`` returns."""
+        return len(self.request.prompt_ids)
+
+    async def wait_released(self) -> None:
+        """Wait until the request has let go of its slot: it ended, or was cancelled (``aclose``)
+        and stopped at the next step boundary. With batching its sequence is free when this
+        returns; without, its job has ended and the slot goes back after the fence of its last
+        step (at once when that has passed). Returns at once for a request that never started;
+        never raises the request's error (iterating does). A server awaits this after its client
+        went away, to measure the time until the slot is free.
+        """
+        if self._handle is None:
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            await self._handle.result()
+        except Exception:
+            pass
+
     async def aclose(self) -> None:
         """Cancel the request (if still running) and stop the stream."""
         if self._handle is not None:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ._cache import cache_dir
-from ._gguf import LlamaConfig
+from ._llama_config import LlamaConfig, llama_tensor_shapes
 from ._tokenizer import _bytes_to_unicode
 
 __all__ = ["SHAPES", "PREFIX", "shape_config", "write_synthetic_gguf", "synthetic_model", "llama_tensor_shapes",
@@ -83,25 +83,6 @@ def shape_config(shape: str | LlamaConfig) -> LlamaConfig:
     if c.head_dim * c.n_head != c.dim or c.n_head % c.n_kv_head:
         raise ValueError(f"shape {c}: need head_dim * n_head == dim and n_head % n_kv_head == 0")
     return c
-
-
-def llama_tensor_shapes(c: LlamaConfig) -> dict[str, tuple[int, ...]]:
-    """GGUF tensor name -> numpy shape ((N, K) for a matrix of N rows of K) of a Llama decoder,
-    in file order; no ``output.weight`` when ``c.tied_embeddings``."""
-    kv = c.n_kv_head * c.head_dim
-    out: dict[str, tuple[int, ...]] = {"token_embd.weight": (c.vocab_size, c.dim), "output_norm.weight": (c.dim,)}
-    if not c.tied_embeddings:
-        out["output.weight"] = (c.vocab_size, c.dim)
-    for i in range(c.n_layer):
-        b = f"blk.{i}."
-        out.update({
-            b + "attn_norm.weight": (c.dim,), b + "attn_q.weight": (c.dim, c.dim),
-            b + "attn_k.weight": (kv, c.dim), b + "attn_v.weight": (kv, c.dim),
-            b + "attn_output.weight": (c.dim, c.dim), b + "ffn_norm.weight": (c.dim,),
-            b + "ffn_gate.weight": (c.ffn_dim, c.dim), b + "ffn_up.weight": (c.ffn_dim, c.dim),
-            b + "ffn_down.weight": (c.dim, c.ffn_dim),
-        })
-    return out
 
 
 def encode_tensor(x: np.ndarray, dtype: str) -> tuple[np.ndarray, object]:

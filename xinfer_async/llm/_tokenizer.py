@@ -13,6 +13,7 @@ asked (``special=True``), as llama.cpp does with ``parse_special``.
 from __future__ import annotations
 
 import codecs
+import threading
 from typing import Any, Iterable
 
 from ..hal._errors import GGUFError
@@ -99,15 +100,13 @@ class Tokenizer:
             raise GGUFError(
                 f"tokenizer.ggml.token_type has {len(token_types)} entries for {len(tokens)} tokens"
             )
-        vocab = {}
-        for i, t in enumerate(tokens):
-            vocab.setdefault(t, i)
-        pairs = []
-        for i, m in enumerate(merges):
-            parts = m.split(" ")
-            if len(parts) != 2:
-                raise GGUFError(f"tokenizer.ggml.merges[{i}] = {m!r} is not 'left right'")
-            pairs.append((parts[0], parts[1]))
+        # a repeated piece keeps its first id (inserted last, from the end)
+        vocab = dict(zip(reversed(tokens), range(len(tokens) - 1, -1, -1)))
+        split = [m.split(" ") for m in merges]
+        if any(len(p) != 2 for p in split):
+            i = next(i for i, p in enumerate(split) if len(p) != 2)
+            raise GGUFError(f"tokenizer.ggml.merges[{i}] = {merges[i]!r} is not 'left right'")
+        pairs = list(map(tuple, split))
 
         if pre in _DIGIT_SPLIT_PRE:
             pre_tok = pre_tokenizers.Sequence([
@@ -123,7 +122,10 @@ class Tokenizer:
             )
 
         def make() -> Any:
-            tk = HFTokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
+            try:
+                tk = HFTokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
+            except Exception as exc:  # tokenizers raises a bare Exception, e.g. a merge of unknown tokens
+                raise GGUFError(f"tokenizer.ggml.tokens/merges do not make a BPE model: {exc}") from exc
             tk.pre_tokenizer = pre_tok
             tk.decoder = decoders.ByteLevel()
             return tk
@@ -134,28 +136,32 @@ class Tokenizer:
         self.bos_id = bos_id
         self.eos_id = eos_id
         self.add_bos = bool(add_bos)
-        self.special_ids = frozenset(i for i, t in enumerate(token_types) if t == TOKEN_TYPE_CONTROL)
-        user_ids = [i for i, t in enumerate(token_types) if t == TOKEN_TYPE_USER_DEFINED]
+        self.special_ids = frozenset(i for i, t in enumerate(self._types) if t == TOKEN_TYPE_CONTROL)
+        user_ids = [i for i, t in enumerate(self._types) if t == TOKEN_TYPE_USER_DEFINED]
         self.im_end_id = vocab.get("<|im_end|>")
 
+        user = [AddedToken(tokens[i], special=False, normalized=False) for i in user_ids]
+        control = [AddedToken(tokens[i], special=True, normalized=False) for i in sorted(self.special_ids)]
+
+        def with_added(special: bool) -> Any:
+            tk = make()
+            if user:
+                tk.add_tokens(user)
+            if special and control:
+                tk.add_special_tokens(control)
+            return tk
+
         # Plain text: control tokens are not matched; user-defined tokens always are (llama.cpp).
-        self._plain = make()
-        # With special=True: control tokens are matched too.
-        self._special = make()
-        if user_ids:
-            user = [AddedToken(tokens[i], special=False, normalized=False) for i in user_ids]
-            self._plain.add_tokens(user)
-            self._special.add_tokens(user)
-        if self.special_ids:
-            self._special.add_special_tokens(
-                [AddedToken(tokens[i], special=True, normalized=False) for i in sorted(self.special_ids)]
-            )
-        # Bytes of every token, for decoding: byte-level pieces map back through the GPT-2 table;
-        # control and user-defined tokens are their text in UTF-8.
-        self._bytes = [
-            t.encode("utf-8") if ty in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED) else _token_bytes(t)
-            for t, ty in zip(tokens, token_types)
-        ]
+        self._plain = with_added(False)
+        # With special=True: control tokens are matched too. Built on first use (~45 ms for a 49k
+        # vocabulary, a share of a cold start that a plain prompt never needs).
+        self._special: Any = None
+        self._make_special = lambda: with_added(True)
+        self._special_lock = threading.Lock()
+        # Bytes of each token, for decoding, computed on first use (a whole vocabulary takes ~0.3 s):
+        # byte-level pieces map back through the GPT-2 table; control and user-defined tokens are
+        # their text in UTF-8.
+        self._bytes: list[bytes | None] = [None] * len(tokens)
 
     @classmethod
     def from_gguf(cls, metadata: dict[str, Any]) -> "Tokenizer":
@@ -202,8 +208,15 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        tk = self._special if special else self._plain
+        tk = self._special_tokenizer() if special else self._plain
         return tk.encode(text, add_special_tokens=False).ids
+
+    def _special_tokenizer(self) -> Any:
+        if self._special is None:
+            with self._special_lock:
+                if self._special is None:
+                    self._special = self._make_special()
+        return self._special
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes one token stands for (control tokens: their text).
@@ -213,7 +226,13 @@ class Tokenizer:
         """
         if not 0 <= token_id < self.vocab_size:
             raise ValueError(f"token_id must be in [0, {self.vocab_size}), got {token_id}")
-        return self._bytes[token_id]
+        b = self._bytes[token_id]
+        if b is None:
+            t = self._tokens[token_id]
+            b = t.encode("utf-8") if self._types[token_id] in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED) \
+                else _token_bytes(t)
+            self._bytes[token_id] = b
+        return b
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
         """Token ids -> text. Invalid UTF-8 becomes U+FFFD.

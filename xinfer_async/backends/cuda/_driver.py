@@ -219,7 +219,8 @@ def availability() -> tuple[bool, str]:
     try:
         lib = load()
     except OSError as e:
-        return False, f"libcuda.so.1 not found ({e})"
+        why = str(e).split("  Additionally")[0].rsplit("libcuda.so.1: ", 1)[-1].rstrip(". ")
+        return False, f"the NVIDIA driver library libcuda.so.1 cannot be loaded ({why})"
     status = lib.cuInit(0)
     if status:
         return False, f"cuInit failed: {error_name(status)}"

@@ -1,0 +1,466 @@
+"""xinfer_async/serve: the OpenAI-compatible server, live on 127.0.0.1 (a free port), through the
+official ``openai`` client (and httpx where a raw request is the point: malformed JSON, a huge
+body, a client that goes away).
+
+Each server runs ``run_server`` (hypercorn's trio worker) in a thread of its own with its own
+``trio.run``; the in-process results the HTTP ones are held against come from the same loaded
+model through ``LanguageModel.complete``/``chat``, run in the server's trio.run
+(``LiveServer.call``). Most tests use the tiny synthetic model (loads in well under a second);
+chat and the disconnect test use the real SmolLM2 file (chat template; slow enough on a cpu that a
+client can leave mid-stream).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests._llm_fixtures import require_model
+from xinfer_async import llm
+from xinfer_async.llm._synthetic import write_synthetic_gguf
+from xinfer_async.serve import OpenAIServer, ServerLimits, hypercorn_config, run_server
+
+KEY = "sk-test-0123456789"
+HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
+DEVICE = os.environ.get("XINFER_TEST_DEVICE", "cpu")
+
+
+class LiveServer:
+    """``run_server`` on 127.0.0.1:0 in a thread with its own trio.run.
+
+    Attributes:
+        url: ``http://127.0.0.1:PORT``; app: the ``OpenAIServer``.
+    """
+
+    def __init__(self, path, name: str, *, slots: int, ctx: int, api_key: str | None = None,
+                 limits: ServerLimits = ServerLimits(), gate: threading.Event | None = None):
+        self.app = OpenAIServer(name, api_key=api_key, limits=limits)
+        self.name = name
+        self._path, self._slots, self._ctx, self._gate = path, slots, ctx, gate
+        self._bound = threading.Event()
+        self._error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, daemon=True, name=f"serve-{name}")
+        self.thread.start()
+        assert self._bound.wait(60), "the server did not bind within 60 s"
+        if self._error is not None:
+            raise self._error
+
+    def _main(self) -> None:
+        try:
+            trio.run(self._run)
+        except BaseException as exc:  # reported by stop() (or by __init__ before binding)
+            self._error = exc
+            self._bound.set()
+
+    async def _run(self) -> None:
+        self.token = trio.lowlevel.current_trio_token()
+        self._stop = trio.Event()
+
+        async def load():
+            if self._gate is not None:
+                await trio.to_thread.run_sync(self._gate.wait)
+            return await llm.load(self._path, device=DEVICE, slots=self._slots, ctx=self._ctx, batching=True,
+                                  max_queued=self._slots + self.app.limits.max_queue)
+
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(functools.partial(run_server, self.app, load, hypercorn_config("127.0.0.1", 0),
+                                                          shutdown_trigger=self._stop.wait))
+            self.url = binds[0]
+            self._bound.set()
+
+    def wait_loaded(self, timeout_s: float = 120.0) -> "LiveServer":
+        deadline = time.monotonic() + timeout_s
+        while self.app.model is None:
+            assert self.app.load_error is None, self.app.load_error
+            assert time.monotonic() < deadline, "the model did not load in time"
+            time.sleep(0.02)
+        return self
+
+    def call(self, afn, *args):
+        """Run ``await afn(*args)`` in the server's trio.run; returns its result."""
+        return trio.from_thread.run(afn, *args, trio_token=self.token)
+
+    def client(self, **kwargs) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=kwargs.pop("api_key", KEY), max_retries=0,
+                             timeout=120, **kwargs)
+
+    def http(self, method: str, path: str, key: str | None = KEY, **kwargs) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.request(method, self.url + path, headers=headers, timeout=60, **kwargs)
+
+    def metrics(self) -> dict[str, float]:
+        """Every sample of ``/metrics`` as ``{name{labels}: value}``, parsed by prometheus_client."""
+        r = self.http("GET", "/metrics")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+        out = {}
+        for fam in text_string_to_metric_families(r.text):
+            for s in fam.samples:
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+                out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+        return out
+
+    def wait_idle(self, timeout_s: float = 30.0) -> None:
+        """Until the model holds no slot and nothing waits (read from /metrics)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            m = self.metrics()
+            if m["xinfer_num_requests_running"] == 0 and m["xinfer_num_requests_waiting"] == 0 \
+                    and m["xinfer_num_requests_in_flight"] == 0:
+                return
+            assert time.monotonic() < deadline, f"still busy after {timeout_s} s: {m['xinfer_num_requests_running']}"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            try:
+                trio.from_thread.run_sync(self._stop.set, trio_token=self.token)
+            except trio.RunFinishedError:
+                pass
+            self.thread.join(60)
+        assert not self.thread.is_alive(), "the server did not stop"
+        if self._error is not None:
+            raise self._error
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return write_synthetic_gguf(tmp_path_factory.mktemp("serve") / "tiny.gguf", "tiny")
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_path):
+    """The tiny synthetic model, 4 slots, an API key, a 64 KiB body limit."""
+    server = LiveServer(tiny_path, "tiny", slots=4, ctx=256, api_key=KEY,
+                        limits=ServerLimits(max_body_bytes=64 << 10)).wait_loaded()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def smol():
+    """The real SmolLM2 (chat template), 2 slots, no API key."""
+    server = LiveServer(require_model(), "smollm2-135m", slots=2, ctx=256).wait_loaded()
+    yield server
+    server.stop()
+
+
+PROMPTS = ["hello world", "once upon a time", "the quick brown fox", "abc", "zz top", "lorem ipsum dolor",
+           "a b c d e f", "serve me"]
+
+
+def reference(server: LiveServer, prompt, **kwargs):
+    """The in-process result of the same request on the same loaded model."""
+    return server.call(functools.partial(server.app.model.complete, prompt, **kwargs))
+
+
+# -- health and models ---------------------------------------------------------------------
+def test_health_is_503_while_the_model_loads_then_200(tiny_path):
+    gate = threading.Event()
+    server = LiveServer(tiny_path, "tiny", slots=2, ctx=64, gate=gate)
+    try:
+        r = server.http("GET", "/health", key=None)
+        assert r.status_code == 503 and r.json() == {"status": "loading"} and r.headers["retry-after"] == "1"
+        r = server.http("GET", "/v1/models")
+        assert r.status_code == 503 and r.json()["error"]["code"] == "model_not_ready"
+        assert server.metrics()["xinfer_model_loaded"] == 0
+        gate.set()
+        deadline = time.monotonic() + 60
+        while (r := server.http("GET", "/health", key=None)).status_code == 503:
+            assert r.json() == {"status": "loading"}
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert r.status_code == 200 and r.json() == {"status": "ok"}
+        assert server.metrics()["xinfer_model_loaded"] == 1
+        assert [m.id for m in server.client().models.list()] == ["tiny"]
+    finally:
+        gate.set()
+        server.stop()
+
+
+def test_models_lists_the_served_model(tiny):
+    models = tiny.client().models.list().data
+    assert [(m.id, m.object, m.owned_by) for m in models] == [("tiny", "model", "xinfer_async")]
+
+
+# -- completions ---------------------------------------------------------------------------
+def test_completion_equals_the_in_process_result_with_usage(tiny):
+    before = tiny.metrics()
+    r = tiny.client().completions.create(model="tiny", prompt="hello world", max_tokens=12, temperature=0)
+    ref = reference(tiny, "hello world", max_tokens=12)
+    assert r.object == "text_completion" and r.model == "tiny" and r.id.startswith("cmpl-")
+    assert r.choices[0].text == ref.text and r.choices[0].finish_reason == ref.finish_reason == "length"
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (ref.timings.prompt_tokens, 12)
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 12
+    after = tiny.metrics()
+    # the server's counters moved by exactly this request (the in-process reference is not counted)
+    assert after["xinfer_generation_tokens_total"] - before["xinfer_generation_tokens_total"] == 12
+    assert after["xinfer_prompt_tokens_total"] - before["xinfer_prompt_tokens_total"] == r.usage.prompt_tokens
+    assert after["xinfer_time_to_first_token_seconds_count"] - before["xinfer_time_to_first_token_seconds_count"] == 1
+    assert after["xinfer_inter_token_latency_seconds_count"] - before["xinfer_inter_token_latency_seconds_count"] == 11
+    key = 'xinfer_http_requests_total{route="/v1/completions",status="200"}'
+    assert after[key] - before.get(key, 0) == 1
+
+
+def test_completion_of_token_ids_and_the_default_length(tiny):
+    ids = tiny.app.model.tokenize("the quick brown fox")
+    r = tiny.client().completions.create(model="tiny", prompt=ids, temperature=0)
+    ref = reference(tiny, ids, max_tokens=16)
+    assert r.choices[0].text == ref.text and r.usage.completion_tokens == 16  # OpenAI's default max_tokens
+
+
+def test_streaming_completion_with_usage(tiny):
+    chunks = list(tiny.client().completions.create(model="tiny", prompt="once upon a time", max_tokens=10,
+                                                    temperature=0, stream=True,
+                                                    stream_options={"include_usage": True}))
+    ref = reference(tiny, "once upon a time", max_tokens=10)
+    body, usage_chunk = chunks[:-1], chunks[-1]
+    assert "".join(c.choices[0].text for c in body) == ref.text
+    assert [c.choices[0].finish_reason for c in body][-1] == "length"
+    assert all(c.choices[0].finish_reason is None for c in body[:-1]) and all(c.usage is None for c in body)
+    assert usage_chunk.choices == [] and usage_chunk.usage.completion_tokens == 10
+    assert usage_chunk.usage.prompt_tokens == ref.timings.prompt_tokens
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_stop_string_and_sampling_fields_reach_generate(tiny):
+    ref = reference(tiny, "abc", max_tokens=20)
+    stop = ref.text[5:7]
+    r = tiny.client().completions.create(model="tiny", prompt="abc", max_tokens=20, temperature=0, stop=[stop])
+    assert r.choices[0].text == ref.text[:ref.text.find(stop)] and r.choices[0].finish_reason == "stop"
+    seeded = [tiny.client().completions.create(model="tiny", prompt="abc", max_tokens=12, temperature=1.5, seed=7,
+                                               top_p=0.9, extra_body={"top_k": 50}).choices[0].text for _ in range(2)]
+    ref = reference(tiny, "abc", max_tokens=12, temperature=1.5, seed=7, top_p=0.9, top_k=50)
+    assert seeded == [ref.text, ref.text]
+
+
+def test_32_concurrent_streams_all_equal_the_in_process_results(tiny):
+    refs = {p: reference(tiny, p, max_tokens=24, ignore_eos=True) for p in PROMPTS}
+    client = tiny.client()
+
+    def one(i: int):
+        p = PROMPTS[i % len(PROMPTS)]
+        text, usage, finish = "", None, None
+        for c in client.completions.create(model="tiny", prompt=p, max_tokens=24, temperature=0, stream=True,
+                                           stream_options={"include_usage": True}, extra_body={"ignore_eos": True}):
+            if c.choices:
+                text += c.choices[0].text
+                finish = c.choices[0].finish_reason or finish
+            else:
+                usage = c.usage
+        return p, text, usage, finish
+
+    before = tiny.call(_max_active, tiny.app.model)
+    with ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(one, range(32)))
+    for p, text, usage, finish in results:
+        assert text == refs[p].text and finish == "length"
+        assert (usage.prompt_tokens, usage.completion_tokens) == (refs[p].timings.prompt_tokens, 24)
+    assert tiny.call(_max_active, tiny.app.model) >= max(before, 2)  # the requests did decode together
+    tiny.wait_idle()
+
+
+async def _max_active(model):
+    return model.statistics()["batch"].max_active
+
+
+def test_tokenize_and_detokenize(tiny):
+    r = tiny.http("POST", "/tokenize", json={"content": "hello world"})
+    ids = tiny.app.model.tokenize("hello world")
+    assert r.status_code == 200 and r.json() == {"tokens": ids, "count": len(ids), "max_model_len": 256}
+    r = tiny.http("POST", "/detokenize", json={"tokens": ids})
+    assert r.status_code == 200 and r.json()["content"] == "hello world"
+    r = tiny.http("POST", "/detokenize", json={"tokens": [10 ** 6]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tokens"
+
+
+# -- refusals ------------------------------------------------------------------------------
+def test_bad_requests_are_refused_while_a_stream_runs_undisturbed(tiny):
+    ref = reference(tiny, "lorem ipsum dolor", max_tokens=200, ignore_eos=True)
+    before = tiny.metrics()
+    out = {}
+
+    def stream():
+        with httpx.stream("POST", tiny.url + "/v1/completions", headers={"Authorization": f"Bearer {KEY}"},
+                          json={"model": "tiny", "prompt": "lorem ipsum dolor", "max_tokens": 200, "temperature": 0,
+                                "stream": True, "ignore_eos": True}, timeout=60) as r:
+            out["lines"] = [line for line in r.iter_lines() if line]
+
+    t = threading.Thread(target=stream)
+    t.start()
+    bad = [
+        (400, "invalid_json", tiny.http("POST", "/v1/completions", content=b'{"model": "tiny", "prompt": ')),
+        (400, "invalid_json", tiny.http("POST", "/v1/completions", content=b'[1, 2]')),
+        (413, "body_too_large", tiny.http("POST", "/v1/completions", content=b"x" * (65 << 10))),
+        (413, "body_too_large", tiny.http("POST", "/v1/completions",  # chunked: no Content-Length
+                                          content=iter([b'{"prompt": "', b"y" * (40 << 10), b"z" * (40 << 10)]))),
+        (401, "invalid_api_key", tiny.http("POST", "/v1/completions", key="sk-wrong", json={"prompt": "hi"})),
+        (401, "invalid_api_key", tiny.http("GET", "/v1/models", key=None)),
+        (404, "model_not_found", tiny.http("POST", "/v1/completions", json={"model": "gpt-4", "prompt": "hi"})),
+        (400, "unsupported_parameter",
+         tiny.http("POST", "/v1/completions", json={"prompt": "hi", "presence_penalty": 0.5})),
+        (400, None, tiny.http("POST", "/v1/completions", json={"prompt": "hi", "max_tokens": 10 ** 6})),
+        (400, None, tiny.http("POST", "/v1/completions", json={"prompt": "hi", "n": 2})),
+        (400, None, tiny.http("POST", "/v1/completions", json={"prompt": "hi", "temperature": "hot"})),
+    ]
+    for status, code, r in bad:
+        assert r.status_code == status, r.text
+        err = r.json()["error"]
+        assert err["code"] == code and err["message"] and set(err) == {"message", "type", "param", "code"}
+    assert tiny.http("GET", "/health", key=None).status_code == 200  # /health needs no key
+    t.join(60)
+    lines = out["lines"]
+    assert lines[-1] == "data: [DONE]"
+    import json
+
+    chunks = [json.loads(line[6:]) for line in lines[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == ref.text
+    # and the openai client's errors for the same refusals
+    with pytest.raises(openai.AuthenticationError):
+        tiny.client(api_key="sk-wrong").completions.create(model="tiny", prompt="hi", max_tokens=2)
+    with pytest.raises(openai.NotFoundError, match="the model .gpt-4. does not exist"):
+        tiny.client().completions.create(model="gpt-4", prompt="hi", max_tokens=2)
+    with pytest.raises(openai.BadRequestError, match="frequency_penalty is not supported yet"):
+        tiny.client().completions.create(model="tiny", prompt="hi", max_tokens=2, frequency_penalty=1.0)
+    with pytest.raises(openai.BadRequestError, match="logprobs is not supported yet"):
+        tiny.client().completions.create(model="tiny", prompt="hi", max_tokens=2, logprobs=2)
+    after = tiny.metrics()
+    assert after['xinfer_http_requests_total{route="/v1/completions",status="413"}'] \
+        - before.get('xinfer_http_requests_total{route="/v1/completions",status="413"}', 0) == 2
+    assert after["xinfer_generation_tokens_total"] - before["xinfer_generation_tokens_total"] == 200
+    tiny.wait_idle()
+
+
+def test_a_full_queue_answers_429_with_retry_after(tiny_path):
+    server = LiveServer(tiny_path, "tiny", slots=1, ctx=256, limits=ServerLimits(max_queue=0)).wait_loaded()
+    try:
+        with httpx.stream("POST", server.url + "/v1/completions",
+                          json={"prompt": "abc", "max_tokens": 250, "ignore_eos": True, "stream": True,
+                                "temperature": 0}, timeout=60) as first:
+            lines = first.iter_lines()
+            assert next(lines).startswith("data: ")  # the first request holds the one slot
+            r = server.http("POST", "/v1/completions", json={"prompt": "abc", "max_tokens": 2})
+            assert r.status_code == 429 and r.headers["retry-after"] == "1"
+            assert r.json()["error"]["code"] == "too_many_requests"
+            assert [line for line in lines if line][-1] == "data: [DONE]"
+        server.wait_idle()
+        r = server.client().completions.create(model="tiny", prompt="abc", max_tokens=2)  # room again
+        assert r.usage.completion_tokens == 2
+    finally:
+        server.stop()
+
+
+def test_a_request_past_its_time_is_cancelled_and_answered_504(tiny_path):
+    server = LiveServer(tiny_path, "tiny", slots=1, ctx=256,
+                        limits=ServerLimits(request_timeout_s=0.005)).wait_loaded()
+    try:
+        r = server.http("POST", "/v1/completions", json={"prompt": "abc", "max_tokens": 250, "ignore_eos": True})
+        assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
+        server.wait_idle()
+        m = server.metrics()
+        assert m['xinfer_requests_cancelled_total{reason="timeout"}'] == 1
+        assert m["xinfer_disconnect_to_free_seconds_count"] == 1
+    finally:
+        server.stop()
+
+
+# -- the real model: chat, and a client that goes away ---------------------------------------
+MESSAGES = [{"role": "system", "content": "You are brief."}, {"role": "user", "content": "Name a colour."}]
+
+
+def test_chat_equals_the_in_process_chat(smol):
+    client = smol.client()
+    r = client.chat.completions.create(model="smollm2-135m", messages=MESSAGES, max_tokens=8, temperature=0)
+    ref = smol.call(functools.partial(smol.app.model.chat, MESSAGES, max_tokens=8))
+    assert r.object == "chat.completion" and r.id.startswith("chatcmpl-")
+    assert r.choices[0].message.role == "assistant" and r.choices[0].message.content == ref.text
+    assert r.choices[0].finish_reason == ref.finish_reason
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (ref.timings.prompt_tokens, len(ref.token_ids))
+    assert r.usage.prompt_tokens == len(smol.app.model.render_chat(MESSAGES))
+    chunks = list(client.chat.completions.create(model="smollm2-135m", messages=MESSAGES, max_tokens=8,
+                                                 temperature=0, stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ref.text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == ref.finish_reason
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(ref.token_ids)
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_slot(smol):
+    before = smol.metrics()
+    with httpx.stream("POST", smol.url + "/v1/chat/completions",
+                      json={"messages": MESSAGES, "max_tokens": 200, "ignore_eos": True, "stream": True,
+                            "temperature": 0}, timeout=60) as r:
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(6)]  # role chunk, blank, two content chunks...
+        assert got[0].startswith("data: ")
+        assert smol.metrics()["xinfer_num_requests_running"] == 1
+    # the response was closed after a few of its 200 tokens: the generation stops, the slot is free
+    smol.wait_idle(timeout_s=30)
+    st = smol.call(_statistics, smol.app.model)
+    assert st["running"] == 0 and st["batch"].active == 0
+    after = smol.metrics()
+    assert after['xinfer_requests_cancelled_total{reason="disconnect"}'] \
+        - before.get('xinfer_requests_cancelled_total{reason="disconnect"}', 0) == 1
+    assert after["xinfer_disconnect_to_free_seconds_count"] - before["xinfer_disconnect_to_free_seconds_count"] == 1
+    freed_s = after["xinfer_disconnect_to_free_seconds_sum"] - before["xinfer_disconnect_to_free_seconds_sum"]
+    assert 0 < freed_s < 5.0
+    generated = after["xinfer_generation_tokens_total"] - before["xinfer_generation_tokens_total"]
+    assert 2 <= generated < 200  # it did stop early
+    # the model serves the next request as before
+    r = smol.client().chat.completions.create(model="smollm2-135m", messages=MESSAGES, max_tokens=2, temperature=0)
+    assert r.usage.completion_tokens >= 1
+
+
+async def _statistics(model):
+    return model.statistics()
+
+
+# -- bench serve -----------------------------------------------------------------------------
+def test_bench_serve_sweeps_concurrency_against_the_live_server(tiny, tmp_path):
+    import json
+
+    from xinfer_async.bench import _serve, resolve
+
+    out = tmp_path / "serve.json"
+    argv = ["--url", tiny.url + "/v1", "--api-key", KEY, "--concurrency", "1,4", "--requests", "4",
+            "--max-tokens", "6", "--rate", "inf,200", "--json", str(out)]
+    if HAVE_MPL:
+        argv += ["--plot", str(tmp_path / "serve.png")]
+    assert resolve("serve")(argv) == 0
+    d = json.loads(out.read_text())
+    assert d["model"] == "tiny" and [(r["concurrency"], r["rate"]) for r in d["rows"]] == \
+        [(1, None), (1, 200.0), (4, None), (4, 200.0)]  # inf is written as null
+    for r in d["rows"]:
+        assert r["completed"] == 4 and r["errors"] == 0 and r["output_tokens"] == 24
+        assert 0 < r["ttft_ms_p10"] <= r["ttft_ms_p50"] <= r["ttft_ms_p90"] and r["itl_ms_p50"] >= 0
+    assert not HAVE_MPL or (tmp_path / "serve.png").stat().st_size > 10_000
+    assert _serve.parse_event('data: {"choices": [{"delta": {"content": "a"}}]}') == ("a", None)
+    assert _serve.parse_event('data: {"choices": [], "usage": {"completion_tokens": 3}}') == ("", 3)
+    assert _serve.parse_event("data: [DONE]") is None and _serve.parse_event("") is None
+    with pytest.raises(RuntimeError, match="server error event"):
+        _serve.parse_event('data: {"error": {"message": "x"}}')
+
+
+# -- the command ---------------------------------------------------------------------------
+def test_serve_command_help_and_a_model_that_fails_to_load(capsys, tmp_path):
+    from xinfer_async.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "-h"])
+    assert exc.value.code == 0 and "--api-key" in capsys.readouterr().out
+    missing = tmp_path / "missing.gguf"
+    assert main(["serve", "-m", str(missing), "--port", "0", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "listening on http://127.0.0.1:" in err and f"xinfer-async serve: error:" in err and "missing.gguf" in err
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--port", "70000"])
+    assert exc.value.code == 2 and "--port: must be in [0, 65535], got 70000" in capsys.readouterr().err

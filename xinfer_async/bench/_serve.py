@@ -1,0 +1,260 @@
+"""``xinfer-async bench serve --url URL``: a streaming load test of any OpenAI-compatible server
+(``xinfer-async serve``, llama.cpp's llama-server, vLLM).
+
+As vLLM's ``benchmark_serving``: per row, ``--requests`` requests arrive as a Poisson process of
+``--rate`` requests/s (exponential gaps; ``inf``: all at once), at most ``--concurrency`` in
+flight at a time (a client waits for a free place); each streams a completion (``stream: true``,
+``stream_options.include_usage``) of ``--max-tokens`` tokens at temperature 0 with
+``ignore_eos: true`` (vLLM's and llama-server's field: fixed-length requests). One row per
+(concurrency, rate) pair: both take comma-separated lists, a sweep.
+
+Per row (a warm-up of one short request per place in flight runs first and is left out):
+
+- ``req/s``, ``out tok/s``: completed requests and generated tokens (the usage the server
+  reports, else the content chunks) / the time from the first arrival to the last token;
+- ``steady tok/s``: generated tokens / time while every request of the row streams (from the last
+  first token to the first last token; as ``bench model`` reports it: the figure to hold against
+  ``bench model --batching`` with as many requests as ``--concurrency``; ``-`` when that window is
+  under 4 tokens a request);
+- ``ttft``: time to first token (request sent to the first content chunk), ``itl``: gaps
+  between content chunks, all requests pooled (a chunk counted as one token, as vLLM's benchmark
+  does), ``tpot``: (latency - ttft) / (tokens - 1) per request, ``latency``: sent to last chunk;
+  each as the median and the p10-p90 spread, plus p99. Events that reach the client in one read
+  (a loaded server or client: ``xinfer-async serve`` then sends the events gathered meanwhile in
+  one write) have gaps near 0, which pull the ``itl`` median down: ``tpot`` is the figure that
+  does not depend on how the events were grouped.
+
+Times are taken in this process when a chunk arrives (HTTP client: httpx under trio).
+
+Usage: ``xinfer-async bench serve --url http://127.0.0.1:8080 [--concurrency 1,8,64] [--rate inf]
+[--requests 64] [--max-tokens 128] [--chat] [--api-key KEY] [--json F] [--plot F.png]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import trio
+
+from . import parser as bench_parser
+from ._load import arrival_times
+from ._model import PROMPTS, _steady
+from ._report import add_output_args, check_plot, percentiles, render_table, write_json
+
+COLUMNS = [
+    ("conc", "concurrency", "d"), ("rate", "rate", ".3g"), ("reqs", "requests", "d"), ("req/s", "req_per_s", ".2f"),
+    ("out tok/s", "out_tok_per_s", ".1f"), ("steady tok/s", "steady_tok_per_s", ".1f"),
+    ("ttft p50 ms", "ttft_ms_p50", ".1f"), ("p10", "ttft_ms_p10", ".1f"), ("p90", "ttft_ms_p90", ".1f"),
+    ("itl p50 ms", "itl_ms_p50", ".2f"), ("p10", "itl_ms_p10", ".2f"), ("p90", "itl_ms_p90", ".2f"),
+    ("p99", "itl_ms_p99", ".2f"), ("tpot p50 ms", "tpot_ms_p50", ".2f"), ("lat p50 s", "latency_s_p50", ".3f"),
+    ("errors", "errors", "d"),
+]
+QS = (10, 50, 90, 99)
+
+
+def request_body(model: str | None, prompt: str, max_tokens: int, chat: bool) -> dict:
+    """The JSON of one streamed greedy fixed-length request."""
+    body: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0, "stream": True,
+                            "stream_options": {"include_usage": True}, "ignore_eos": True}
+    if model is not None:
+        body["model"] = model
+    if chat:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    return body
+
+
+def parse_event(line: str) -> tuple[str, int | None] | None:
+    """One SSE line -> (content text, completion tokens from a usage chunk or None); None for a
+    line that is no data chunk (blank, comment, ``[DONE]``).
+
+    Raises:
+        RuntimeError: an error event (the server's message).
+    """
+    if not line.startswith("data:"):
+        return None
+    data = line[5:].strip()
+    if data == "[DONE]":
+        return None
+    chunk = json.loads(data)
+    if "error" in chunk:
+        raise RuntimeError(f"server error event: {chunk['error']}")
+    text = ""
+    for c in chunk.get("choices") or []:
+        text += c.get("text") or (c.get("delta") or {}).get("content") or ""
+    usage = chunk.get("usage")
+    return text, (usage or {}).get("completion_tokens")
+
+
+async def stream_request(client: Any, url: str, body: dict, headers: dict) -> dict:
+    """Send one streamed request; returns its times (perf_counter seconds) and token counts."""
+    t0 = time.perf_counter()
+    times: list[tuple[float, int]] = []  # (arrival, content chunks so far)
+    usage_tokens = None
+    async with client.stream("POST", url, json=body, headers=headers) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread()).decode(errors='replace')[:300]}")
+        async for line in r.aiter_lines():
+            ev = parse_event(line)
+            if ev is None:
+                continue
+            text, n = ev
+            if n is not None:
+                usage_tokens = n
+            if text:
+                times.append((time.perf_counter(), len(times) + 1))
+    end = time.perf_counter()
+    tokens = usage_tokens if usage_tokens is not None else len(times)
+    ttft = times[0][0] - t0 if times else math.nan
+    gaps = [b[0] - a[0] for a, b in zip(times, times[1:])]
+    return dict(start=t0, end=end, tokens=tokens, ttft=ttft, itl=gaps, times=times, latency=end - t0,
+                tpot=(end - t0 - ttft) / (tokens - 1) if tokens > 1 else math.nan)
+
+
+async def run_row(client: Any, url: str, headers: dict, *, model: str | None, concurrency: int, rate: float,
+                  requests: int, max_tokens: int, chat: bool, seed: int = 0) -> dict:
+    """One row: warm-up, then ``requests`` Poisson arrivals with at most ``concurrency`` in flight."""
+    async with trio.open_nursery() as nursery:  # warm-up: every place in flight once, short
+        for i in range(concurrency):
+            nursery.start_soon(stream_request, client, url, request_body(model, PROMPTS[i % len(PROMPTS)], 4, chat),
+                               headers)
+    offsets = arrival_times(requests, rate, seed)
+    places = trio.Semaphore(concurrency)
+    results: list[dict | None] = [None] * requests
+    errors: list[str] = []
+
+    async def one(i: int, start: float) -> None:
+        await trio.sleep_until(start + offsets[i])
+        async with places:
+            try:
+                results[i] = await stream_request(client, url, request_body(model, PROMPTS[i % len(PROMPTS)],
+                                                                            max_tokens, chat), headers)
+            except (RuntimeError, OSError, ValueError) as exc:  # httpx's errors are OSError-like; count them
+                errors.append(f"{type(exc).__name__}: {exc}")
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        for i in range(requests):
+            nursery.start_soon(one, i, start)
+    done = [r for r in results if r is not None]
+    if not done:
+        raise RuntimeError(f"every request failed; first error: {errors[0] if errors else '?'}")
+    wall = max(r["end"] for r in done) - min(r["start"] for r in done)
+    tokens = sum(r["tokens"] for r in done)
+    steady_tok_s, _ = _steady(done)
+    return dict(
+        concurrency=concurrency, rate=rate, requests=requests, completed=len(done), errors=len(errors),
+        first_errors=errors[:3], max_tokens=max_tokens, duration_s=wall, output_tokens=tokens,
+        req_per_s=len(done) / wall, out_tok_per_s=tokens / wall, steady_tok_per_s=steady_tok_s,
+        **percentiles((r["ttft"] for r in done if not math.isnan(r["ttft"])), QS, 1e3, "ttft_ms_"),
+        **percentiles((g for r in done for g in r["itl"]), QS, 1e3, "itl_ms_"),
+        **percentiles((r["tpot"] for r in done if not math.isnan(r["tpot"])), QS, 1e3, "tpot_ms_"),
+        **percentiles((r["latency"] for r in done), QS, 1.0, "latency_s_"),
+    )
+
+
+async def _main(args: argparse.Namespace) -> dict:
+    import httpx
+
+    base = args.url.rstrip("/")
+    base = base[:-3] if base.endswith("/v1") else base
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    concurrencies = [int(c) for c in str(args.concurrency).split(",")]
+    rates = [float(r) for r in str(args.rate).split(",")]
+    limits = httpx.Limits(max_connections=max(concurrencies), max_keepalive_connections=max(concurrencies))
+    async with httpx.AsyncClient(timeout=httpx.Timeout(args.timeout), limits=limits) as client:
+        model = args.model
+        if model is None:  # the server's first model
+            r = await client.get(base + "/v1/models", headers=headers)
+            r.raise_for_status()
+            model = r.json()["data"][0]["id"]
+        url = base + ("/v1/chat/completions" if args.chat else "/v1/completions")
+        rows = []
+        for c in concurrencies:
+            for rate in rates:
+                row = await run_row(client, url, headers, model=model, concurrency=c, rate=rate,
+                                    requests=args.requests or c, max_tokens=args.max_tokens, chat=args.chat,
+                                    seed=args.seed)
+                rows.append(row)
+                print(f"  concurrency {c}, rate {rate:g}: {row['out_tok_per_s']:.1f} tok/s "
+                      f"({row['completed']} requests, {row['errors']} errors)", file=sys.stderr)
+    return dict(benchmark="serve", url=args.url, model=model, endpoint=url, max_tokens=args.max_tokens, rows=rows)
+
+
+def plot_rows(path: str, rows: list[dict], title: str) -> None:
+    """Throughput and latency (median with the p10-p90 spread) against concurrency, axes from 0."""
+    check_plot(path)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(15, 4))
+    for rate in sorted({r["rate"] for r in rows}):
+        pts = sorted((r for r in rows if r["rate"] == rate), key=lambda r: r["concurrency"])
+        xs = [r["concurrency"] for r in pts]
+        label = f"rate {rate:g}/s" if math.isfinite(rate) else "all at once"
+        a1.plot(xs, [r["out_tok_per_s"] for r in pts], "o-", label=f"out ({label})")
+        if any(r["steady_tok_per_s"] for r in pts):
+            a1.plot(xs, [r["steady_tok_per_s"] or np.nan for r in pts], "s--", label=f"steady ({label})")
+        for a, key in ((a2, "ttft_ms"), (a3, "itl_ms")):
+            a.plot(xs, [r[f"{key}_p50"] for r in pts], "o-", label=f"p50 ({label})")
+            a.fill_between(xs, [r[f"{key}_p10"] for r in pts], [r[f"{key}_p90"] for r in pts], alpha=0.2)
+    a1.set(xlabel="concurrent requests", ylabel="tokens/s", title="throughput")
+    a2.set(xlabel="concurrent requests", ylabel="ms", title="time to first token (band: p10-p90)")
+    a3.set(xlabel="concurrent requests", ylabel="ms", title="inter-token latency (band: p10-p90)")
+    for a in (a1, a2, a3):
+        a.set_xlim(left=0)
+        a.set_ylim(bottom=0)
+        a.grid(True, alpha=0.3)
+        a.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"plot written to {path}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = bench_parser("serve", __doc__)
+    p.add_argument("--url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8080 (a /v1 suffix is dropped)")
+    p.add_argument("--model", default=None, help="the model field (default: the first id of GET /v1/models)")
+    p.add_argument("--api-key", default=None, help="sent as Authorization: Bearer KEY")
+    p.add_argument("--concurrency", default="1,8,64", help="requests in flight at most, comma-separated: one row each "
+                   "(default 1,8,64)")
+    p.add_argument("--rate", default="inf", help="arrivals, requests/s, comma-separated; inf: all at once (default inf)")
+    p.add_argument("--requests", type=int, default=0, help="timed requests a row (default: the row's concurrency)")
+    p.add_argument("--max-tokens", type=int, default=128, help="generated tokens a request (default 128)")
+    p.add_argument("--chat", action="store_true", help="POST /v1/chat/completions (default: /v1/completions)")
+    p.add_argument("--timeout", type=float, default=600.0, help="HTTP timeout a request, seconds (default 600)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the arrivals (default 0)")
+    add_output_args(p)
+    args = p.parse_args(argv)
+    try:
+        if any(int(c) < 1 for c in str(args.concurrency).split(",")):
+            raise ValueError(f"--concurrency values must be >= 1, got {args.concurrency}")
+        if args.requests < 0 or args.max_tokens < 1:
+            raise ValueError(f"--requests must be >= 0 and --max-tokens >= 1, got {args.requests}, {args.max_tokens}")
+        for r in str(args.rate).split(","):
+            arrival_times(1, float(r))
+        check_plot(args.plot)
+    except (ValueError, RuntimeError) as exc:
+        p.error(str(exc))
+    result = trio.run(_main, args)
+    print(f"bench serve: {result['endpoint']} model {result['model']}, {args.max_tokens} tokens a request "
+          f"(greedy, ignore_eos), streamed; medians with p10/p90")
+    print(render_table(COLUMNS, result["rows"]))
+    if args.json:
+        write_json(args.json, result)
+    if args.plot:
+        plot_rows(args.plot, result["rows"], f"bench serve: {result['model']} at {args.url}")
+    return 0
