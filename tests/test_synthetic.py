@@ -179,3 +179,21 @@ def test_q4_k_m_file_runs_on_cpu_like_the_float64_reference(tmp_path):
     assert got.shape == ref.shape == (len(ids), KMIX.vocab_size)
     np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
     assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
+
+
+@pytest.mark.parametrize("tensor,word", [("blk.1.attn_q.weight", 0), ("blk.0.attn_v.weight", 104),
+                                         ("blk.1.ffn_down.weight", 0)])  # q4_k d, q6_k d, q5_0 d
+def test_non_finite_block_scales_of_the_new_types_are_refused(tmp_path, tensor, word):
+    import gguf
+
+    from xinfer_async.hal._errors import GGUFError
+
+    p = write_synthetic_gguf(tmp_path / "m.gguf", KMIX, "q4_k_m", seed=1)
+    r = gguf.GGUFReader(p)
+    off = int(next(t for t in r.tensors if t.name == tensor).data_offset)
+    del r
+    data = bytearray(p.read_bytes())
+    data[off + 2 * word: off + 2 * word + 2] = (0x7C00).to_bytes(2, "little")  # +inf
+    p.write_bytes(bytes(data))
+    with pytest.raises(GGUFError, match=f"tensor '{tensor}' holds NaN or inf in its block scales"):
+        load_gguf(p)
