@@ -113,7 +113,7 @@ def write_tiny_gguf(path: Path, *, rng: np.random.Generator, qtype: str = "Q4_1"
         if raw_types and name in raw_types:
             t = gguf.GGMLQuantizationType[raw_types[name]]
             block, size = gguf.GGML_QUANT_SIZES[t]
-            raw = np.zeros((shape[0], shape[1] // block * size), np.uint8)
+            raw = np.zeros((*shape[:-1], shape[-1] // block * size), np.uint8)
             w.add_tensor(name, raw, raw_dtype=t)
             continue
         if len(shape) == 1:

@@ -226,3 +226,83 @@ async def test_dequantize(devices, rng, dt):
     rb = ex.download(dst)
     await ex.submit_and_wait()
     np.testing.assert_array_equal(rb.numpy(), exact.reshape(-1).astype(np.float32))
+
+
+#: the types of native/kernels/kquant.c and shaders/xi_kquant.cuh: (ggml type, block elements, block
+#: bytes, offsets of the block's f16 scales)
+def _kq_types():
+    import gguf
+
+    QT = gguf.GGMLQuantizationType
+    return {"q5_0": (QT.Q5_0, 32, 22, (0,)), "q5_1": (QT.Q5_1, 32, 24, (0, 2)), "iq4_nl": (QT.IQ4_NL, 32, 18, (0,)),
+            "q2_k": (QT.Q2_K, 256, 84, (80, 82)), "q3_k": (QT.Q3_K, 256, 110, (108,)),
+            "q4_k": (QT.Q4_K, 256, 144, (0, 2)), "q5_k": (QT.Q5_K, 256, 176, (0, 2)),
+            "q6_k": (QT.Q6_K, 256, 210, (208,)), "iq4_xs": (QT.IQ4_XS, 256, 136, (0,)), "bf16": (QT.BF16, 1, 2, ())}
+
+
+def _kq_weights(rng, dt, N, K):
+    """Random blocks of ``dt`` (f16 scales of either sign, 1e-3..1e-1) for an (N, K) matrix: (uint8 raw
+    (N, row bytes), float64 (N, K) values from gguf.quants.dequantize)."""
+    import gguf
+
+    qt, qk, nb, offs = _kq_types()[dt]
+    if dt == "bf16":
+        raw = gguf.quants.quantize(f32(rng, N, K, scale=0.5), qt).reshape(N, -1)
+    else:
+        raw = rng.integers(0, 256, (N * K // qk, nb), dtype=np.uint8)
+        for off in offs:
+            d = (rng.uniform(1e-3, 1e-1, len(raw)) * rng.choice([-1, 1], len(raw))).astype(np.float16)
+            raw[:, off:off + 2] = d.view(np.uint8).reshape(-1, 2)
+        raw = raw.reshape(N, -1)
+    return raw, gguf.quants.dequantize(raw, qt).astype(np.float64).reshape(N, K)
+
+
+@pytest.mark.parametrize("dt", ["q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs", "bf16"])
+async def test_kquant_kernels(devices, rng, dt):
+    """get_rows / dequantize bit-exact with gguf; matmul, rmsnorm_matmul, rmsnorm_matmul_swiglu against
+    float64 within 8 eps of sum |w h| (f32 sums); a row alone equals the row among T = 6."""
+    T, N, K = 6, 40, 512
+    raw, exact = _kq_weights(rng, dt, 2 * N, K)
+    wbuf = devices.upload(raw, (2 * N, K), dt)
+    x, norm, y0 = f32(rng, T, K), f32(rng, K), f32(rng, T, 2 * N)
+    xb, nb_, yb = devices.upload(x), devices.upload(norm), devices.upload(y0)
+    x1b, y1b = devices.upload(np.ascontiguousarray(x[2:3])), devices.upload(nan(1, 2 * N))
+    ids = np.array([5, 0, 79, 80], np.int32)
+    idb, rows_b = devices.upload(ids), devices.upload(nan(4, K))
+    hb, gb, yzb = devices.upload(nan(T, 2 * N)), devices.upload(nan(T, N)), devices.upload(nan(T, 2 * N))
+    ex = devices.executor()
+    ex.dispatch(f"matmul_{dt}", [wbuf, xb, yb], {"T": T, "N": 2 * N, "K": K, "accumulate": 1})
+    ex.dispatch(f"matmul_{dt}", [wbuf, xb, yzb], {"T": T, "N": 2 * N, "K": K, "accumulate": 0})
+    ex.dispatch(f"matmul_{dt}", [wbuf, x1b, y1b], {"T": 1, "N": 2 * N, "K": K, "accumulate": 0})
+    ex.dispatch(f"get_rows_{dt}", [wbuf, idb, rows_b], {"T": 4, "dim": K, "vocab": 2 * N})
+    ex.dispatch(f"rmsnorm_matmul_{dt}", [wbuf, xb, nb_, hb], {"T": T, "N": 2 * N, "K": K, "accumulate": 0, "eps": 1e-5})
+    ex.dispatch(f"rmsnorm_matmul_swiglu_{dt}", [wbuf, xb, nb_, gb], {"T": T, "N": N, "K": K, "eps": 1e-5})
+    outs = [ex.download(b) for b in (yb, y1b, rows_b, hb, gb, yzb)]
+    deq = None
+    if dt != "bf16":
+        src, dst = devices.upload(raw.reshape(-1)), devices.upload(nan(2 * N * K))
+        ex.dispatch(f"dequantize_{dt}", [src, dst], {"n": 2 * N * K})
+        deq = ex.download(dst)
+    await ex.submit_and_wait()
+    y, y1, rows, h, g, yz = (o.numpy() for o in outs)
+    eps = np.finfo(np.float32).eps
+    x64 = x.astype(np.float64)
+    ref = y0 + x64 @ exact.T
+    bound = 8 * eps * (np.abs(x64) @ np.abs(exact).T + np.abs(y0))
+    err = np.abs(y.reshape(T, 2 * N) - ref)
+    print(f"{devices.name} matmul_{dt}: max |err| {err.max():.3g}, max err/bound {(err / bound).max():.3g}")
+    assert (err <= bound).all()
+    assert np.array_equal(y1.reshape(-1).view(np.uint32), yz.reshape(T, 2 * N)[2].view(np.uint32))  # alone == batched
+    rows = rows.reshape(4, K)
+    np.testing.assert_array_equal(rows[:3], exact[ids[:3]].astype(np.float32))
+    assert np.isnan(rows[3]).all()
+    if deq is not None:
+        np.testing.assert_array_equal(deq.numpy(), exact.reshape(-1).astype(np.float32))
+    hn = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + np.float64(np.float32(1e-5))) * norm
+    href = hn @ exact.T
+    hbound = 16 * eps * (np.abs(hn) @ np.abs(exact).T) + 1e-6 * np.abs(href).max()
+    assert (np.abs(h.reshape(T, 2 * N) - href) <= hbound).all(), np.abs(h.reshape(T, 2 * N) - href).max()
+    gate, up = href[:, :N], href[:, N:]
+    with np.errstate(over="ignore"):  # silu of a large negative gate: exp overflows, the product is -0
+        gref = gate / (1 + np.exp(-gate)) * up
+    np.testing.assert_allclose(g.reshape(T, N), gref, rtol=1e-4, atol=1e-5 * np.abs(gref).max())

@@ -6,11 +6,12 @@
 #include "xi_common.h"
 
 /* h (T, K) = rmsnorm(x) into scratch; y (T, N) = (accumulate ? y : 0) + w @ h^T */
+/* BLOCKED: K must be a multiple of it (0: any K) */
 #define XI_RMSNORM_MATMUL(NAME, BLOCKED)                                             \
 int xi_k_rmsnorm_matmul_##NAME(void *const *b, const void *c)                         \
 {                                                                                    \
     XI_C(xi_rmsnorm_matmul_##NAME##_c);                                              \
-    if (k->T < 0 || k->N < 0 || k->K < 0 || ((BLOCKED) && k->K % 32 != 0))           \
+    if (k->T < 0 || k->N < 0 || k->K < 0 || ((BLOCKED) > 1 && k->K % ((BLOCKED) > 1 ? (BLOCKED) : 1) != 0))           \
         return XI_EINVAL;                                                            \
     const long T = k->T, N = k->N, K = k->K;                                         \
     if (T == 0 || N == 0) return XI_OK;                                              \
@@ -28,7 +29,7 @@ int xi_k_rmsnorm_matmul_##NAME(void *const *b, const void *c)                   
 int xi_k_rmsnorm_matmul_swiglu_##NAME(void *const *b, const void *c)                  \
 {                                                                                    \
     XI_C(xi_rmsnorm_matmul_swiglu_##NAME##_c);                                       \
-    if (k->T < 0 || k->N < 0 || k->K < 0 || ((BLOCKED) && k->K % 32 != 0))           \
+    if (k->T < 0 || k->N < 0 || k->K < 0 || ((BLOCKED) > 1 && k->K % ((BLOCKED) > 1 ? (BLOCKED) : 1) != 0))           \
         return XI_EINVAL;                                                            \
     const long T = k->T, N = k->N, K = k->K;                                         \
     if (T == 0 || N == 0) return XI_OK;                                              \
@@ -44,11 +45,31 @@ int xi_k_rmsnorm_matmul_swiglu_##NAME(void *const *b, const void *c)            
 
 XI_RMSNORM_MATMUL(f32, 0)
 XI_RMSNORM_MATMUL(f16, 0)
-XI_RMSNORM_MATMUL(q8_0, 1)
-XI_RMSNORM_MATMUL(q4_0, 1)
-XI_RMSNORM_MATMUL(q4_1, 1)
+XI_RMSNORM_MATMUL(q8_0, 32)
+XI_RMSNORM_MATMUL(q4_0, 32)
+XI_RMSNORM_MATMUL(q4_1, 32)
+XI_RMSNORM_MATMUL(q5_0, 32)
+XI_RMSNORM_MATMUL(q5_1, 32)
+XI_RMSNORM_MATMUL(q2_k, 256)
+XI_RMSNORM_MATMUL(q3_k, 256)
+XI_RMSNORM_MATMUL(q4_k, 256)
+XI_RMSNORM_MATMUL(q5_k, 256)
+XI_RMSNORM_MATMUL(q6_k, 256)
+XI_RMSNORM_MATMUL(iq4_nl, 32)
+XI_RMSNORM_MATMUL(iq4_xs, 256)
+XI_RMSNORM_MATMUL(bf16, 0)
 XI_RMSNORM_MATMUL_SWIGLU(f32, 0)
 XI_RMSNORM_MATMUL_SWIGLU(f16, 0)
-XI_RMSNORM_MATMUL_SWIGLU(q8_0, 1)
-XI_RMSNORM_MATMUL_SWIGLU(q4_0, 1)
-XI_RMSNORM_MATMUL_SWIGLU(q4_1, 1)
+XI_RMSNORM_MATMUL_SWIGLU(q8_0, 32)
+XI_RMSNORM_MATMUL_SWIGLU(q4_0, 32)
+XI_RMSNORM_MATMUL_SWIGLU(q4_1, 32)
+XI_RMSNORM_MATMUL_SWIGLU(q5_0, 32)
+XI_RMSNORM_MATMUL_SWIGLU(q5_1, 32)
+XI_RMSNORM_MATMUL_SWIGLU(q2_k, 256)
+XI_RMSNORM_MATMUL_SWIGLU(q3_k, 256)
+XI_RMSNORM_MATMUL_SWIGLU(q4_k, 256)
+XI_RMSNORM_MATMUL_SWIGLU(q5_k, 256)
+XI_RMSNORM_MATMUL_SWIGLU(q6_k, 256)
+XI_RMSNORM_MATMUL_SWIGLU(iq4_nl, 32)
+XI_RMSNORM_MATMUL_SWIGLU(iq4_xs, 256)
+XI_RMSNORM_MATMUL_SWIGLU(bf16, 0)

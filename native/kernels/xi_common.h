@@ -74,5 +74,16 @@ XI_SHARED void xi_matmul_rows_f16(const uint8_t *w, const float *x, float *y, lo
 XI_SHARED void xi_matmul_rows_q8_0(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_matmul_rows_q4_0(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_matmul_rows_q4_1(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+/* kquant.c */
+XI_SHARED void xi_matmul_rows_q5_0(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q5_1(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q2_k(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q3_k(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q4_k(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q5_k(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q6_k(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_iq4_nl(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_iq4_xs(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_bf16(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 
 #endif

@@ -5,7 +5,10 @@ weights and prints one row per kernel and shape. Columns: ``T`` tokens (rows of 
 the weight's shape, ``median us`` the median time of one call in microseconds (warm-up left out),
 ``GB/s`` the weight bytes read per second, ``GFLOP/s`` 2 T N K per second. Then an estimate of the
 matmul time of one decoded token: 30 layers x (q, k, v, o, gate, up, down) in Q4_1 plus the Q8_0
-tied-embedding output projection (49152 x 576). The threads are the C module's (``OMP_NUM_THREADS``).
+tied-embedding output projection (49152 x 576). The threads are the C module's (``OMP_NUM_THREADS``). Then every
+weight type's matmul on one shape whose K is a multiple of 256 (the K-quants' super-block), its GB/s
+and the ratio to q4_1's: a type's kernel reads its bytes in the same class per byte as q4_1's when
+the ratio is near 1.
 """
 import os
 import sys
@@ -25,18 +28,23 @@ except ImportError:  # run from a checkout whose package __init__ is in flux
     _spec.loader.exec_module(_mod)
     ffi, lib = _mod.ffi, _mod.lib
 
-BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}
+from xinfer_async.hal import DType  # noqa: E402
+from xinfer_async.ops._kernels import WEIGHT_DTYPES  # noqa: E402
+
+#: (N, K) of the per-type comparison: SmolLM2's FFN down projection widened to K = 1536 = 6 x 256
+TYPE_SHAPE = (1536, 1536)
 DIM, FFN, KV, LAYERS, VOCAB = 576, 1536, 192, 30, 49152
 LAYER = [("q", DIM, DIM), ("k", KV, DIM), ("v", KV, DIM), ("o", DIM, DIM),
          ("gate", FFN, DIM), ("up", FFN, DIM), ("down", DIM, FFN)]
 
 
 def weight_bytes(dt, N, K):
-    if dt == "f32":
-        return N * K * 4
-    if dt == "f16":
-        return N * K * 2
-    return N * (K // 32) * BLOCK_BYTES[dt]
+    return DType.parse(dt).nbytes(N * K)
+
+
+#: offsets of each block type's f16 scale fields (ggml-common.h)
+_SCALES = {"q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q5_1": (0, 2), "iq4_nl": (0,),
+           "q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,), "iq4_xs": (0,)}
 
 
 def random_weights(rng, dt, N, K):
@@ -44,10 +52,12 @@ def random_weights(rng, dt, N, K):
     nbytes = weight_bytes(dt, N, K)
     if dt in ("f32", "f16"):
         return rng.standard_normal(N * K).astype(np.float32 if dt == "f32" else np.float16)
-    w = rng.integers(0, 256, nbytes, dtype=np.uint8).reshape(N * K // 32, BLOCK_BYTES[dt])
-    w[:, 0:2] = np.full((w.shape[0], 1), np.float16(0.01)).view(np.uint8)
-    if dt == "q4_1":
-        w[:, 2:4] = np.full((w.shape[0], 1), np.float16(-0.05)).view(np.uint8)
+    if dt == "bf16":
+        return rng.integers(0x3c00, 0x3f00, N * K, dtype=np.uint16)
+    d = DType.parse(dt)
+    w = rng.integers(0, 256, nbytes, dtype=np.uint8).reshape(N * K // d.block_size, d.block_nbytes)
+    for off, v in zip(_SCALES[dt], (0.01, -0.05)):
+        w[:, off:off + 2] = np.full((w.shape[0], 1), np.float16(v)).view(np.uint8)
     return w
 
 
@@ -98,6 +108,17 @@ def main(argv=None):
           f"(30 x 7 Q4_1 + Q8_0 output; -> {1e3 / est[1]:.0f} tok/s matmul-bound)")
     print(f"estimated prompt matmul time per 64 tokens (T=64): {est[64]:.2f} ms "
           f"({est[64] / 64:.3f} ms per token)")
+    N, K = TYPE_SHAPE
+    print(f"every weight type, N={N} K={K}: GB/s of weight bytes and the ratio to q4_1's")
+    print(f"{'kernel':<16}{'T':>4}{'bytes/w':>8}{'median us':>12}{'GB/s':>8}{'vs q4_1':>9}{'GFLOP/s':>9}")
+    for T in (1, 4, 64):
+        base = None
+        for d in sorted(WEIGHT_DTYPES, key=lambda d: d.label != "q4_1"):
+            us = time_matmul(d.label, T, N, K, rng=rng)
+            gbs = weight_bytes(d.label, N, K) / (us * 1e-6) / 1e9
+            base = base or gbs
+            print(f"matmul_{d.label:<9}{T:>4}{d.block_nbytes / d.block_size:>8.3f}{us:>12.1f}{gbs:>8.1f}"
+                  f"{gbs / base:>9.2f}{2.0 * T * N * K / (us * 1e-6) / 1e9:>9.1f}")
     return 0
 
 

@@ -11,23 +11,37 @@ class DType(enum.Enum):
     """An element type.
 
     ``block_size`` elements are stored in ``block_nbytes`` bytes: 1 and the item size for plain
-    types; 32 elements in 34 bytes (q8_0), 18 bytes (q4_0) or 20 bytes (q4_1) for GGUF block types.
+    types; for GGUF block types the layouts of ggml's ``ggml-common.h``: 32 elements in 34 bytes
+    (q8_0), 18 (q4_0, iq4_nl), 20 (q4_1), 22 (q5_0) or 24 bytes (q5_1); the K-quants' super-blocks
+    of 256 elements in 84 (q2_k), 110 (q3_k), 144 (q4_k), 176 (q5_k), 210 (q6_k) or 136 bytes
+    (iq4_xs). ``ggml_type`` is the type's number in GGUF's tensor info (``enum ggml_type``), ``None``
+    for a type GGUF has no number for.
     """
 
-    f32 = ("f32", 1, 4, np.float32)
-    f16 = ("f16", 1, 2, np.float16)
-    bf16 = ("bf16", 1, 2, None)
-    i32 = ("i32", 1, 4, np.int32)
-    u8 = ("u8", 1, 1, np.uint8)
-    q8_0 = ("q8_0", 32, 34, None)
-    q4_0 = ("q4_0", 32, 18, None)
-    q4_1 = ("q4_1", 32, 20, None)
+    f32 = ("f32", 1, 4, np.float32, 0)
+    f16 = ("f16", 1, 2, np.float16, 1)
+    bf16 = ("bf16", 1, 2, None, 30)
+    i32 = ("i32", 1, 4, np.int32, 26)
+    u8 = ("u8", 1, 1, np.uint8, None)
+    q8_0 = ("q8_0", 32, 34, None, 8)
+    q4_0 = ("q4_0", 32, 18, None, 2)
+    q4_1 = ("q4_1", 32, 20, None, 3)
+    q5_0 = ("q5_0", 32, 22, None, 6)
+    q5_1 = ("q5_1", 32, 24, None, 7)
+    q2_k = ("q2_k", 256, 84, None, 10)
+    q3_k = ("q3_k", 256, 110, None, 11)
+    q4_k = ("q4_k", 256, 144, None, 12)
+    q5_k = ("q5_k", 256, 176, None, 13)
+    q6_k = ("q6_k", 256, 210, None, 14)
+    iq4_nl = ("iq4_nl", 32, 18, None, 20)
+    iq4_xs = ("iq4_xs", 256, 136, None, 23)
 
-    def __init__(self, label: str, block_size: int, block_nbytes: int, numpy_type):
+    def __init__(self, label: str, block_size: int, block_nbytes: int, numpy_type, ggml_type: int | None):
         self.label = label
         self.block_size = block_size
         self.block_nbytes = block_nbytes
         self.numpy_type = numpy_type
+        self.ggml_type = ggml_type
 
     @property
     def is_quantized(self) -> bool:

@@ -21,7 +21,8 @@ import numpy as np
 
 from ..hal._errors import GGUFError
 from ._gguf_reader import read_gguf
-from ._llama_config import SUPPORTED_ARCHITECTURES, SUPPORTED_TYPES, LlamaConfig, validate_llama
+from ._llama_config import LlamaConfig, validate_llama
+from ._support import SUPPORTED_ARCHITECTURES, SUPPORTED_TYPES, check_supported
 
 __all__ = ["GGUFModel", "GGUFTensor", "LlamaConfig", "load_gguf", "SUPPORTED_ARCHITECTURES"]
 
@@ -99,7 +100,10 @@ def load_gguf(path: str | os.PathLike) -> GGUFModel:
     Raises:
         GGUFError: the file is missing, unreadable or not a well-formed GGUF v2/v3 file (see
             ``_gguf_reader.read_gguf``: counts, lengths and offsets past the end, unknown type ids,
-            a bad alignment, tensors not aligned or not packed); or it is not a Llama we can run (see
+            a bad alignment, tensors not aligned or not packed); or it holds anything unsupported
+            (``_support.check_supported``, on the header alone, before any weight is read: the
+            architecture, the tokenizer model, each tensor type not in ``SUPPORTED_TYPES`` with a
+            count, a norm not F32/F16, all listed in one message); or it is not a Llama we can run (see
             ``_llama_config.validate_llama``: missing or mistyped keys, hyperparameters out of range,
             tensors missing, left over, of an unsupported type or shape, NaN/inf weights, tokenizer
             keys inconsistent with the vocabulary). The message names the file, the key or tensor and
@@ -112,6 +116,10 @@ def load_gguf(path: str | os.PathLike) -> GGUFModel:
     if path.exists() and not path.is_file():
         raise GGUFError(f"{path}: not a regular file")
     f = read_gguf(path)
+    meta = {k: v if isinstance(v, str) else None for k, v in f.metadata.items()
+            if k in ("general.architecture", "tokenizer.ggml.model")}
+    check_supported(path, meta.get("general.architecture"), meta.get("tokenizer.ggml.model"),
+                    [(t.name, t.type_name, len(t.shape)) for t in f.tensors])
     config = validate_llama(f)
     tensors = {
         t.name: GGUFTensor(name=t.name, dtype=SUPPORTED_TYPES[t.type_name], shape=t.shape, data=t.data,

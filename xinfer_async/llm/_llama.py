@@ -105,6 +105,10 @@ class LlamaBuilder:
         self.kv_dim = cfg.n_kv_head * cfg.head_dim
         self._tensors = gguf_model.tensors
         s = self.session = ModelSession(device)
+        # every kernel first: a weight type the device has no kernel for (cuda: the K-quants, for
+        # now) fails here, before any weight is uploaded
+        for name in sorted(self._kernel_names(batch_seqs)):
+            s.kernel(name)
         self.embd, self.embd_dtype = self._weight("token_embd.weight")
         out_name = "token_embd.weight" if cfg.tied_embeddings else "output.weight"
         self.out, self.out_dtype = (self.embd, self.embd_dtype) if cfg.tied_embeddings else self._weight(out_name)
@@ -137,12 +141,6 @@ class LlamaBuilder:
         self.batch_sizes = ([b for b in BATCH_BUCKETS if b < top] + [min([b for b in BATCH_BUCKETS if b >= top]
                                                                          or [top])]) if batch_seqs else []
         self._layouts = {T: self._layout(T) for T in sorted({1, *self.prefill_sizes, *self.batch_sizes})}
-        for name in {f"get_rows_{self.embd_dtype}", "get_rows_f32", "rope_kv_store", "attention", "argmax",
-                     *(["attention_batched"] if batch_seqs else []),
-                     f"rmsnorm_matmul_{self.out_dtype}"} | {f"rmsnorm_matmul_{b.wqkv[1]}" for b in self.blocks} \
-                | {f"matmul_{b.wo[1]}" for b in self.blocks} | {f"rmsnorm_matmul_swiglu_{b.wgu[1]}" for b in self.blocks} \
-                | {f"matmul_{b.wdown[1]}" for b in self.blocks}:
-            s.kernel(name)
         self.definition = s.freeze(ModelContext(device))
         self._tensors = None  # the memory map is no longer needed
 
@@ -160,18 +158,41 @@ class LlamaBuilder:
             return self.session.weight(data, TensorDesc(t.shape, "f32"), name), "f32"
         return self.session.weight(np.ascontiguousarray(t.data), TensorDesc(t.shape, t.dtype), name), t.dtype
 
+    def _kernel_names(self, batch_seqs: int) -> set[str]:
+        """The kernels ``forward`` dispatches, from the tensors' types (as ``_weight`` and ``_fused``
+        choose them)."""
+        cfg = self.cfg
+        dt = lambda name: self._tensor(name).dtype  # noqa: E731
+        embd = dt("token_embd.weight")
+        names = {f"get_rows_{embd}", "get_rows_f32", "rope_kv_store", "attention", "argmax",
+                 f"rmsnorm_matmul_{embd if cfg.tied_embeddings else dt('output.weight')}"}
+        if batch_seqs:
+            names.add("attention_batched")
+        for i in range(cfg.n_layer):
+            p = f"blk.{i}."
+            names |= {f"rmsnorm_matmul_{self._fused_dtype(p, ['attn_q', 'attn_k', 'attn_v'])}",
+                      f"rmsnorm_matmul_swiglu_{self._fused_dtype(p, ['ffn_gate', 'ffn_up'])}",
+                      f"matmul_{dt(p + 'attn_output.weight')}", f"matmul_{dt(p + 'ffn_down.weight')}"}
+        return names
+
+    def _fused_dtype(self, prefix: str, parts: list[str]) -> str:
+        """The dtype of ``_fused``'s stacked weight: the parts' one dtype and K, else f32."""
+        ts = [self._tensor(f"{prefix}{p}.weight") for p in parts]
+        dts, ks = {t.dtype for t in ts}, {t.shape[1] for t in ts}
+        return dts.pop() if len(dts) == 1 and len(ks) == 1 else "f32"
+
     def _fused(self, prefix: str, parts: list[str]):
         """Rows of several matrices of one dtype and K stacked into one weight (one matmul)."""
         ts = [self._tensor(f"{prefix}{p}.weight") for p in parts]
-        dts = {t.dtype for t in ts}
-        ks = {t.shape[1] for t in ts}
-        if len(dts) != 1 or len(ks) != 1:  # mixed types: dequantize to f32 (correct, slower)
+        if len({t.dtype for t in ts}) != 1 or len({t.shape[1] for t in ts}) != 1:
+            # mixed types (llama.cpp's Q4_K_M gives attn_v Q6_K beside Q4_K q, k on some layers):
+            # dequantize to f32 (correct, slower)
             data = np.concatenate([t.dequantize() for t in ts], axis=0)
             return self.session.weight(data, TensorDesc(data.shape, "f32"), prefix + "+".join(parts)), "f32"
-        dt = dts.pop()
+        dt = ts[0].dtype
         data = np.ascontiguousarray(np.concatenate([np.asarray(t.data) for t in ts], axis=0))
         n = sum(t.shape[0] for t in ts)
-        return self.session.weight(data, TensorDesc((n, ks.pop()), dt), prefix + "+".join(parts)), dt
+        return self.session.weight(data, TensorDesc((n, ts[0].shape[1]), dt), prefix + "+".join(parts)), dt
 
     def _layout(self, T: int) -> dict:
         """Private scratch of a T-token forward pass (declared before freeze)."""

@@ -18,18 +18,18 @@ from typing import Any
 import numpy as np
 
 from ..hal._errors import GGUFError
+from ._support import SUPPORTED_ARCHITECTURES, SUPPORTED_TYPES
 
 __all__ = ["LlamaConfig", "SUPPORTED_ARCHITECTURES", "SUPPORTED_TYPES", "llama_tensor_shapes", "validate_llama"]
 
-SUPPORTED_ARCHITECTURES = ("llama",)
-# ggml type name -> our dtype label. Every other ggml type is rejected with GGUFError.
-SUPPORTED_TYPES = {"F32": "f32", "F16": "f16", "Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_1": "q4_1"}
 INT32_MAX = 2**31 - 1  # sizes become int32 kernel constants
 _INTS = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64")
 _FLOATS = ("float32", "float64")
 _TENSORS_PER_BLOCK = 9
 # bytes per block and the uint16 words of each block that are f16 scales (d; q4_1 also m)
-_SCALES = {"Q8_0": (34, (0,)), "Q4_0": (18, (0,)), "Q4_1": (20, (0, 1))}
+_SCALES = {"Q8_0": (34, (0,)), "Q4_0": (18, (0,)), "Q4_1": (20, (0, 1)), "Q5_0": (22, (0,)), "Q5_1": (24, (0, 1)),
+           "IQ4_NL": (18, (0,)), "Q2_K": (84, (40, 41)), "Q3_K": (110, (54,)), "Q4_K": (144, (0, 1)),
+           "Q5_K": (176, (0, 1)), "Q6_K": (210, (104,)), "IQ4_XS": (136, (0,))}
 _TOKEN_ID_KEYS = ("bos", "eos", "unknown", "separator", "padding", "eot", "eom")
 
 
@@ -198,6 +198,8 @@ def _non_finite(t) -> bool:
     words = t.data.reshape(-1).view("<u2")
     if t.type_name == "F16":
         return bool(((words & 0x7C00) == 0x7C00).any())
+    if t.type_name == "BF16":
+        return bool(((words & 0x7F80) == 0x7F80).any())
     block, scales = _SCALES[t.type_name]
     stride = block // 2
     return any(bool(((words[s::stride] & 0x7C00) == 0x7C00).any()) for s in scales)

@@ -10,7 +10,10 @@ Matrices are drawn and quantized in row chunks on a thread pool (numpy releases 
 from its own generator seeded by ``(seed, tensor index, chunk index)``, so a file is the same whatever
 the number of cores. Quantization is ``gguf.quants.quantize`` itself (ggml's reference rounding,
 bit-exact with llama.cpp's ``quantize_row_q4_1_ref`` / ``q8_0``), applied per chunk: quantization is
-per 32-element block, so chunking by rows does not change a bit.
+per 32-element block, so chunking by rows does not change a bit. The types ``gguf`` cannot quantize
+(q4_k, q5_k, q6_k, iq4_nl) use the plain quantizers of ``_kquantize`` (valid blocks, not llama.cpp's
+rounding search). ``dtype`` is one type for every matrix, or one of llama.cpp's mixes ``q4_k_m`` /
+``q5_k_m`` (``tensor_types``: llama.cpp's ``llama-quant.cpp`` rules for a Llama).
 
 Measured on a 2-core machine (shared): about 16 M parameters/s for q4_1, i.e. smollm2-135m in ~8 s;
 by extrapolation, a 1.24 G-parameter llama-3.2-1b shape on a 16-core machine takes ~10-20 s (~80 s on 2).
@@ -32,10 +35,18 @@ from ._llama_config import LlamaConfig, llama_tensor_shapes
 from ._tokenizer import _bytes_to_unicode
 
 __all__ = ["SHAPES", "PREFIX", "shape_config", "write_synthetic_gguf", "synthetic_model", "llama_tensor_shapes",
-           "encode_tensor"]
+           "encode_tensor", "tensor_types", "use_more_bits"]
 
 PREFIX = "synthetic:"
-DTYPES = ("q4_1", "q8_0", "f16")
+#: one type for every matrix (the embedding q8_0, f16 for f16) ...
+PURE_DTYPES = ("q4_1", "q8_0", "f16", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl", "bf16")
+#: ... or llama.cpp's mixes (q8_0 is also llama.cpp's Q8_0 mix: every matrix and the output q8_0)
+MIXES = {"q4_k_m": "q4_k", "q5_k_m": "q5_k"}
+DTYPES = PURE_DTYPES + tuple(MIXES)
+#: llama.cpp's ``llama_ftype`` of each (``general.file_type``)
+_FTYPE = {"f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q4_k": 14, "q5_k": 16, "q6_k": 18,
+          "iq4_nl": 25, "bf16": 32, "q4_k_m": 15, "q5_k_m": 17}
+_GGUF_QUANTIZES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "bf16")
 WEIGHT_STD = 0.02
 _CHUNK_ELEMS = 1 << 22  # elements drawn and quantized per task
 _VERSION = 1  # bump when the file contents of a (shape, dtype, seed) change: invalidates the cache
@@ -78,27 +89,88 @@ def encode_tensor(x: np.ndarray, dtype: str) -> tuple[np.ndarray, object]:
     """A float32 array in a GGUF encoding: (data, raw_dtype) for ``GGUFWriter.add_tensor``.
 
     Args:
-        x: float32 (..., K); K a multiple of 32 for the quantized types.
-        dtype: ``'f32'``, ``'f16'``, ``'q8_0'`` or ``'q4_1'`` (any case).
+        x: float32 (..., K); K a multiple of the block size (32; 256 for q4_k, q5_k, q6_k) for
+            the quantized types.
+        dtype: ``'f32'``, ``'f16'`` or a type of ``PURE_DTYPES`` (any case).
 
     Returns:
-        float32/float16 ``x`` with raw_dtype None, or uint8 (..., K / 32 * block bytes) blocks
-        from ``gguf.quants.quantize`` with the ``GGMLQuantizationType``.
+        float32/float16 ``x`` with raw_dtype None, or uint8 (..., K / block * block bytes) blocks
+        (``gguf.quants.quantize``, else ``_kquantize``) with the ``GGMLQuantizationType``.
 
     Raises:
         ValueError: another dtype.
     """
     import gguf
 
+    from ._kquantize import QUANTIZERS
+
     d = dtype.lower()
     if d == "f32":
         return x.astype(np.float32, copy=False), None
     if d == "f16":
         return x.astype(np.float16), None
-    if d in ("q8_0", "q4_1", "q4_0"):
+    if d in _GGUF_QUANTIZES or d in QUANTIZERS:
         qt = gguf.GGMLQuantizationType[d.upper()]
+        if d in QUANTIZERS:
+            return QUANTIZERS[d](x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1), qt
         return gguf.quants.quantize(x, qt), qt
-    raise ValueError(f"dtype must be one of f32, f16, q4_0, q4_1, q8_0, got {dtype!r}")
+    raise ValueError(f"dtype must be one of f32, {', '.join(PURE_DTYPES)}, got {dtype!r}")
+
+
+def use_more_bits(i_layer: int, n_layer: int) -> bool:
+    """llama.cpp's ``use_more_bits`` (``llama-quant.cpp``): the first and last eighth of the layers
+    and every third one between take more bits in the _M mixes."""
+    return i_layer < n_layer // 8 or i_layer >= 7 * n_layer // 8 or (i_layer - n_layer // 8) % 3 == 2
+
+
+_BLOCK = {"q4_k": 256, "q5_k": 256, "q6_k": 256, "f16": 1, "bf16": 1, "f32": 1}
+#: llama.cpp's ``tensor_type_fallback``: a 256-block type on rows not a multiple of 256
+_FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
+
+
+def _fallback(t: str, k: int) -> str:
+    if k % _BLOCK.get(t, 32):
+        t = _FALLBACK.get(t, t)
+        if k % _BLOCK.get(t, 32):
+            t = "f16"  # llama.cpp: "must use F16 due to unusual shape"
+    return t
+
+
+def tensor_types(c: LlamaConfig, dtype: str) -> dict[str, str]:
+    """GGUF tensor name -> dtype label of a synthetic file, in file order.
+
+    A pure dtype: every matrix of that type, the embedding (and tied output) q8_0 (f16 for f16);
+    norms f32. A mix (``q4_k_m``, ``q5_k_m``) follows llama.cpp's ``llama_tensor_get_type`` for a
+    dense Llama: the output projection (or the tied embedding) q6_k, q8_0 when ``dim`` is not a
+    multiple of 256; ``attn_v`` and ``ffn_down`` q6_k on the ``use_more_bits`` layers; every other
+    matrix the mix's type (q4_k / q5_k); then ``tensor_type_fallback`` for a row length K not a
+    multiple of 256 (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0; f16 when not a multiple of 32).
+
+    Raises:
+        ValueError: an unknown dtype.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    shapes = llama_tensor_shapes(c)
+    out = {}
+    for name, shape in shapes.items():
+        if len(shape) == 1:
+            out[name] = "f32"
+            continue
+        k = shape[1]
+        if dtype not in MIXES:
+            t = dtype if name not in ("token_embd.weight", "output.weight") else ("f16" if dtype == "f16" else "q8_0")
+            out[name] = t
+            continue
+        base = MIXES[dtype]
+        if name == "output.weight" or (name == "token_embd.weight" and c.tied_embeddings):
+            t = "q8_0" if k % 256 else "q6_k"
+        elif name.endswith(("attn_v.weight", "ffn_down.weight")) and use_more_bits(int(name.split(".")[1]), c.n_layer):
+            t = "q6_k"
+        else:
+            t = base
+        out[name] = _fallback(t, k)
+    return out
 
 
 def _tokenizer_metadata(vocab: int) -> dict[str, tuple[str, object]]:
@@ -170,9 +242,11 @@ def write_synthetic_gguf(path: str | os.PathLike, shape: str | LlamaConfig, dtyp
         path: the file to write (replaced if present).
         shape: a key of ``SHAPES`` (``"smollm2-135m"``, ``"llama-3.2-1b"``, ``"tiny"``) or a
             ``LlamaConfig``.
-        dtype: encoding of the matrices: ``"q4_1"``, ``"q8_0"`` or ``"f16"``. The embedding
-            (``token_embd.weight``, also the tied output projection) is q8_0 for the quantized
-            dtypes and f16 for f16, as llama.cpp's quantized files have it; norms are f32.
+        dtype: encoding of the matrices: a type of ``PURE_DTYPES`` (``"q4_1"``, ``"q8_0"``,
+            ``"f16"``, ``"q4_k"``, ...) or a llama.cpp mix (``"q4_k_m"``, ``"q5_k_m"``): see
+            ``tensor_types``. With a pure type the embedding (``token_embd.weight``, also the tied
+            output projection) is q8_0 (f16 for f16), as llama.cpp's quantized files have it; norms
+            are f32.
         seed: the weights are a function of (shape, dtype, seed) only.
         threads: worker threads (default: ``os.cpu_count()``).
         progress: a tqdm bar (tensors) on stderr.
@@ -181,20 +255,23 @@ def write_synthetic_gguf(path: str | os.PathLike, shape: str | LlamaConfig, dtyp
         the path.
 
     Raises:
-        ValueError: an unknown shape or dtype, or a K not a multiple of 32 for a quantized dtype.
+        ValueError: an unknown shape or dtype, or a K not a multiple of a pure quantized dtype's
+            block size (32, 256 for the K-quants; the mixes fall back as llama.cpp does).
     """
     import gguf
 
     c = shape_config(shape)
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    if dtype != "f16" and (c.dim % 32 or c.ffn_dim % 32):
-        raise ValueError(f"{dtype} needs dim and ffn_dim multiples of 32, got {c.dim} and {c.ffn_dim}")
+    types = tensor_types(c, dtype)
+    for tname, t in types.items():
+        k = llama_tensor_shapes(c)[tname][-1]
+        if k % _BLOCK.get(t, 32):
+            raise ValueError(f"{dtype} needs dim and ffn_dim multiples of {_BLOCK.get(t, 32)} ({tname} is {t}), "
+                             f"got {c.dim} and {c.ffn_dim}")
     path = Path(path)
     name = shape if isinstance(shape, str) else "custom"
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_string("general.name", f"synthetic {name} ({dtype}, seed {seed})")
-    w.add_uint32("general.file_type", {"q4_1": 3, "q8_0": 7, "f16": 1}[dtype])  # llama_ftype
+    w.add_uint32("general.file_type", _FTYPE[dtype])  # llama_ftype
     a = "llama."
     for key, kind, value in (("context_length", "uint32", c.context_length), ("embedding_length", "uint32", c.dim),
                              ("block_count", "uint32", c.n_layer), ("feed_forward_length", "uint32", c.ffn_dim),
@@ -214,10 +291,7 @@ def write_synthetic_gguf(path: str | os.PathLike, shape: str | LlamaConfig, dtyp
         bar = tqdm(total=len(shapes), desc=f"writing synthetic {name}", unit="tensor", leave=False)
     with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
         for index, (tname, tshape) in enumerate(shapes.items()):
-            t_dtype = dtype if len(tshape) == 2 else "f32"
-            if tname in ("token_embd.weight", "output.weight"):
-                t_dtype = "f16" if dtype == "f16" else "q8_0"
-            data, raw = _random_tensor(tshape, t_dtype, seed, index, pool)
+            data, raw = _random_tensor(tshape, types[tname], seed, index, pool)
             w.add_tensor(tname, data, raw_dtype=raw)
             if bar is not None:
                 bar.update()

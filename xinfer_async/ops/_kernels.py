@@ -115,7 +115,20 @@ _declare("kv_store", [("src", R, "(T, width)", _strided("T", "src_stride", lambd
          cuda=flat(lambda c: c["T"] * c["width"]),
          doc="cache[pos[t], :] = src[t*src_stride : t*src_stride+width]; rows with pos outside [0, ctx) skipped")
 #: the weight types of the ``_DT`` kernel families (``dequantize_DT``: the block types among them)
-WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1)
+WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1,
+                 DType.q5_0, DType.q5_1, DType.q2_k, DType.q3_k, DType.q4_k, DType.q5_k, DType.q6_k,
+                 DType.iq4_nl, DType.iq4_xs, DType.bf16)
+#: the weight types of the tuned cuda matrix kernels (the ``matmul`` launcher family of
+#: ``backends/cuda/_launch.py``: shaders/xi_mvc.cuh, xi_mvt.cuh, xi_tc.cuh); the others run the simple
+#: kernels of shaders/xi_kquant.cuh (a warp an output row, 8 rows a block)
+CUDA_WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1)
+_KQ_ROWS = CudaLaunch(256, lambda c, sms: (cdiv(c["N"], 8), 1, 1))
+
+
+def _matrix_launch(dt: DType, kind: str) -> CudaLaunch:
+    if dt in CUDA_WEIGHT_DTYPES:
+        return CudaLaunch(family="matmul", params=(("dt", dt.label), ("kind", kind)))
+    return _KQ_ROWS
 
 
 def _blocks(dt: DType, key: str):
@@ -128,7 +141,7 @@ def _matrix(dt: DType, rows: int = 1):
     return lambda c: dt.nbytes(rows * c["N"] * c["K"])
 
 
-_K32 = "; K a multiple of 32 for block types"
+_K32 = "; K a multiple of the block size (32, or 256 for the K-quants and iq4_xs) for block types"
 # A family a loop. The declaration order is the order of the generated structs, the order the
 # hand-written headers had (so the text the compilers see is unchanged): declare new kernels last.
 for _dt in WEIGHT_DTYPES:
@@ -143,7 +156,7 @@ for _dt in WEIGHT_DTYPES:
     _declare(f"matmul_{_d}", [("w", R, "(N, K) DT", _matrix(_dt)), ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
                               ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
              ["T", "N", "K", "accumulate"], check=_blocks(_dt, "K"), struct="matmul",
-             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "matmul"))),
+             cuda=_matrix_launch(_dt, "matmul"),
              doc="y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] * x[t,k]" + _K32)
 for _dt in [d for d in WEIGHT_DTYPES if d.is_quantized]:
     _declare(f"dequantize_{_dt.label}", [("src", R, "(n / block)", (lambda d: lambda c: d.nbytes(c["n"]))(_dt)),
@@ -157,7 +170,7 @@ for _dt in WEIGHT_DTYPES:
                                       ("norm", R, "(K)", _f32(lambda c: c["K"])),
                                       ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
              ["T", "N", "K", "accumulate", "eps:f32"], check=_blocks(_dt, "K"), struct="rmsnorm_matmul",
-             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "rmsnorm_matmul"))),
+             cuda=_matrix_launch(_dt, "rmsnorm_matmul"),
              doc="y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] * h[t,k] with h = `rmsnorm`(x, norm, eps): "
                  "`rmsnorm` then `matmul_DT` in one kernel" + _K32)
 for _dt in WEIGHT_DTYPES:
@@ -167,7 +180,7 @@ for _dt in WEIGHT_DTYPES:
                                              ("norm", R, "(K)", _f32(lambda c: c["K"])),
                                              ("y", W, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
              ["T", "N", "K", "eps:f32"], check=_blocks(_dt, "K"), struct="rmsnorm_matmul_swiglu",
-             cuda=CudaLaunch(family="matmul", params=(("dt", _d), ("kind", "rmsnorm_matmul_swiglu"))),
+             cuda=_matrix_launch(_dt, "rmsnorm_matmul_swiglu"),
              doc="h = `rmsnorm`(x, norm, eps); gate[t,n] = sum_k w[n,k] * h[t,k], up[t,n] = sum_k w[N+n,k] * h[t,k] "
                  "(rows [0, N) of w the gate matrix, [N, 2N) the up matrix); y = silu(gate) * up: `rmsnorm`, "
                  "`matmul_DT` into (T, 2N), then `swiglu` with in_stride = 2N" + _K32)

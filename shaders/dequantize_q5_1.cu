@@ -1,0 +1,3 @@
+#include "xi_kquant.cuh"
+// src (n / block) q5_1 -> dst (n) f32 (see xi_kquant.cuh).
+XK_DEQUANTIZE(q5_1, XI_Q5_1)

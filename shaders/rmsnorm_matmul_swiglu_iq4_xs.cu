@@ -1,0 +1,3 @@
+#include "xi_kquant.cuh"
+// w (2N, K) iq4_xs, x (T, K) f32, norm (K) f32 -> y (T, N) f32: silu(gate) * up of rmsnorm(x) * norm (see xi_kquant.cuh).
+XK_RMSNORM_MATMUL_SWIGLU(iq4_xs, XI_IQ4_XS)

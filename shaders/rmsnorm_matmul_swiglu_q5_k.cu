@@ -1,0 +1,3 @@
+#include "xi_kquant.cuh"
+// w (2N, K) q5_k, x (T, K) f32, norm (K) f32 -> y (T, N) f32: silu(gate) * up of rmsnorm(x) * norm (see xi_kquant.cuh).
+XK_RMSNORM_MATMUL_SWIGLU(q5_k, XI_Q5_K)
