@@ -270,7 +270,7 @@ def test_32_concurrent_streams_all_equal_the_in_process_results(tiny):
 
 
 async def _max_active(model):
-    return model.statistics()["batch"].max_active
+    return model.statistics()["scheduler"].max_active
 
 
 def test_tokenize_and_detokenize(tiny):
