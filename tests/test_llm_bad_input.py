@@ -67,7 +67,7 @@ async def test_unknown_model_name_lists_the_known_ones(tmp_path):
 
 
 async def test_load_sizes():
-    with pytest.raises(ValueError, match=r"^slots must be >= 1, got 0$"):
+    with pytest.raises(ValueError, match=r"^slots must be an int >= 1, got 0$"):
         await llm.load("smollm2-135m", slots=0)
 
 

@@ -27,7 +27,7 @@ PROMPTS = ["The sky is", "Once upon a time", "def fibonacci(n):", "The capital o
 
 @pytest.fixture(scope="module")
 def model():
-    m = load_model_sync(slots=SLOTS, ctx=CTX)
+    m = load_model_sync(slots=SLOTS, ctx=CTX, batching=False)
     yield m
     trio.run(m.aclose)
 
@@ -236,7 +236,7 @@ async def test_pipelined_decode_with_as_many_slots_as_command_lists(alone):
     from xinfer_async import llm, open_device
 
     dev = open_device(os.environ.get("XINFER_TEST_DEVICE", "cpu"), command_lists=2)
-    m = await llm.load(require_model(), device=dev, slots=2, ctx=CTX)
+    m = await llm.load(require_model(), device=dev, slots=2, ctx=CTX, batching=False)
     results = [None, None]
 
     async def one(i):
