@@ -134,12 +134,12 @@ async def test_cancelled_request_frees_its_slot(model, alone):
 
     async def cancelled_not_completed(before):
         await _idle(model)  # the slot comes back once its last fence completes
-        jobs = model.statistics()["jobs"]
+        jobs = model.statistics()["scheduler"]
         assert (jobs.cancelled - before.cancelled, jobs.completed - before.completed, jobs.running) == (1, 0, 0)
         return jobs
 
     await model.complete(PROMPTS[0], max_tokens=1)  # this trio run's job queue
-    jobs = model.statistics()["jobs"]
+    jobs = model.statistics()["scheduler"]
     # a cancel scope around the loop, cancelled in the middle of the generation
     await cancel_generation_after(model, PROMPTS[1])
     jobs = await cancelled_not_completed(jobs)

@@ -319,6 +319,7 @@ class LanguageModel:
           batched cache); a request that ended or was cancelled stops counting once its slot is
           free again;
         - ``"waiting"``: generation requests submitted and waiting for one;
+        - ``"max_running"``: the most requests that decoded at once so far;
         - ``"scheduler"``: the scheduler's own figures since the model's first request (zeros
           before it): with batching the ``Batcher``'s ``BatchStatistics`` (steps, rows, ...),
           without it the ``JobQueue``'s ``JobStatistics`` (submitted, completed, queue waits...).
@@ -329,10 +330,11 @@ class LanguageModel:
         st: dict[str, Any] = {"batching": self.batching, "capacity": self.slots}
         if self.batching:
             b = self._batch.statistics() if self._batch else BatchStatistics(0, 0, 0, 0, 0)
-            st.update(running=b.busy, waiting=b.waiting, scheduler=b)
+            st.update(running=b.busy, waiting=b.waiting, max_running=b.max_active, scheduler=b)
         else:
             j = self._jobs.statistics() if self._jobs else JobStatistics(0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0)
-            st.update(running=self.prepared.statistics().busy, waiting=j.queued, scheduler=j)
+            slots = self.prepared.statistics()
+            st.update(running=slots.busy, waiting=j.queued, max_running=slots.max_busy, scheduler=j)
         return st
 
     async def aclose(self) -> None:
