@@ -131,8 +131,20 @@ async def test_max_tokens_zero_is_empty(model):
 async def test_prompt_of_another_type_is_a_type_error_naming_prompt(model, bad, msg):
     with pytest.raises(TypeError, match=f"^{re.escape(msg)}$"):
         model.generate(bad)
-    with pytest.raises(TypeError, match=f"^{re.escape(msg.replace('prompt', 'token_ids', 1))}$"):
+    ids_msg = msg.replace("prompt", "token_ids", 1).replace("a str or a sequence", "a sequence")
+    with pytest.raises(TypeError, match=f"^{re.escape(ids_msg)}$"):
         await model.logits(bad)
+    with pytest.raises(TypeError, match=f"^{re.escape(ids_msg.replace('token_ids', 'ids', 1))}$"):
+        model.detokenize(bad)
+
+
+@pytest.mark.model
+async def test_text_where_ids_are_expected_is_a_type_error(model):
+    with pytest.raises(TypeError, match="^token_ids must be a sequence of int token ids, got str 'Hello'$"):
+        await model.logits("Hello")
+    with pytest.raises(TypeError, match="^ids must be a sequence of int token ids, got str 'ab'$"):
+        model.detokenize("ab")
+    assert model.detokenize([]) == "" and model.detokenize(np.array(model.tokenize("Hi"))) == "Hi"
 
 
 @pytest.mark.model

@@ -79,12 +79,35 @@ class LanguageModel:
         return self.tokenizer.encode(text, special=special)
 
     def detokenize(self, ids: Sequence[int]) -> str:
-        """Text of ``ids``.
+        """Text of ``ids`` (a sequence of int token ids, possibly empty).
 
         Raises:
+            TypeError: ``ids`` is not a sequence of ints (the message names ``ids``).
             ValueError: an id outside the vocabulary.
         """
-        return self.tokenizer.decode(ids)
+        return self.tokenizer.decode(self._token_ids(ids, "ids"))
+
+    def _token_ids(self, ids: Any, what: str) -> list[int]:
+        """``ids`` as a list of int token ids in the vocabulary (``what`` names it in the errors).
+
+        Raises:
+            TypeError: not a sequence (list, tuple, 1-D integer array) of ints: bytes, a str, a
+                float, a bool, None..., or an element that is not an int.
+            ValueError: an id outside ``[0, vocab_size)``.
+        """
+        kind = "a str or a sequence of int token ids" if what == "prompt" else "a sequence of int token ids"
+        if isinstance(ids, np.ndarray) and (ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer)):
+            raise TypeError(f"{what} must be {kind}, got an array of shape {ids.shape} and dtype {ids.dtype}")
+        if isinstance(ids, (str, bytes, bytearray, memoryview)) or not isinstance(ids, (abc.Sequence, np.ndarray)):
+            raise TypeError(f"{what} must be {kind}, got {type(ids).__name__} {ids!r:.60}")
+        for k, i in enumerate(ids):
+            if isinstance(i, (bool, np.bool_)) or not isinstance(i, numbers.Integral):
+                raise TypeError(f"{what}[{k}] must be an int token id, got {type(i).__name__} {i!r:.40}")
+        out = [int(i) for i in ids]
+        bad = [i for i in out if not 0 <= i < self.config.vocab_size]
+        if bad:
+            raise ValueError(f"{what} holds token id {bad[0]}, outside the vocabulary [0, {self.config.vocab_size})")
+        return out
 
     def _prompt_ids(self, prompt: str | Sequence[int], special: bool, what: str = "prompt") -> list[int]:
         """Validated ids of a text or id prompt (``what`` names it in the errors).
@@ -99,19 +122,7 @@ class LanguageModel:
             if self.add_bos and self.tokenizer.bos_id is not None:
                 ids = [self.tokenizer.bos_id] + ids
         else:
-            if isinstance(prompt, np.ndarray) and (prompt.ndim != 1 or not np.issubdtype(prompt.dtype, np.integer)):
-                raise TypeError(f"{what} must be a str or a sequence of int token ids, got an array of "
-                                f"shape {prompt.shape} and dtype {prompt.dtype}")
-            if isinstance(prompt, (bytes, bytearray, memoryview)) or not isinstance(prompt, (abc.Sequence, np.ndarray)):
-                raise TypeError(f"{what} must be a str or a sequence of int token ids, got "
-                                f"{type(prompt).__name__} {prompt!r:.60}")
-            for k, i in enumerate(prompt):
-                if isinstance(i, (bool, np.bool_)) or not isinstance(i, numbers.Integral):
-                    raise TypeError(f"{what}[{k}] must be an int token id, got {type(i).__name__} {i!r:.40}")
-            ids = [int(i) for i in prompt]
-            bad = [i for i in ids if not 0 <= i < self.config.vocab_size]
-            if bad:
-                raise ValueError(f"{what} holds token id {bad[0]}, outside the vocabulary [0, {self.config.vocab_size})")
+            ids = self._token_ids(prompt, what)
         if not ids:
             hint = "give at least one token of text" if what == "prompt" else "give at least one token"
             raise ValueError(f"{what} is empty: {hint}")
@@ -240,9 +251,10 @@ class LanguageModel:
             float32 array (T, vocab): row t scores the token after ``token_ids[t]``.
 
         Raises:
+            TypeError: ``token_ids`` is not a sequence of ints (a str, bytes, None...).
             ValueError: empty, longer than the context, or an id outside the vocabulary.
         """
-        ids = self._prompt_ids(token_ids, False, what="token_ids")
+        ids = self._prompt_ids(self._token_ids(token_ids, "token_ids"), False, what="token_ids")
 
         async def job(slot: Any) -> np.ndarray:
             rows = []
