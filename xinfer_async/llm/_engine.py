@@ -31,7 +31,9 @@ CHAT_ROLES = ("system", "user", "assistant")
 
 
 class LanguageModel:
-    """A loaded model (``await xinfer_async.llm.load(...)``).
+    """A loaded model (``await xinfer_async.llm.load(...)``, or ``async with llm.open_model(...)``).
+
+    An async context manager: ``async with model:`` closes it at the block's end (``aclose``).
 
     Attributes:
         config: the ``LlamaConfig``.
