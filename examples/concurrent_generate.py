@@ -45,7 +45,7 @@ async def main(argv: list[str] | None = None) -> None:
         print(f"[{i}] {PROMPTS[i % len(PROMPTS)]!r} -> {results[i].text!r}")
     tokens = sum(len(r.token_ids) for r in results.values())
     print(f"{args.requests} requests, {tokens} tokens in {elapsed:.2f} s: {tokens / elapsed:.1f} tok/s aggregate; "
-          f"max slots busy {model.prepared.statistics().max_busy} of {model.slots}")
+          f"at most {model.statistics()['max_running']} of {model.slots} decoding at once")
     await model.aclose()
 
 

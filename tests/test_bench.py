@@ -51,7 +51,7 @@ def test_write_json_turns_nan_and_dataclasses_into_plain_json(tmp_path):
 LOAD_KEYS = {"slots", "rate", "requests", "req_per_s", "out_tok_per_s", "output_tokens", "duration_s",
              "latency_s_p50", "latency_s_p90", "latency_s_p99", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50",
              "itl_ms_p99", "tpot_ms_p50", "queue_ms_p50", "queue_ms_p99", "busy_mean", "busy_max", "occupancy",
-             "job_queue"}
+             "scheduler"}
 
 
 def test_bench_load_runs_and_writes_json(tmp_path, capsys):
@@ -67,7 +67,7 @@ def test_bench_load_runs_and_writes_json(tmp_path, capsys):
         assert LOAD_KEYS <= r.keys()
         assert r["output_tokens"] == 6 * 5 and r["req_per_s"] > 0 and 1 <= r["busy_max"] <= 2
         assert len(r["occupancy"]["t_s"]) == len(r["occupancy"]["running"]) > 0
-        assert r["job_queue"]["completed"] >= 6 + 2  # the timed requests and the warm-up
+        assert r["scheduler"]["completed"] >= 6 + 2  # the timed requests and the warm-up
         assert r["ttft_ms_p50"] <= 1e3 * r["latency_s_p50"]
     printed = capsys.readouterr().out
     assert "out tok/s" in printed and "itl p50 ms" in printed

@@ -86,3 +86,23 @@ def test_generate_on_an_instruct_model_says_why_it_ended_and_chat_applies_the_te
     out, err = capsys.readouterr()
     assert "[12 tokens, finish: length;" in err and "--chat" not in err
     assert len(out.split()) >= 5, out
+
+
+@pytest.mark.model
+def test_generate_penalty_flags_reach_the_model(capsys):
+    import trio
+
+    from xinfer_async import llm
+
+    prompt = "The cat sat on the mat. The cat sat on the mat. The cat"
+    args = ["generate", "-m", str(require_model()), "--device", "cpu", "--ctx", "64", "-p", prompt, "-n", "10"]
+    assert main(args) == 0
+    plain = capsys.readouterr().out
+    assert main(args + ["--repeat-penalty", "1.3", "--repeat-last-n", "-1", "--min-p", "0.05"]) == 0
+    penalized = capsys.readouterr().out
+
+    async def library():
+        async with llm.open_model(require_model(), device="cpu", ctx=64, slots=1) as m:
+            return (await m.complete(prompt, max_tokens=10, repeat_penalty=1.3, repeat_last_n=-1, min_p=0.05)).text
+
+    assert penalized == trio.run(library) + "\n" != plain

@@ -57,6 +57,11 @@ BAD = [
     (["-p", "hi", "--top-p", "0"], "--top-p must be in (0, 1], got 0.0"),
     (["-p", "hi", "--top-p", "2"], "--top-p must be in (0, 1], got 2.0"),
     (["-p", "hi", "--top-k", "-3"], "--top-k must be an integer >= 0, got -3"),
+    (["-p", "hi", "--min-p", "1.5"], "--min-p must be in [0, 1], got 1.5"),
+    (["-p", "hi", "--repeat-penalty", "0"], "--repeat-penalty must be a finite number > 0, got 0.0"),
+    (["-p", "hi", "--presence-penalty", "3"], "--presence-penalty must be in [-2, 2], got 3.0"),
+    (["-p", "hi", "--frequency-penalty", "-2.5"], "--frequency-penalty must be in [-2, 2], got -2.5"),
+    (["-p", "hi", "--repeat-last-n", "-2"], "--repeat-last-n must be an integer >= -1, got -2"),
     (["-p", "hi", "-n", "-5"], "-n must be >= 1 (the number of tokens to generate at most), got -5"),
     (["-p", "hi", "--ctx", "0"], "--ctx must be >= 1, got 0"),
     (["-p", "hi", "--device", "gpu"], "--device gpu: not a device; choose cpu, cuda, cuda:N or auto"),
@@ -77,6 +82,8 @@ def test_bad_generate_option_fails_fast_before_loading(tiny, args, message):
 def test_chat_checks_before_loading(tiny):
     rc, err, _ = run_cli("chat", "-m", str(tiny), "--top-p", "1.5")
     assert (rc, err.strip()) == (2, "xinfer-async chat: error: --top-p must be in (0, 1], got 1.5")
+    rc, err, _ = run_cli("chat", "-m", str(tiny), "--repeat-penalty", "-1")
+    assert (rc, err.strip()) == (2, "xinfer-async chat: error: --repeat-penalty must be a finite number > 0, got -1.0")
     rc, err, _ = run_cli("chat", "-m", str(tiny))
     assert rc == 2 and "LOADING" not in err
     assert err.strip().endswith("has no chat template (tokenizer.chat_template); use generate -p TEXT with it")
@@ -141,5 +148,6 @@ def test_perplexity_file_shorter_than_a_chunk(tmp_path):
 
 def test_good_options_reach_the_loader(tiny):
     rc, err, _ = run_cli("generate", "-m", str(tiny), "-p", "hi", "--temperature", "0.7", "--top-p", "0.9",
-                         "--device", "cpu")
+                         "--min-p", "0.05", "--repeat-penalty", "1.3", "--presence-penalty", "0.5",
+                         "--frequency-penalty", "0.5", "--repeat-last-n", "-1", "--device", "cpu")
     assert rc == 99 and "LOADING" in err

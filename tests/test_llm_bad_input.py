@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import trio
 
@@ -67,7 +68,7 @@ async def test_unknown_model_name_lists_the_known_ones(tmp_path):
 
 
 async def test_load_sizes():
-    with pytest.raises(ValueError, match=r"^slots must be >= 1, got 0$"):
+    with pytest.raises(ValueError, match=r"^slots must be an int >= 1, got 0$"):
         await llm.load("smollm2-135m", slots=0)
 
 
@@ -108,6 +109,92 @@ async def test_max_tokens_invalid(model, bad):
 async def test_max_tokens_zero_is_empty(model):
     r = await model.complete("hello", max_tokens=0)
     assert (r.text, r.token_ids, r.finish_reason) == ("", [], "length")
+    t = r.timings  # nothing ran: every time is 0.0 (not the time since the request was built)
+    await trio.sleep(0.05)
+    assert (t.queue_wait_s, t.time_to_first_token_s, t.prefill_s, t.decode_s) == (0.0, 0.0, 0.0, 0.0)
+    assert (t.prompt_tokens, t.generated_tokens, t.decode_tok_per_s) == (len(model.tokenize("hello")), 0, 0.0)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("bad, msg", [
+    (b"hello", "prompt must be a str or a sequence of int token ids, got bytes b'hello'"),
+    (bytearray(b"hi"), "prompt must be a str or a sequence of int token ids, got bytearray bytearray(b'hi')"),
+    (1.5, "prompt must be a str or a sequence of int token ids, got float 1.5"),
+    (True, "prompt must be a str or a sequence of int token ids, got bool True"),
+    (7, "prompt must be a str or a sequence of int token ids, got int 7"),
+    (None, "prompt must be a str or a sequence of int token ids, got NoneType None"),
+    ([1, 2.0, 3], "prompt[1] must be an int token id, got float 2.0"),
+    ([1, True], "prompt[1] must be an int token id, got bool True"),
+    (np.array([1.0, 2.0]), "prompt must be a str or a sequence of int token ids, got an array of shape (2,) and "
+                           "dtype float64"),
+])
+async def test_prompt_of_another_type_is_a_type_error_naming_prompt(model, bad, msg):
+    with pytest.raises(TypeError, match=f"^{re.escape(msg)}$"):
+        model.generate(bad)
+    ids_msg = msg.replace("prompt", "token_ids", 1).replace("a str or a sequence", "a sequence")
+    with pytest.raises(TypeError, match=f"^{re.escape(ids_msg)}$"):
+        await model.logits(bad)
+    with pytest.raises(TypeError, match=f"^{re.escape(ids_msg.replace('token_ids', 'ids', 1))}$"):
+        model.detokenize(bad)
+
+
+@pytest.mark.model
+async def test_text_where_ids_are_expected_is_a_type_error(model):
+    with pytest.raises(TypeError, match="^token_ids must be a sequence of int token ids, got str 'Hello'$"):
+        await model.logits("Hello")
+    with pytest.raises(TypeError, match="^ids must be a sequence of int token ids, got str 'ab'$"):
+        model.detokenize("ab")
+    assert model.detokenize([]) == "" and model.detokenize(np.array(model.tokenize("Hi"))) == "Hi"
+
+
+@pytest.mark.model
+async def test_token_ids_as_a_tuple_or_an_integer_array(model):
+    ids = model.tokenize("The sky is")
+    a = await model.complete(ids, max_tokens=3)
+    assert (await model.complete(tuple(ids), max_tokens=3)).token_ids == a.token_ids
+    assert (await model.complete(np.array(ids, np.int32), max_tokens=3)).token_ids == a.token_ids
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("bad, exc, msg", [
+    ([], ValueError, "messages is empty: give at least one message, e.g. [{'role': 'user', 'content': 'Hi'}]"),
+    (None, TypeError, "messages must be a list of {'role', 'content'} dicts, got NoneType None"),
+    ("hi", TypeError, "messages must be a list of {'role', 'content'} dicts, got str 'hi'"),
+    (["hi"], TypeError, "messages[0] must be a dict with 'role' and 'content', got str"),
+    ([{"role": "user", "content": "a"}, {"role": "bot", "content": "b"}], ValueError,
+     "messages[1]['role'] must be one of system, user, assistant, got 'bot'"),
+    ([{"content": "a"}], ValueError, "messages[0]['role'] must be one of system, user, assistant, got None"),
+    ([{"role": "user"}], ValueError, "messages[0]['content'] must be a str, got None"),
+])
+async def test_bad_chat_messages_name_the_argument(model, bad, exc, msg):
+    for call in (model.render_chat, model.chat_stream):
+        with pytest.raises(exc, match=f"^{re.escape(msg)}$"):
+            call(bad)
+    with pytest.raises(exc, match=f"^{re.escape(msg)}$"):
+        await model.chat(bad)
+
+
+@pytest.mark.model
+async def test_chat_stream_pieces_join_to_the_chat_reply(model):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}]
+    whole = await model.chat(messages, max_tokens=8)
+    stream = model.chat_stream(messages, max_tokens=8)
+    pieces = [p async for p in stream]
+    assert len(pieces) >= 2 and "".join(pieces) == whole.text == stream.result.text
+    assert stream.result.token_ids == whole.token_ids
+
+
+@pytest.mark.model
+async def test_async_with_closes_the_model():
+    async with await llm.load(require_model(), device="cpu", slots=1, ctx=16) as m:
+        assert (await m.complete("hi", max_tokens=1)).token_ids
+    assert m.device._closed
+    with pytest.raises(trio.ClosedResourceError, match="^language model is closed$"):
+        await m.complete("hello", max_tokens=2)
+    async with llm.open_model(require_model(), device="cpu", slots=2, ctx=16) as m2:
+        assert m2.batching and m2.slots == 2  # batching is the default with more than one slot
+        assert (await m2.complete("hi", max_tokens=1)).token_ids
+    assert m2.device._closed
 
 
 @pytest.mark.model
@@ -131,9 +218,9 @@ async def test_invalid_sampling_values(model, kwargs, msg):
 async def test_token_ids_outside_the_vocabulary(model):
     V = model.config.vocab_size
     for bad in (V, -1):
-        with pytest.raises(ValueError, match=f"^token id {bad} is outside the vocabulary \\[0, {V}\\)$"):
+        with pytest.raises(ValueError, match=f"^token_ids holds token id {bad}, outside the vocabulary \\[0, {V}\\)$"):
             await model.logits([1, 2, bad])
-        with pytest.raises(ValueError, match=f"^token id {bad} is outside the vocabulary \\[0, {V}\\)$"):
+        with pytest.raises(ValueError, match=f"^prompt holds token id {bad}, outside the vocabulary \\[0, {V}\\)$"):
             model.generate([1, bad])
 
 

@@ -27,7 +27,7 @@ PROMPTS = ["The sky is", "Once upon a time", "def fibonacci(n):", "The capital o
 
 @pytest.fixture(scope="module")
 def model():
-    m = load_model_sync(slots=SLOTS, ctx=CTX)
+    m = load_model_sync(slots=SLOTS, ctx=CTX, batching=False)
     yield m
     trio.run(m.aclose)
 
@@ -134,12 +134,12 @@ async def test_cancelled_request_frees_its_slot(model, alone):
 
     async def cancelled_not_completed(before):
         await _idle(model)  # the slot comes back once its last fence completes
-        jobs = model.statistics()["jobs"]
+        jobs = model.statistics()["scheduler"]
         assert (jobs.cancelled - before.cancelled, jobs.completed - before.completed, jobs.running) == (1, 0, 0)
         return jobs
 
     await model.complete(PROMPTS[0], max_tokens=1)  # this trio run's job queue
-    jobs = model.statistics()["jobs"]
+    jobs = model.statistics()["scheduler"]
     # a cancel scope around the loop, cancelled in the middle of the generation
     await cancel_generation_after(model, PROMPTS[1])
     jobs = await cancelled_not_completed(jobs)
@@ -236,7 +236,7 @@ async def test_pipelined_decode_with_as_many_slots_as_command_lists(alone):
     from xinfer_async import llm, open_device
 
     dev = open_device(os.environ.get("XINFER_TEST_DEVICE", "cpu"), command_lists=2)
-    m = await llm.load(require_model(), device=dev, slots=2, ctx=CTX)
+    m = await llm.load(require_model(), device=dev, slots=2, ctx=CTX, batching=False)
     results = [None, None]
 
     async def one(i):

@@ -39,11 +39,14 @@ async def _close_while_three_requests_run(model, running) -> list[Exception]:
 async def test_aclose_cancels_running_and_waiting_requests_then_closes_the_device():
     from xinfer_async import JobCancelledError
 
-    model = await _load(slots=1)
-    errors = await _close_while_three_requests_run(model, lambda: model.prepared.statistics().busy > 0)
-    # the running request and the two waiting ones are cancelled, each with a clear error
-    assert len(errors) == 3 and all(isinstance(e, JobCancelledError) for e in errors), errors
-    assert sorted(str(e) for e in errors) == ["job was cancelled before it ran"] * 2 + ["job was cancelled while it ran"]
+    model = await _load(slots=1, batching=False)
+    errors = await _close_while_three_requests_run(model, lambda: model.statistics()["running"] > 0)
+    # the running request and the two waiting ones end with the one documented error, as batched
+    assert len(errors) == 3 and all(isinstance(e, trio.ClosedResourceError) for e in errors), errors
+    assert all(str(e) == "language model is closed" for e in errors)
+    causes = sorted(str(e.__cause__) for e in errors)  # the job queue's own record stays as the cause
+    assert all(isinstance(e.__cause__, JobCancelledError) for e in errors)
+    assert causes == ["job was cancelled before it ran"] * 2 + ["job was cancelled while it ran"]
     # the slot came back after its fence, before the device closed: nothing leaked into a closed device
     assert model.device._closed and model.device.allocator.cached_bytes == 0
 
@@ -80,8 +83,9 @@ async def test_stop_string_keeps_real_timings():
 async def test_aclose_of_a_batched_model_ends_its_requests():
     model = await _load(slots=2, batching=True)
     errors = await _close_while_three_requests_run(
-        model, lambda: model.statistics()["batch"] is not None and model.statistics()["batch"].steps > 0)
+        model, lambda: model.statistics()["scheduler"].steps > 0)
     assert len(errors) == 3 and all(isinstance(e, trio.ClosedResourceError) for e in errors), errors
+    assert all(str(e) == "language model is closed" for e in errors)
     assert model.device._closed and model.device.allocator.cached_bytes == 0
 
 

@@ -100,3 +100,34 @@ def test_sample_uses_the_seeded_sampler():
     a, b = Request([1], p, 5, 10), Request([1], p, 5, 10)
     assert [a.sample(logits) for _ in range(5)] == [b.sample(logits) for _ in range(5)]
     assert not a.greedy and Request([1], GREEDY, 5, 10).greedy
+
+
+def test_a_penalized_request_takes_the_logits_path_and_penalizes_its_window():
+    """greedy (the device's argmax) only without a penalty; ``sample`` penalizes the window of
+    the last ``repeat_last_n`` prompt + generated ids before the argmax."""
+    p = SamplingParams(repeat_penalty=2.0, repeat_last_n=3)
+    req = Request([5, 6, 7, 8], p, 5, 100)
+    assert not req.greedy and req.params.greedy
+    assert req.penalty_window() == [6, 7, 8]
+    req.advance(9)
+    assert req.penalty_window() == [7, 8, 9]
+    logits = np.zeros(12, np.float32)
+    logits[9], logits[4] = 3.0, 2.0  # 9 is seen: 3 / 2 = 1.5 < 2 -> 4
+    assert req.sample(logits) == 4
+    logits[6] = 5.0  # 6 fell out of the window: not penalized
+    assert req.sample(logits) == 6
+    assert Request([1], SamplingParams(repeat_penalty=1.3, repeat_last_n=0), 5, 10).greedy  # window 0: off
+    assert Request([1, 2], SamplingParams(presence_penalty=1.0, repeat_last_n=-1), 5, 10).penalty_window() == [1, 2]
+
+
+def test_timings_of_stages_not_reached_are_zero():
+    never = Request([1, 2], GREEDY, max_tokens=0, ctx=100)
+    never.stop(0, "length")  # max_tokens 0: never submitted
+    t = never.timings()
+    assert (t.queue_wait_s, t.time_to_first_token_s, t.prefill_s, t.decode_s) == (0.0, 0.0, 0.0, 0.0)
+    queued = Request([1, 2], GREEDY, max_tokens=4, ctx=100)
+    queued.submitted_at = 10.0
+    queued.stop(0)  # cancelled while waiting
+    queued.ended_at = 12.0
+    t = queued.timings()
+    assert (t.queue_wait_s, t.time_to_first_token_s, t.prefill_s, t.decode_s) == (2.0, 0.0, 0.0, 0.0)

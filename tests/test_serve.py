@@ -242,6 +242,14 @@ def test_stop_string_and_sampling_fields_reach_generate(tiny):
                                                top_p=0.9, extra_body={"top_k": 50}).choices[0].text for _ in range(2)]
     ref = reference(tiny, "abc", max_tokens=12, temperature=1.5, seed=7, top_p=0.9, top_k=50)
     assert seeded == [ref.text, ref.text]
+    # the penalties and min_p (vLLM's repetition_penalty, llama-server's repeat_last_n) reach generate
+    pen = dict(presence_penalty=1.5, frequency_penalty=0.5)
+    extra = {"min_p": 0.1, "repetition_penalty": 1.3, "repeat_last_n": -1}
+    r = tiny.client().completions.create(model="tiny", prompt="abc", max_tokens=20, temperature=0, **pen,
+                                         extra_body=extra)
+    ref = reference(tiny, "abc", max_tokens=20, **pen, min_p=0.1, repeat_penalty=1.3, repeat_last_n=-1)
+    plain = reference(tiny, "abc", max_tokens=20)
+    assert r.choices[0].text == ref.text != plain.text
 
 
 def test_32_concurrent_streams_all_equal_the_in_process_results(tiny):
@@ -301,7 +309,7 @@ def test_stream_pacing_default_grows_with_the_streams_and_checks_its_arguments()
 
 
 async def _max_active(model):
-    return model.statistics()["batch"].max_active
+    return model.statistics()["scheduler"].max_active
 
 
 def test_tokenize_and_detokenize(tiny):
@@ -337,8 +345,9 @@ def test_bad_requests_are_refused_while_a_stream_runs_undisturbed(tiny):
         (401, "invalid_api_key", tiny.http("POST", "/v1/completions", key="sk-wrong", json={"prompt": "hi"})),
         (401, "invalid_api_key", tiny.http("GET", "/v1/models", key=None)),
         (404, "model_not_found", tiny.http("POST", "/v1/completions", json={"model": "gpt-4", "prompt": "hi"})),
-        (400, "unsupported_parameter",
-         tiny.http("POST", "/v1/completions", json={"prompt": "hi", "presence_penalty": 0.5})),
+        (400, "unsupported_parameter", tiny.http("POST", "/v1/completions", json={"prompt": "hi", "logprobs": 1})),
+        (400, None, tiny.http("POST", "/v1/completions", json={"prompt": "hi", "presence_penalty": 2.5})),
+        (400, None, tiny.http("POST", "/v1/completions", json={"prompt": "hi", "repetition_penalty": 0})),
         (400, None, tiny.http("POST", "/v1/completions", json={"prompt": "hi", "max_tokens": 10 ** 6})),
         (400, None, tiny.http("POST", "/v1/completions", json={"prompt": "hi", "n": 2})),
         (400, None, tiny.http("POST", "/v1/completions", json={"prompt": "hi", "temperature": "hot"})),
@@ -360,8 +369,8 @@ def test_bad_requests_are_refused_while_a_stream_runs_undisturbed(tiny):
         tiny.client(api_key="sk-wrong").completions.create(model="tiny", prompt="hi", max_tokens=2)
     with pytest.raises(openai.NotFoundError, match="the model .gpt-4. does not exist"):
         tiny.client().completions.create(model="gpt-4", prompt="hi", max_tokens=2)
-    with pytest.raises(openai.BadRequestError, match="frequency_penalty is not supported yet"):
-        tiny.client().completions.create(model="tiny", prompt="hi", max_tokens=2, frequency_penalty=1.0)
+    with pytest.raises(openai.BadRequestError, match=r"frequency_penalty must be a number in \[-2, 2\], got 3"):
+        tiny.client().completions.create(model="tiny", prompt="hi", max_tokens=2, frequency_penalty=3)
     with pytest.raises(openai.BadRequestError, match="logprobs is not supported yet"):
         tiny.client().completions.create(model="tiny", prompt="hi", max_tokens=2, logprobs=2)
     after = tiny.metrics()
@@ -437,7 +446,7 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(smol):
     # the response was closed after a few of its 200 tokens: the generation stops, the slot is free
     smol.wait_idle(timeout_s=30)
     st = smol.call(_statistics, smol.app.model)
-    assert st["running"] == 0 and st["batch"].active == 0
+    assert st["running"] == 0 and st["scheduler"].active == 0
     after = smol.metrics()
     assert after['xinfer_requests_cancelled_total{reason="disconnect"}'] \
         - before.get('xinfer_requests_cancelled_total{reason="disconnect"}', 0) == 1

@@ -48,7 +48,8 @@ async def run_chat(model: Any, *, system: str | None, n_predict: int, sampling: 
         model: a loaded ``LanguageModel`` with a chat template.
         system: a system message, or None.
         n_predict: tokens per answer at most (``-n``).
-        sampling: ``generate``'s sampling keywords (temperature, top_p, top_k, seed).
+        sampling: ``generate``'s sampling keywords (``cli.SAMPLING_ARGS``: temperature, top_p, top_k,
+            seed, min_p and the penalties).
         out, err: text streams for the answers and for the status lines (default stdout, stderr).
     """
     out = out or sys.stdout

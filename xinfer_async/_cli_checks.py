@@ -18,7 +18,9 @@ from typing import Any
 __all__ = ["UsageError", "Preflight", "check_before_load", "check_pull_name"]
 
 # flag of each SamplingParams field, for messages in command-line terms
-_FLAGS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k", "seed": "--seed"}
+_FLAGS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k", "seed": "--seed",
+          "min_p": "--min-p", "repeat_penalty": "--repeat-penalty", "presence_penalty": "--presence-penalty",
+          "frequency_penalty": "--frequency-penalty", "repeat_last_n": "--repeat-last-n"}
 _DEFAULT_CTX_CAP = 2048  # llm.load's default: min(2048, the model's context length)
 
 
@@ -85,7 +87,7 @@ def _check_sampling(args: Any) -> None:
     from .llm._sampling import SamplingParams
 
     try:
-        SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+        SamplingParams(**{k: getattr(args, k) for k in _FLAGS})
     except ValueError as exc:
         msg = str(exc)
         field = msg.split(" ", 1)[0]

@@ -23,10 +23,25 @@ def _add_model_args(p: argparse.ArgumentParser, *, sampling: bool = True,
         p.add_argument("--top-p", type=float, default=1.0)
         p.add_argument("--top-k", type=int, default=0, help="0 turns top-k off (default)")
         p.add_argument("--seed", type=int, default=None)
+        p.add_argument("--min-p", type=float, default=0.0,
+                       help="keep tokens at least this times as likely as the most likely one (0: off, default)")
+        p.add_argument("--repeat-penalty", type=float, default=1.0,
+                       help="divide the logits of recent tokens by this (llama.cpp's; 1: off, default; try 1.1-1.3)")
+        p.add_argument("--presence-penalty", type=float, default=0.0,
+                       help="subtract this from the logits of recent tokens, in [-2, 2] (0: off, default)")
+        p.add_argument("--frequency-penalty", type=float, default=0.0,
+                       help="subtract this times its count from a recent token's logit, in [-2, 2] (0: off, default)")
+        p.add_argument("--repeat-last-n", type=int, default=64,
+                       help="recent tokens (prompt and generated) the penalties look at; -1: all (default 64)")
+
+
+#: the sampling flags' dests, as ``generate``'s keyword arguments (and ``SamplingParams``'s fields)
+SAMPLING_ARGS = ("temperature", "top_p", "top_k", "seed", "min_p", "repeat_penalty", "presence_penalty",
+                 "frequency_penalty", "repeat_last_n")
 
 
 def _sampling(args) -> dict:
-    return dict(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+    return {k: getattr(args, k) for k in SAMPLING_ARGS}
 
 
 async def _load(args, slots: int = 1, ctx: int | None = None):

@@ -100,12 +100,8 @@ async def _client(model: Any, prompt: list[int], max_tokens: int, arrive_at: flo
 
 async def _sampler(model: Any, every_s: float, samples: list, t0: float) -> None:
     while True:
-        stats = model.statistics()
-        st, bt = stats["jobs"], stats.get("batch")
-        if bt is not None:  # batched decode: the sequences decoding, and the requests waiting
-            samples.append((round(time.perf_counter() - t0, 4), bt.active, bt.waiting))
-        elif st is not None:
-            samples.append((round(time.perf_counter() - t0, 4), st.running, st.queued))
+        stats = model.statistics()  # running: slots (or batched sequences) held; waiting: queued requests
+        samples.append((round(time.perf_counter() - t0, 4), stats["running"], stats["waiting"]))
         await trio.sleep(every_s)
 
 
@@ -146,7 +142,7 @@ async def run_row(model: Any, *, rate: float, requests: int, prompt_tokens: int,
     wall = max(r["end"] for r in results) - first
     tokens = sum(r["tokens"] for r in results)
     busy = np.array([s[1] for s in samples]) if samples else np.zeros(1, int)
-    jobs = model.statistics()["jobs"]
+    jobs = model.statistics()["scheduler"]
     return dict(
         slots=model.slots, rate=rate, requests=requests, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
         duration_s=wall, output_tokens=tokens, req_per_s=requests / wall, out_tok_per_s=tokens / wall,
@@ -158,7 +154,7 @@ async def run_row(model: Any, *, rate: float, requests: int, prompt_tokens: int,
         busy_mean=float(busy.mean()), busy_max=int(busy.max()), sample_ms=sample_ms,
         occupancy={"t_s": [s[0] for s in samples], "running": [s[1] for s in samples],
                    "queued": [s[2] for s in samples]},  # t_s: seconds since the first arrival
-        job_queue=jobs,  # the JobQueue's statistics() after the row (its waits include the warm-up)
+        scheduler=jobs,  # the scheduler's statistics() after the row (JobQueue's or Batcher's; the warm-up included)
     )
 
 

@@ -9,13 +9,15 @@ replaces the job queue and ``generate``, with the same ``Runner`` and ``Request`
 
 from __future__ import annotations
 
+import numbers
+from collections import abc
 from typing import Any, Sequence
 
 import numpy as np
 import trio
 
-from ..runtime import JobQueue
-from ._batch import Batcher
+from ..runtime import JobCancelledError, JobQueue, JobStatistics
+from ._batch import Batcher, BatchStatistics
 from ._chat import render_chat
 from ._generate import generate
 from ._request import Request
@@ -24,9 +26,14 @@ from ._sampling import SamplingParams
 from ._stream import CompletionResult, GenerationStream
 from ._tokenizer import Tokenizer
 
+#: the roles ``chat`` takes (those of the OpenAI chat API that a text chat template renders)
+CHAT_ROLES = ("system", "user", "assistant")
+
 
 class LanguageModel:
-    """A loaded model (``await xinfer_async.llm.load(...)``).
+    """A loaded model (``await xinfer_async.llm.load(...)``, or ``async with llm.open_model(...)``).
+
+    An async context manager: ``async with model:`` closes it at the block's end (``aclose``).
 
     Attributes:
         config: the ``LlamaConfig``.
@@ -74,24 +81,50 @@ class LanguageModel:
         return self.tokenizer.encode(text, special=special)
 
     def detokenize(self, ids: Sequence[int]) -> str:
-        """Text of ``ids``.
+        """Text of ``ids`` (a sequence of int token ids, possibly empty).
 
         Raises:
+            TypeError: ``ids`` is not a sequence of ints (the message names ``ids``).
             ValueError: an id outside the vocabulary.
         """
-        return self.tokenizer.decode(ids)
+        return self.tokenizer.decode(self._token_ids(ids, "ids"))
+
+    def _token_ids(self, ids: Any, what: str) -> list[int]:
+        """``ids`` as a list of int token ids in the vocabulary (``what`` names it in the errors).
+
+        Raises:
+            TypeError: not a sequence (list, tuple, 1-D integer array) of ints: bytes, a str, a
+                float, a bool, None..., or an element that is not an int.
+            ValueError: an id outside ``[0, vocab_size)``.
+        """
+        kind = "a str or a sequence of int token ids" if what == "prompt" else "a sequence of int token ids"
+        if isinstance(ids, np.ndarray) and (ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer)):
+            raise TypeError(f"{what} must be {kind}, got an array of shape {ids.shape} and dtype {ids.dtype}")
+        if isinstance(ids, (str, bytes, bytearray, memoryview)) or not isinstance(ids, (abc.Sequence, np.ndarray)):
+            raise TypeError(f"{what} must be {kind}, got {type(ids).__name__} {ids!r:.60}")
+        for k, i in enumerate(ids):
+            if isinstance(i, (bool, np.bool_)) or not isinstance(i, numbers.Integral):
+                raise TypeError(f"{what}[{k}] must be an int token id, got {type(i).__name__} {i!r:.40}")
+        out = [int(i) for i in ids]
+        bad = [i for i in out if not 0 <= i < self.config.vocab_size]
+        if bad:
+            raise ValueError(f"{what} holds token id {bad[0]}, outside the vocabulary [0, {self.config.vocab_size})")
+        return out
 
     def _prompt_ids(self, prompt: str | Sequence[int], special: bool, what: str = "prompt") -> list[int]:
-        """Validated ids of a text or id prompt (``what`` names it in the errors)."""
+        """Validated ids of a text or id prompt (``what`` names it in the errors).
+
+        Raises:
+            TypeError: neither a str nor a sequence (list, tuple, 1-D integer array) of int ids
+                (bytes, a float, a bool, None...), or an id that is not an int.
+            ValueError: empty, longer than the context, or an id outside the vocabulary.
+        """
         if isinstance(prompt, str):
             ids = self.tokenize(prompt, special=special)
             if self.add_bos and self.tokenizer.bos_id is not None:
                 ids = [self.tokenizer.bos_id] + ids
         else:
-            ids = [int(i) for i in prompt]
-            bad = [i for i in ids if not 0 <= i < self.config.vocab_size]
-            if bad:
-                raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {self.config.vocab_size})")
+            ids = self._token_ids(prompt, what)
         if not ids:
             hint = "give at least one token of text" if what == "prompt" else "give at least one token"
             raise ValueError(f"{what} is empty: {hint}")
@@ -103,15 +136,31 @@ class LanguageModel:
         """Prompt ids of a chat: the template's markers as special tokens, message contents as
         plain text (a ``<|im_start|>`` typed by a user stays text).
 
+        Args:
+            messages: a non-empty list of ``{"role": r, "content": text}`` with ``r`` one of
+                ``CHAT_ROLES`` (system, user, assistant).
+
         Raises:
-            ValueError: the model has no chat template, or a malformed message.
+            TypeError: ``messages`` is not a list, or a message not a dict.
+            ValueError: the model has no chat template, ``messages`` is empty, a message lacks a
+                str ``content``, or its role is not one of ``CHAT_ROLES`` (the message names the
+                index and the value).
         """
+        if not isinstance(messages, (list, tuple)):
+            raise TypeError(f"messages must be a list of {{'role', 'content'}} dicts, got "
+                            f"{type(messages).__name__} {messages!r:.60}")
+        if not messages:
+            raise ValueError("messages is empty: give at least one message, e.g. [{'role': 'user', 'content': 'Hi'}]")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict):
+                raise TypeError(f"messages[{i}] must be a dict with 'role' and 'content', got {type(m).__name__}")
+            if m.get("role") not in CHAT_ROLES:
+                raise ValueError(f"messages[{i}]['role'] must be one of {', '.join(CHAT_ROLES)}, got {m.get('role')!r}")
+            if not isinstance(m.get("content"), str):
+                raise ValueError(f"messages[{i}]['content'] must be a str, got {m.get('content')!r:.60}")
         if not self.chat_template:
             raise ValueError("this model file has no tokenizer.chat_template")
         sentinels = [f"\x00xi{i}\x00" for i in range(len(messages))]
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or not isinstance(m.get("content"), str):
-                raise ValueError(f"message {i} must be a dict with a str 'content'")
         masked = [dict(m, content=s) for m, s in zip(messages, sentinels)]
         text = render_chat(self.chat_template, masked, add_generation_prompt=True)
         ids: list[int] = []
@@ -126,15 +175,22 @@ class LanguageModel:
     # -- requests --------------------------------------------------------------------------
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = None, stop: Sequence[str] = (),
-                 special: bool = False, ignore_eos: bool = False) -> GenerationStream:
+                 special: bool = False, ignore_eos: bool = False, min_p: float = 0.0, repeat_penalty: float = 1.0,
+                 presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                 repeat_last_n: int = 64) -> GenerationStream:
         """Stream the continuation of ``prompt`` as text pieces: ``async for piece in model.generate(...)``.
 
         Args:
-            prompt: text, or token ids.
+            prompt: text (str), or token ids (a list, tuple or 1-D integer array of ints).
             max_tokens: generated tokens at most; 0 returns at once with no text (finish_reason
-                ``"length"``; the prompt is validated but not run). Generation also
-                stops when the context (``ctx``) is full (finish_reason ``"length"``).
-            temperature, top_p, top_k, seed: see ``SamplingParams`` (temperature 0 is greedy).
+                ``"length"``; the prompt is validated but not run; every ``Timings`` time is 0.0).
+                Generation also stops when the context (``ctx``) is full (finish_reason ``"length"``).
+            temperature, top_p, top_k, seed, min_p: see ``SamplingParams`` (temperature 0 is greedy).
+            repeat_penalty, presence_penalty, frequency_penalty, repeat_last_n: the penalties of
+                ``SamplingParams``, over the last ``repeat_last_n`` tokens of the prompt and the
+                generated text (llama.cpp's window; -1: all of them). A request with a penalty
+                takes its tokens from the logits on the host (greedy: the argmax of the penalized
+                logits), not from the device's argmax.
             stop: strings that end the generation (not included in the text).
             special: parse special-token markers in a text prompt.
             ignore_eos: keep generating past end-of-sequence ids (they stay in the text's ids), to
@@ -142,14 +198,23 @@ class LanguageModel:
                 run them.
 
         Raises:
+            TypeError: a prompt that is neither a str nor a sequence of int ids (bytes, a float, a
+                bool...).
             ValueError: an empty prompt, one longer than the context, a negative max_tokens, or
-                invalid sampling values (raised here, before anything runs).
+                invalid sampling values (raised here, before anything runs; the message names
+                the argument).
         """
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
             raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
         if isinstance(stop, str):
             stop = [stop]
-        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        if stop is None:
+            stop = []
+        if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
+            raise TypeError(f"stop must be a str or a list of str, got {stop!r:.60}")
+        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, min_p=min_p,
+                                repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
+                                frequency_penalty=frequency_penalty, repeat_last_n=repeat_last_n)
         ids = self._prompt_ids(prompt, special)
         request = Request(ids, params, max_tokens, self.ctx, frozenset() if ignore_eos else frozenset(self.stop_ids))
         return GenerationStream(request, self.tokenizer.stream_decoder(skip_special=True), stop, self._submit)
@@ -161,8 +226,24 @@ class LanguageModel:
             pass
         return stream.result
 
+    def chat_stream(self, messages: list[dict], **kwargs: Any) -> GenerationStream:
+        """Stream the reply to a chat (``[{"role": "user", "content": "..."}]``, rendered with the
+        model's template: ``render_chat``) as text pieces, as ``generate`` does:
+        ``async for piece in model.chat_stream(messages)``; ``stream.result`` after the last piece.
+        ``kwargs`` are ``generate``'s.
+
+        Raises:
+            TypeError, ValueError: as ``render_chat`` and ``generate``.
+        """
+        return self.generate(self.render_chat(messages), **kwargs)
+
     async def chat(self, messages: list[dict], **kwargs: Any) -> CompletionResult:
-        """Complete a chat (``[{"role": "user", "content": "..."}]``) with the model's template."""
+        """Complete a chat (``[{"role": "user", "content": "..."}]``) with the model's template;
+        the whole reply (``chat_stream`` streams it). ``kwargs`` are ``generate``'s.
+
+        Raises:
+            TypeError, ValueError: as ``render_chat`` and ``generate``.
+        """
         return await self.complete(self.render_chat(messages), **kwargs)
 
     async def logits(self, token_ids: Sequence[int]) -> np.ndarray:
@@ -172,9 +253,10 @@ class LanguageModel:
             float32 array (T, vocab): row t scores the token after ``token_ids[t]``.
 
         Raises:
+            TypeError: ``token_ids`` is not a sequence of ints (a str, bytes, None...).
             ValueError: empty, longer than the context, or an id outside the vocabulary.
         """
-        ids = self._prompt_ids(list(token_ids), False, what="token_ids")
+        ids = self._prompt_ids(self._token_ids(token_ids, "token_ids"), False, what="token_ids")
 
         async def job(slot: Any) -> np.ndarray:
             rows = []
@@ -204,7 +286,7 @@ class LanguageModel:
         handle = await (await self._job_queue()).submit_handle(job)
         # a job that ends without running (no slot: the model closed) still ends the stream
         handle.add_done_callback(request.close)
-        return handle
+        return _JobRequest(self, handle)
 
     async def _job_queue(self) -> JobQueue:
         """The job queue of the current ``trio.run``.
@@ -243,28 +325,40 @@ class LanguageModel:
         return self._batch
 
     def statistics(self) -> dict:
-        """The job queue's and the slots' statistics (and the batcher's, with batching), and two
-        counts that mean the same with or without batching (what a server exports):
+        """One record of the generation scheduler, the same keys with or without batching:
 
+        - ``"batching"``: whether requests decode in batched steps;
+        - ``"capacity"``: requests that run at once (``slots``);
         - ``"running"``: generation requests holding a slot now (with batching, a sequence of the
           batched cache); a request that ended or was cancelled stops counting once its slot is
           free again;
-        - ``"waiting"``: generation requests submitted and waiting for one.
+        - ``"waiting"``: generation requests submitted and waiting for one;
+        - ``"max_running"``: the most requests that decoded at once so far;
+        - ``"scheduler"``: the scheduler's own figures since the model's first request (zeros
+          before it): with batching the ``Batcher``'s ``BatchStatistics`` (steps, rows, ...),
+          without it the ``JobQueue``'s ``JobStatistics`` (submitted, completed, queue waits...).
+
+        ``logits`` requests run on a slot of their own beside a batched model's sequences and
+        are not counted here.
         """
-        st = {"jobs": self._jobs.statistics() if self._jobs else None, "slots": self.prepared.statistics()}
+        st: dict[str, Any] = {"batching": self.batching, "capacity": self.slots}
         if self.batching:
-            b = self._batch.statistics() if self._batch else None
-            st["batch"] = b
-            st["running"], st["waiting"] = (b.busy, b.waiting) if b else (0, 0)
+            b = self._batch.statistics() if self._batch else BatchStatistics(0, 0, 0, 0, 0)
+            st.update(running=b.busy, waiting=b.waiting, max_running=b.max_active, scheduler=b)
         else:
-            st["running"] = st["slots"].busy
-            st["waiting"] = st["jobs"].queued if st["jobs"] else 0
+            j = self._jobs.statistics() if self._jobs else JobStatistics(0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0)
+            slots = self.prepared.statistics()
+            st.update(running=slots.busy, waiting=j.queued, max_running=slots.max_busy, scheduler=j)
         return st
 
     async def aclose(self) -> None:
-        """Stop taking requests, cancel the queued and running ones (their callers get an
-        error), and release the slots after their fences; a device that ``load`` opened is
-        closed once nothing runs on it any more."""
+        """Stop taking requests, cancel the queued and running ones, and release the slots after
+        their fences; a device that ``load`` opened is closed once nothing runs on it any more.
+
+        A request in flight (queued or running, with or without batching) then raises
+        ``trio.ClosedResourceError`` to its consumer (from its stream's iteration, ``complete``
+        or ``chat``), as does a new ``generate`` submitted afterwards. ``async with model:``
+        calls this at the block's end."""
         self._closed = True
         if self._jobs is not None:
             self._jobs.cancel_all()
@@ -284,7 +378,34 @@ class LanguageModel:
             self.device.close()
         await trio.lowlevel.checkpoint()
 
+    async def __aenter__(self) -> "LanguageModel":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
     def __repr__(self) -> str:
         c = self.config
         return (f"<LanguageModel {self.path.name if hasattr(self.path, 'name') else self.path}: {c.n_layer} layers, "
                 f"dim {c.dim}, on {self.device.name}, {self.slots} slots x {self.ctx} tokens>")
+
+
+class _JobRequest:
+    """The handle of an unbatched request (its job on the queue), as the stream uses it: a job
+    cancelled because the model was closed (``aclose``) raises ``trio.ClosedResourceError``, as
+    the batched scheduler's requests do."""
+
+    def __init__(self, model: LanguageModel, handle: Any):
+        self._model = model
+        self._handle = handle
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+    async def result(self) -> Any:
+        try:
+            return await self._handle.result()
+        except JobCancelledError as exc:
+            if self._model._closed:
+                raise trio.ClosedResourceError("language model is closed") from exc
+            raise

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
 
 import trio
 
@@ -22,7 +23,7 @@ DEFAULT_MODEL = "smollm2-135m"
 
 async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any = None, slots: int = 4,
                ctx: int | None = None, chunk: int = 64, pull: bool = True,
-               max_queued: int = 256, batching: bool = False, progress: bool = False) -> LanguageModel:
+               max_queued: int = 256, batching: bool | None = None, progress: bool = False) -> LanguageModel:
     """Load a Llama-architecture GGUF model onto a device, ready for concurrent requests.
 
     Args:
@@ -36,7 +37,9 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
         pull: download a known model that is not in the cache yet.
         max_queued: requests that may wait for a slot before ``generate`` applies back-pressure
             (with ``batching``, requests that may wait for a sequence).
-        batching: decode all active requests in one batched step (``slots`` sequences in one
+        batching: None (default): on when ``slots > 1`` (batched steps were at least as fast as
+            unbatched slots at every concurrency measured, cpu and cuda; one slot has nothing to
+            batch); True or False forces it. True: decode all active requests in one batched step (``slots`` sequences in one
             batched KV cache, plans for batch buckets 1, 2, 4, ... up to ``slots``); each
             request's output is what it gives alone, bit for bit (on cuda where a weight row fits
             the matrix kernel's stage, shaders/xi_mvc.cuh, or runs the tensor-core kernel,
@@ -56,8 +59,10 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
             (see ``load_gguf``); the message names the key or tensor and the value.
         DeviceError: the device cannot be opened.
     """
-    if slots < 1:
-        raise ValueError(f"slots must be >= 1, got {slots}")
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+        raise ValueError(f"slots must be an int >= 1, got {slots!r}")
+    if batching is None:
+        batching = slots > 1
     path = await trio.to_thread.run_sync(lambda: resolve_model(name_or_path, pull=pull))
     bar = _LoadProgress(os.path.basename(str(path))) if progress else None
     try:
@@ -69,6 +74,16 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
     finally:
         if bar is not None:
             bar.close()
+
+
+@asynccontextmanager
+async def open_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, **kwargs: Any) -> AsyncIterator[LanguageModel]:
+    """``async with llm.open_model(...) as model:``: ``load`` (same arguments) for the block, then
+    ``aclose`` (requests still in flight end with ``trio.ClosedResourceError``), as trio's
+    ``open_*`` context managers. ``async with await llm.load(...) as model:`` does the same."""
+    model = await load(name_or_path, **kwargs)
+    async with model:
+        yield model
 
 
 class _LoadProgress:

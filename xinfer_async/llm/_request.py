@@ -16,12 +16,24 @@ from typing import Sequence
 import numpy as np
 import trio
 
-from ._sampling import Sampler, SamplingParams
+from ._sampling import Sampler, SamplingParams, apply_penalties
 
 
 @dataclasses.dataclass(frozen=True)
 class Timings:
-    """Seconds and rates of one request (prefill: the prompt; decode: generated tokens)."""
+    """Seconds and rates of one request (prefill: the prompt; decode: generated tokens).
+
+    Attributes:
+        queue_wait_s: submission to the start of its prefill (a slot or a sequence taken).
+        time_to_first_token_s: submission to the first generated token (queue wait included).
+        prefill_s: the prompt's run.
+        decode_s: the first generated token to the finish.
+        prompt_tokens, generated_tokens: token counts.
+
+    A stage the request never reached counts 0.0 seconds: ``max_tokens=0`` (nothing runs) gives
+    all four times 0.0; a request cancelled while waiting has only ``queue_wait_s``, one cancelled
+    before its first token no ``time_to_first_token_s`` (0.0) and no ``decode_s``.
+    """
 
     queue_wait_s: float
     time_to_first_token_s: float
@@ -70,18 +82,38 @@ class Request:
         self.finish_reason: str | None = None
         self._sampler: Sampler | None = None
         self._send, self.received = trio.open_memory_channel(math.inf)
-        now = time.perf_counter()
-        self.submitted_at = self.started_at = self.prefilled_at = self.ended_at = now
+        #: clock readings (``time.perf_counter``), None until the stage is reached
+        self.submitted_at: float | None = None
+        self.started_at: float | None = None
+        self.prefilled_at: float | None = None
+        self.ended_at: float | None = None
 
     @property
     def greedy(self) -> bool:
-        return self.params.greedy
+        """True when the next token is the argmax of the raw logits, so a scheduler may take it
+        on the device (4 bytes back a step): temperature 0 and no penalty. Otherwise the logits
+        come back and ``sample`` picks the token (greedy with a penalty: the argmax of the
+        penalized logits)."""
+        return self.params.greedy and not self.params.penalized
+
+    def penalty_window(self) -> list[int]:
+        """The token ids the penalties look at for the next token: the last ``repeat_last_n``
+        (``-1``: all) of the prompt followed by the generated tokens, as llama.cpp (its
+        ``llama-cli`` and server accept the prompt's tokens into the sampler before generating)."""
+        history = self.prompt_ids + self.tokens
+        n = self.params.repeat_last_n
+        return history if n < 0 else history[len(history) - n:] if n > 0 else []
 
     def sample(self, logits: np.ndarray) -> int:
-        """A token from ``logits`` (vocab,) float32 by the request's sampling parameters (its own
-        seeded generator)."""
+        """A token from ``logits`` (vocab,) float32: the penalties over ``penalty_window()``
+        (``apply_penalties``), then the request's sampling parameters (its own seeded generator;
+        temperature 0: the argmax)."""
         if self._sampler is None:
             self._sampler = Sampler(self.params)
+        p = self.params
+        if p.penalized:
+            logits = apply_penalties(logits, self.penalty_window(), repeat_penalty=p.repeat_penalty,
+                                     presence_penalty=p.presence_penalty, frequency_penalty=p.frequency_penalty)
         return self._sampler.sample(logits)
 
     def remaining(self) -> int:
@@ -130,7 +162,7 @@ class Request:
         ``reason`` whatever the scheduler decided for later tokens, which are dropped. The
         scheduler sees it at its next ``advance``."""
         if self.finish_reason is None:
-            self.ended_at = time.perf_counter()
+            self._finish(reason)
         self.finish_reason = reason
         del self.tokens[keep:]
 
@@ -140,8 +172,14 @@ class Request:
         self._send.close()
 
     def timings(self) -> Timings:
-        """The ``Timings`` (decode up to the finish, or to now while running)."""
-        end = self.ended_at if self.finish_reason is not None else time.perf_counter()
-        return Timings(self.started_at - self.submitted_at, self.prefilled_at - self.submitted_at,
-                       self.prefilled_at - self.started_at, end - self.prefilled_at, len(self.prompt_ids),
-                       len(self.tokens))
+        """The ``Timings`` (decode up to the finish, or to now while running; a stage not reached
+        counts 0.0, see ``Timings``)."""
+        end = self.ended_at if self.ended_at is not None else time.perf_counter()
+        sub, start, pre = self.submitted_at, self.started_at, self.prefilled_at
+        if sub is None:  # never submitted (max_tokens 0): nothing ran
+            return Timings(0.0, 0.0, 0.0, 0.0, len(self.prompt_ids), len(self.tokens))
+        queue = (start if start is not None else end) - sub
+        prefill = (pre if pre is not None else end) - start if start is not None else 0.0
+        first = pre - sub if pre is not None and self.tokens else 0.0
+        decode = end - pre if pre is not None and self.tokens else 0.0
+        return Timings(queue, first, prefill, decode, len(self.prompt_ids), len(self.tokens))

@@ -3,8 +3,13 @@ response bodies and stream chunks, errors -> OpenAI-style error bodies.
 
 Follows the OpenAI API reference (https://platform.openai.com/docs/api-reference/completions and
 /chat) as llama.cpp's llama-server and vLLM implement it, with vLLM's extensions ``top_k``,
-``min_p`` and ``ignore_eos``. Every field a request may carry is read in ``generate_kwargs`` (one
-table, one function); ``n`` must be 1.
+``min_p``, ``repetition_penalty`` and ``ignore_eos``, and llama-server's ``repeat_last_n``. Every
+field a request may carry is read in ``generate_kwargs`` (one table, one function); ``n`` must be 1.
+
+``presence_penalty`` and ``frequency_penalty`` count the tokens of the last ``repeat_last_n``
+(default 64; -1: all) of the prompt and the generated text, as llama-server does (OpenAI's
+reference counts the generated text only): one window for the three penalties, see
+``SamplingParams``.
 """
 
 from __future__ import annotations
@@ -87,7 +92,7 @@ def _unsupported(name: str, why: str = "") -> APIError:
 # Fields generate() does not take yet. Each is passed on only when it differs from its default,
 # and refused with 400 unsupported_parameter while generate() lacks the argument: wiring one is
 # adding it to generate(). (logprobs will also need the response side: choices[].logprobs.)
-PENDING_DEFAULTS = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0, "logprobs": None}
+PENDING_DEFAULTS = {"logprobs": None}
 
 
 def generate_kwargs(body: dict, accepted: Container[str], *, chat: bool, default_max_tokens: int,
@@ -104,8 +109,9 @@ def generate_kwargs(body: dict, accepted: Container[str], *, chat: bool, default
         max_tokens_limit: the largest ``max_tokens`` accepted.
 
     Returns:
-        ``{"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos"}`` plus
-        the pending fields that were set.
+        ``{"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos"}``, plus
+        ``min_p``, ``presence_penalty``, ``frequency_penalty``, ``repeat_penalty`` (from
+        ``repetition_penalty``) and ``repeat_last_n`` when the request sets them.
 
     Raises:
         APIError: 400 naming the field for a value of the wrong type or out of range, ``n`` other
@@ -147,12 +153,15 @@ def generate_kwargs(body: dict, accepted: Container[str], *, chat: bool, default
     kwargs: dict[str, Any] = dict(max_tokens=max_tokens, temperature=1.0 if temperature is None else temperature,
                                   top_p=1.0 if top_p is None else top_p, top_k=max(0, top_k or 0), seed=seed,
                                   stop=stop, ignore_eos=ignore_eos)
-    pending: dict[str, Any] = {
-        "presence_penalty": _number(body, "presence_penalty", -2.0, 2.0),
-        "frequency_penalty": _number(body, "frequency_penalty", -2.0, 2.0),
-        "min_p": _number(body, "min_p", 0.0, 1.0),
-        "logprobs": _logprobs(body, chat),
-    }
+    rp = _number(body, "repetition_penalty", 0.0, 1e9)
+    if rp == 0.0:
+        raise APIError(400, "repetition_penalty must be a number > 0, got 0", param="repetition_penalty")
+    sampling = {"presence_penalty": _number(body, "presence_penalty", -2.0, 2.0),
+                "frequency_penalty": _number(body, "frequency_penalty", -2.0, 2.0),
+                "min_p": _number(body, "min_p", 0.0, 1.0), "repeat_penalty": rp,
+                "repeat_last_n": _integer(body, "repeat_last_n", -1)}
+    kwargs.update({k: v for k, v in sampling.items() if v is not None})
+    pending: dict[str, Any] = {"logprobs": _logprobs(body, chat)}
     for name, value in pending.items():
         if value is None or value == PENDING_DEFAULTS[name]:
             continue
