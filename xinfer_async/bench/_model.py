@@ -195,11 +195,11 @@ async def _main(args) -> dict:
             print(f"device {getattr(dev, 'description', dev.name)}; peak bandwidth: "
                   f"{f'{peak:.0f} GB/s' if peak else 'not known (reported only)'}")
         await _decode_row(model, n, args.warmup_tokens)  # warm-up: every slot runs once
-        before = model._batch.statistics() if model.batching else None
+        before = model.statistics()["scheduler"] if model.batching else None
         row = await _decode_row(model, n, args.max_tokens)
         row["load_s"] = load_s
         if before is not None:  # the batched scheduler's steps over the row
-            st = model._batch.statistics()
+            st = model.statistics()["scheduler"]
             row["batch_steps"] = st.steps - before.steps
             row["pipelined_steps"] = st.pipelined - before.pipelined
             row["prompt_rows"] = st.prompt_rows - before.prompt_rows
