@@ -45,25 +45,23 @@ def weight_codes(wq, dt, N, K):
 
 def matmul_q8(wq, dt, x, y=None):
     """The C result, modelled: y (T, N) float32 = (y if given else 0) + w (N, K) @ x (T, K)^T,
-    w the GGUF bytes of type dt (q8_0, q4_0, q4_1)."""
+    w the GGUF bytes of type dt (q8_0, q4_0, q4_1).
+
+    Per (token, row), block after block from acc = 0: acc = acc + (dw * d) * float(S), S the exact
+    integer dot product of the block's weight codes and x codes; q4_1 then acc = acc + mw * s."""
     T, K = x.shape
     N = np.asarray(wq).view(np.uint8).size // (K // 32 * BLOCK_BYTES[dt])
     q, d, s = quantize_q8(x)
     codes, dw, mw = weight_codes(wq, dt, N, K)
-    nb = K // 32
-    acc = np.zeros((T, N, 8), F32)
-    summ = np.zeros((T, N), F32)
+    S = np.einsum("nbj,tbj->tnb", codes, q)  # (T, N, K/32) exact
+    acc = np.zeros((T, N), F32)
     with np.errstate(all="ignore"):
-        for b in range(nb):
-            # eight exact lane sums of 4 consecutive products: (T, N, 8)
-            lanes = np.einsum("nlj,tlj->tnl", codes[:, b].reshape(N, 8, 4), q[:, b].reshape(T, 8, 4))
+        for b in range(K // 32):
             ds = (dw[None, :, b] * d[:, None, b]).astype(F32)
-            acc = (acc + (ds[..., None] * lanes.astype(F32)).astype(F32)).astype(F32)
+            acc = (acc + (ds * S[..., b].astype(F32)).astype(F32)).astype(F32)
             if mw is not None:
-                summ = (summ + (mw[None, :, b] * s[:, None, b]).astype(F32)).astype(F32)
-        u = [(acc[..., i] + acc[..., i + 4]).astype(F32) for i in range(4)]
-        res = (((u[0] + u[2]).astype(F32) + (u[1] + u[3]).astype(F32)).astype(F32) + summ).astype(F32)
-        return res if y is None else (y.astype(F32) + res).astype(F32)
+                acc = (acc + (mw[None, :, b] * s[:, None, b]).astype(F32)).astype(F32)
+        return acc if y is None else (y.astype(F32) + acc).astype(F32)
 
 
 def quantization_bound(x, deq):
