@@ -58,3 +58,16 @@ def encode_weights(w, dt):
           "q4_1": gguf.GGMLQuantizationType.Q4_1}[dt]
     q = np.ascontiguousarray(gguf.quants.quantize(w, qt))
     return q, gguf.quants.dequantize(q, qt).astype(np.float64).reshape(w.shape)
+
+
+def activation_quantization_bound(device_name, dt, x, exact):
+    """Extra error of a matrix product whose activations the backend quantizes: the cpu backend's
+    block-type products (q8_0, q4_0, q4_1; native/kernels/q8dot.c, llama.cpp's numerics) round x
+    (T, K) per block of 32 to int8 codes, |x - d q| <= d / 2 = amax / 254 per element; with exact
+    (N, K) the weights' float64 values, a bound on the product's change, (T, N) float64. 0 where x
+    stays float (f32 / f16 weights; the cuda backend)."""
+    if device_name != "cpu" or dt not in ("q8_0", "q4_0", "q4_1"):
+        return 0.0
+    from _q8dot_model import quantization_bound
+
+    return quantization_bound(np.asarray(x, np.float32), exact)

@@ -4,7 +4,7 @@ NaN first. Also the source's lab test ``buffer_roundtrip``."""
 
 import numpy as np
 import pytest
-from _kernel_refs import attention_ref, encode_weights as encode
+from _kernel_refs import activation_quantization_bound, attention_ref, encode_weights as encode
 
 RTOL = 1e-5
 
@@ -209,7 +209,10 @@ async def test_matmul_and_get_rows(devices, rng, dt):
     ry, ro = ex.download(yb), ex.download(out)
     await ex.submit_and_wait()
     ref = y0 + x.astype(np.float64) @ exact.T
-    np.testing.assert_allclose(ry.numpy((T, N)), ref, rtol=RTOL, atol=1e-5 * np.abs(ref).max())
+    # the cpu's block-type products round x to int8 per block of 32: its bound on top
+    got = ry.numpy((T, N))
+    bound = RTOL * np.abs(ref) + 1e-5 * np.abs(ref).max() + activation_quantization_bound(devices.name, dt, x, exact)
+    assert (np.abs(got - ref) <= bound).all(), f"max err / bound {np.max(np.abs(got - ref) / bound)}"
     rows = ro.numpy((4, K))
     np.testing.assert_array_equal(rows[:3], exact[ids[:3]].astype(np.float32))
     assert np.isnan(rows[3]).all()  # id outside [0, vocab)

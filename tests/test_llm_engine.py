@@ -200,10 +200,13 @@ async def test_max_tokens_ends_with_length(model, alone):
 
 
 async def test_end_of_sequence_stops(model):
-    r = await model.chat([{"role": "user", "content": "What is the capital of France?"}], max_tokens=40)
+    # A prompt whose greedy answer ends with <|im_end|> in llama.cpp too (the golden's 28 tokens, top-1
+    # margins >= 0.12). Not "What is the capital of France?": its first token's margin is 0.09 and
+    # llama.cpp's answer there ("L'Etoile, la Cite, ...") runs past 40 tokens, as the cpu backend's now does.
+    r = await model.chat([{"role": "user", "content": "List three primary colors."}], max_tokens=40)
     assert r.finish_reason == "stop"
     assert r.token_ids[-1] in model.stop_ids and len(r.token_ids) < 40
-    assert "Paris" in r.text and "<|im_end|>" not in r.text
+    assert "Red" in r.text and "Blue" in r.text and "<|im_end|>" not in r.text
 
 
 async def test_seeded_sampling_is_reproducible(model):

@@ -3,12 +3,11 @@
 The public surface is this list of re-exports; implementations live in private modules.
 """
 
-import os as _os
+from ._omp import configure as _configure_openmp
 
-# The cpu backend's kernels use OpenMP from a queue thread. Spinning OpenMP workers starve the
-# trio thread and the queue thread on small machines (measured on 2 cores under load: decode
-# 2.4 tok/s spinning vs 31 tok/s passive), so sleep-waiting is the default unless the user chose.
-_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The cpu backend's kernels use OpenMP from a queue thread: passive waiting and one thread a
+# physical core (or XINFER_THREADS) unless the user chose, set before libgomp starts.
+_configure_openmp()
 
 from .hal import (
     Access as Access,

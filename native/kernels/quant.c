@@ -1,9 +1,11 @@
 /* get_rows / matmul for f32, f16, q8_0, q4_0, q4_1; dequantize for the block types.
  *
  * Dequantization is bit-exact to gguf / ggml (f32 math, no FMA contraction:
- * the build passes -ffp-contract=off). The matmuls accumulate in float32: a
- * weight block is dequantized to float registers once per tile of up to 4 x
- * rows and FMA'd against x (AVX2/FMA intrinsics, portable scalar fallback).
+ * the build passes -ffp-contract=off). The f32 / f16 matmuls accumulate in
+ * float32: a weight block is converted to float registers once per tile of up
+ * to 4 x rows and FMA'd against x (AVX2/FMA intrinsics, portable scalar
+ * fallback). The block-type matmuls quantize x to int8 and take exact integer
+ * dot products (llama.cpp's numerics): q8dot.c.
  */
 #include <stdlib.h>
 #include "xi_common.h"
@@ -408,6 +410,22 @@ int xi_k_matmul_##NAME(void *const *b, const void *c)                           
 #define XI_NO_TAIL(row, i) 0.0f
 XI_MATMUL(f32, 128, K * 4, 0, scalar_f32)
 XI_MATMUL(f16, 64, K * 2, 0, scalar_f16)
-XI_MATMUL(q8_0, XI_Q8_0_BYTES, nb * XI_Q8_0_BYTES, 1, XI_NO_TAIL)
-XI_MATMUL(q4_0, XI_Q4_0_BYTES, nb * XI_Q4_0_BYTES, 1, XI_NO_TAIL)
-XI_MATMUL(q4_1, XI_Q4_1_BYTES, nb * XI_Q4_1_BYTES, 1, XI_NO_TAIL)
+
+/* block types: int8 activations, exact integer dot products, scales after (q8dot.c) */
+#define XI_MATMUL_Q8(NAME)                                                           \
+void xi_matmul_rows_##NAME(const uint8_t *w, const float *x, float *y, long T, long N, long K, \
+                           int accumulate)                                           \
+{                                                                                    \
+    xi_q8dot_rows_##NAME(w, x, y, T, N, K, accumulate);                              \
+}                                                                                    \
+int xi_k_matmul_##NAME(void *const *b, const void *c)                                \
+{                                                                                    \
+    XI_C(xi_matmul_##NAME##_c);                                                      \
+    if (k->T < 0 || k->N < 0 || k->K < 0 || k->K % 32 != 0) return XI_EINVAL;        \
+    xi_matmul_rows_##NAME((const uint8_t *)b[0], (const float *)b[1], (float *)b[2], \
+                          k->T, k->N, k->K, k->accumulate);                          \
+    return XI_OK;                                                                    \
+}
+XI_MATMUL_Q8(q8_0)
+XI_MATMUL_Q8(q4_0)
+XI_MATMUL_Q8(q4_1)

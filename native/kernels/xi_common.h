@@ -85,5 +85,12 @@ XI_SHARED void xi_matmul_rows_q6_k(const uint8_t *w, const float *x, float *y, l
 XI_SHARED void xi_matmul_rows_iq4_nl(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_matmul_rows_iq4_xs(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_matmul_rows_bf16(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+/* the same for the block types through int8 activations (q8dot.c: llama.cpp's numerics); x (T, K)
+ * quantized per block of 32 into codes q (T, K) int8, scales d (T, K/32), s = d * sum(codes) (T, K/32)
+ * and sum(codes) qsum (T, K/32) */
+XI_SHARED void xi_q8_quantize_rows(const float *x, long T, long K, int8_t *q, float *d, float *s, int32_t *qsum);
+XI_SHARED void xi_q8dot_rows_q8_0(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8dot_rows_q4_0(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8dot_rows_q4_1(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 
 #endif

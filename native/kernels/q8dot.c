@@ -1,0 +1,306 @@
+/* Quantized-weight matrix products with int8 activations: llama.cpp's numerics (ggml-cpu
+ * quants.c: quantize_row_q8_0 / q8_1, ggml_vec_dot_q4_0_q8_0 / q4_1_q8_1 / q8_0_q8_0), our code.
+ *
+ * y (T, N) = (accumulate ? y : 0) + w (N, K) @ x (T, K)^T for w of type q8_0, q4_0 or q4_1.
+ *
+ * 1. Each x row is quantized once per call, per block b of 32:
+ *      amax = max |x_j|;  d_b = amax / 127;  q_j = rint(x_j * (127 / amax))  (nearest, ties even);
+ *      s_b = d_b * (float)sum_j q_j        (q8_1's block sum, used by q4_1's min term);
+ *    amax == 0 gives d = s = 0, q = 0; a NaN or inf in the block gives d = s = NaN (the token's
+ *    results are NaN, as a float product would be). d and s stay float32 (llama.cpp rounds them
+ *    to f16; keeping f32 is more accurate and costs nothing here).
+ * 2. Per weight row n, token t, block b: the exact integer dot product of the block's 32 weight
+ *    codes (q8_0: qs; q4_0: nibble - 8; q4_1: nibble) with q,  S_b = sum_j w_j q_j  (int32);
+ *    then in float32, block after block, mul and add rounded separately (no fma):
+ *      acc = acc + (dw_b * d_b) * (float)S_b;   q4_1 then:  acc = acc + mw_b * s_b
+ *    from acc = 0; the result is acc. dw_b, mw_b: the block's f16 scale and min (exact in f32).
+ * The AVX2 path and the portable scalar path compute exactly these operations, so they give the
+ * same bits; a (row, token) result depends on that row and token alone: not on T, on how tokens
+ * and rows are tiled, or on the thread count. tests/test_q8dot.py holds the numpy model.
+ *
+ * Tiling (the T > 1 path is a GEMM of int8 tiles): rows go in chunks of XI_Q8_NCHUNK over the
+ * OpenMP threads; a tile is 8 weight rows x up to 4 tokens: a block of the 8 rows is unpacked once
+ * for the 4 tokens, each token's q block is loaded once for the 8 rows, and the 8 rows' integer
+ * sums land in the 8 lanes of one vector (a transposing hadd tree), so the scale multiply and the
+ * float add are one vector op for 8 rows. Quantized x lives in a per-thread scratch buffer that
+ * grows to the largest T * K seen and is kept (no allocation per call).
+ */
+#include <stdlib.h>
+#include "xi_common.h"
+
+#define XI_Q8_NCHUNK 16 /* weight rows per chunk (a multiple of XI_Q8_NR) */
+#define XI_Q8_NR 8      /* weight rows per tile */
+#define XI_Q8_TT 4      /* tokens per tile */
+
+/* ------------------------------------------------------------------ */
+/* activations: one block of 32 floats -> 32 int8 codes, d, s, sum(codes) */
+
+#if defined(__AVX2__)
+static inline void quantize_block(const float *x, int8_t *q, float *d, float *s, int32_t *qsum)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_loadu_ps(x + 8 * j);
+        mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[j]));
+        /* |x| == inf or x NaN: not (|x| < inf) */
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_andnot_ps(sign, v[j]), _mm256_set1_ps(INFINITY), _CMP_NLT_UQ));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    if (_mm256_movemask_ps(bad) || amax == 0.0f) {
+        memset(q, 0, 32);
+        *d = *s = _mm256_movemask_ps(bad) ? NAN : 0.0f;
+        *qsum = 0;
+        return;
+    }
+    const __m256 id = _mm256_set1_ps(127.0f / amax);
+    __m256i i[4];
+    for (int j = 0; j < 4; j++)
+        i[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    /* block sum of the codes: exact int32 */
+    __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+    /* int32 -> int8 in element order (packs interleave the 128-bit lanes: permute back) */
+    __m256i p16a = _mm256_packs_epi32(i[0], i[1]), p16b = _mm256_packs_epi32(i[2], i[3]);
+    __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+    p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, p8);
+    *d = amax / 127.0f;
+    *qsum = _mm_cvtsi128_si32(s4);
+    *s = *d * (float)*qsum;
+}
+#else
+static inline void quantize_block(const float *x, int8_t *q, float *d, float *s, int32_t *qsum)
+{
+    float amax = 0.0f;
+    int bad = 0;
+    for (int j = 0; j < 32; j++) {
+        const float a = fabsf(x[j]);
+        bad |= !(a < INFINITY);
+        amax = a > amax ? a : amax;
+    }
+    if (bad || amax == 0.0f) {
+        memset(q, 0, 32);
+        *d = *s = bad ? NAN : 0.0f;
+        *qsum = 0;
+        return;
+    }
+    const float id = 127.0f / amax;
+    int32_t sum = 0;
+    for (int j = 0; j < 32; j++) {
+        q[j] = (int8_t)(int32_t)rintf(x[j] * id); /* default rounding mode: nearest, ties even */
+        sum += q[j];
+    }
+    *d = amax / 127.0f;
+    *qsum = sum;
+    *s = *d * (float)sum;
+}
+#endif
+
+/* x (T, K) -> codes q (T, K) int8, d, s (T, K/32) float32, the codes' block sums qsum (T, K/32) */
+XI_SHARED void xi_q8_quantize_rows(const float *x, long T, long K, int8_t *q, float *d, float *s, int32_t *qsum)
+{
+    const long nb = K / 32;
+    _Pragma("omp parallel for schedule(static) if (T * K >= 4 * XI_OMP_MIN_WORK)")
+    for (long r = 0; r < T * nb; r++) quantize_block(x + r * 32, q + r * 32, d + r, s + r, qsum + r);
+}
+
+/* ------------------------------------------------------------------ */
+/* a tile: nr <= 8 weight rows (row stride rb bytes) x TT tokens -> res[t * 8 + r] */
+
+#define XI_KIND_q8_0 0 /* signed codes */
+#define XI_KIND_q4_0 1 /* nibbles; -8 applied to the integer sum: sum((n - 8) q) = sum(n q) - 8 sum(q) */
+#define XI_KIND_q4_1 2 /* nibbles; min term mw * s */
+
+#if defined(__AVX2__) && defined(__F16C__)
+static inline __m256i nib32(const uint8_t *qs)
+{
+    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i m4 = _mm_set1_epi8(15);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m4), _mm_and_si128(b, m4));
+}
+/* eight int32 partial sums of 4 products each: signed codes (sign trick) or unsigned nibbles */
+static inline __m256i dot_signed(__m256i w, __m256i q)
+{
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+static inline __m256i dot_unsigned(__m256i w, __m256i q)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, q), _mm256_set1_epi16(1));
+}
+/* r[k] = the sum of v[k]'s eight lanes */
+static inline __m256i hsum8x8(const __m256i v[8])
+{
+    const __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i c = _mm256_hadd_epi32(v[4], v[5]), e = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i ab = _mm256_hadd_epi32(a, b), ce = _mm256_hadd_epi32(c, e);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, ce, 0x20), _mm256_permute2x128_si256(ab, ce, 0x31));
+}
+
+#define XI_Q8_TILE(NAME, BYTES)                                                      \
+static inline __attribute__((always_inline)) void                                   \
+q8tile_##NAME(const uint8_t *w, long rb, int nr, long nb, const int8_t *q, const float *d, \
+              const float *s, const int32_t *qsum, float *res, const int TT)        \
+{                                                                                    \
+    const int kind = XI_KIND_##NAME;                                                 \
+    __m256 acc[XI_Q8_TT];                                                            \
+    for (int t = 0; t < XI_Q8_TT; t++) acc[t] = _mm256_setzero_ps();                 \
+    for (long b = 0; b < nb; b++) {                                                  \
+        __m256i wt[8];                                                               \
+        short dh[8] = {0}, mh[8] = {0};                                              \
+        for (int r = 0; r < 8; r++) {                                                \
+            const uint8_t *blk = w + r * rb + b * (BYTES);                           \
+            if (r >= nr) { wt[r] = _mm256_setzero_si256(); continue; }               \
+            dh[r] = (short)xi_rd16(blk);                                             \
+            if (kind == 2) mh[r] = (short)xi_rd16(blk + 2);                          \
+            wt[r] = kind == 0 ? _mm256_loadu_si256((const __m256i *)(blk + 2))       \
+                              : nib32(blk + (kind == 1 ? 2 : 4));                    \
+        }                                                                            \
+        /* built in registers: a 16-byte load of 8 just-stored halves would stall store forwarding */ \
+        const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16(dh[0], dh[1], dh[2], dh[3], dh[4], dh[5], dh[6], dh[7])); \
+        const __m256 mw = kind == 2 ? _mm256_cvtph_ps(_mm_setr_epi16(mh[0], mh[1], mh[2], mh[3], mh[4], mh[5], mh[6], mh[7])) \
+                                    : _mm256_setzero_ps();                           \
+        for (int t = 0; t < TT; t++) {                                               \
+            const long o = t * nb + b;                                               \
+            const __m256i qx = _mm256_loadu_si256((const __m256i *)(q + o * 32));    \
+            __m256i v[8];                                                            \
+            for (int r = 0; r < 8; r++)                                              \
+                v[r] = kind == 0 ? dot_signed(wt[r], qx) : dot_unsigned(wt[r], qx);  \
+            __m256i S = hsum8x8(v);                                                  \
+            if (kind == 1) S = _mm256_sub_epi32(S, _mm256_set1_epi32(8 * qsum[o]));  \
+            const __m256 ds = _mm256_mul_ps(dw, _mm256_set1_ps(d[o]));               \
+            acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(ds, _mm256_cvtepi32_ps(S))); \
+            if (kind == 2)                                                           \
+                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(mw, _mm256_set1_ps(s[o]))); \
+        }                                                                            \
+    }                                                                                \
+    for (int t = 0; t < TT; t++) _mm256_storeu_ps(res + 8 * t, acc[t]);              \
+}
+#else
+/* portable: the same integer sums and the same float operations, one row at a time */
+#define XI_Q8_TILE(NAME, BYTES)                                                      \
+static inline void                                                                   \
+q8tile_##NAME(const uint8_t *w, long rb, int nr, long nb, const int8_t *q, const float *d, \
+              const float *s, const int32_t *qsum, float *res, const int TT)        \
+{                                                                                    \
+    const int kind = XI_KIND_##NAME;                                                 \
+    (void)qsum;                                                                      \
+    for (int r = 0; r < nr; r++) {                                                   \
+        float acc[XI_Q8_TT] = {0};                                                   \
+        for (long b = 0; b < nb; b++) {                                              \
+            const uint8_t *blk = w + r * rb + b * (BYTES);                           \
+            const float dw = xi_h2f(xi_rd16(blk));                                   \
+            const float mw = kind == 2 ? xi_h2f(xi_rd16(blk + 2)) : 0.0f;            \
+            int32_t c[32];                                                           \
+            for (int j = 0; j < 16; j++) {                                           \
+                if (kind == 0) {                                                     \
+                    c[j] = ((const int8_t *)(blk + 2))[j];                           \
+                    c[j + 16] = ((const int8_t *)(blk + 2))[j + 16];                 \
+                } else {                                                             \
+                    const uint8_t u = blk[(kind == 1 ? 2 : 4) + j];                  \
+                    c[j] = (u & 15) - (kind == 1 ? 8 : 0);                           \
+                    c[j + 16] = (u >> 4) - (kind == 1 ? 8 : 0);                      \
+                }                                                                    \
+            }                                                                        \
+            for (int t = 0; t < TT; t++) {                                           \
+                const long o = t * nb + b;                                           \
+                int32_t S = 0;                                                       \
+                for (int j = 0; j < 32; j++) S += c[j] * q[o * 32 + j];              \
+                acc[t] = acc[t] + (dw * d[o]) * (float)S;                            \
+                if (kind == 2) acc[t] = acc[t] + mw * s[o];                          \
+            }                                                                        \
+        }                                                                            \
+        for (int t = 0; t < TT; t++) res[8 * t + r] = acc[t];                        \
+    }                                                                                \
+}
+#endif
+
+XI_Q8_TILE(q8_0, XI_Q8_0_BYTES)
+XI_Q8_TILE(q4_0, XI_Q4_0_BYTES)
+XI_Q8_TILE(q4_1, XI_Q4_1_BYTES)
+
+/* ------------------------------------------------------------------ */
+/* scratch for the quantized activations: per calling thread, grown, kept */
+
+static __thread void *xi_q8_scratch;
+static __thread size_t xi_q8_scratch_bytes;
+
+static void *scratch(size_t nbytes)
+{
+    if (nbytes > xi_q8_scratch_bytes) {
+        void *p = realloc(xi_q8_scratch, nbytes);
+        if (!p) return NULL;
+        xi_q8_scratch = p;
+        xi_q8_scratch_bytes = nbytes;
+    }
+    return xi_q8_scratch;
+}
+
+/* ------------------------------------------------------------------ */
+/* the matrix product driver                                           */
+
+#define XI_Q8_MATMUL(NAME, BYTES)                                                    \
+static void q8_rows_##NAME(const uint8_t *w, const int8_t *q, const float *d, const float *s, \
+                           const int32_t *qsum, float *y, long T, long N, long K, int accum) \
+{                                                                                    \
+    const long nb = K / 32, rb = nb * (BYTES);                                       \
+    const long nchunks = (N + XI_Q8_NCHUNK - 1) / XI_Q8_NCHUNK;                      \
+    _Pragma("omp parallel for schedule(static) if (nchunks > 1 && N * K * T >= 4 * XI_OMP_MIN_WORK)") \
+    for (long ch = 0; ch < nchunks; ch++) {                                          \
+        const long n0 = ch * XI_Q8_NCHUNK;                                           \
+        const long n1 = n0 + XI_Q8_NCHUNK < N ? n0 + XI_Q8_NCHUNK : N;               \
+        for (long t0 = 0; t0 < T; t0 += XI_Q8_TT) {                                  \
+            const long tt = T - t0 < XI_Q8_TT ? T - t0 : XI_Q8_TT;                   \
+            const long o = t0 * nb;                                                  \
+            for (long n = n0; n < n1; n += XI_Q8_NR) {                               \
+                const int nr = n1 - n < XI_Q8_NR ? (int)(n1 - n) : XI_Q8_NR;         \
+                float res[XI_Q8_TT * XI_Q8_NR];                                      \
+                const uint8_t *wr = w + n * rb;                                      \
+                switch (tt) {                                                        \
+                case 1: q8tile_##NAME(wr, rb, nr, nb, q + o * 32, d + o, s + o, qsum + o, res, 1); break; \
+                case 2: q8tile_##NAME(wr, rb, nr, nb, q + o * 32, d + o, s + o, qsum + o, res, 2); break; \
+                case 3: q8tile_##NAME(wr, rb, nr, nb, q + o * 32, d + o, s + o, qsum + o, res, 3); break; \
+                default: q8tile_##NAME(wr, rb, nr, nb, q + o * 32, d + o, s + o, qsum + o, res, 4); break; \
+                }                                                                    \
+                for (long t = 0; t < tt; t++)                                        \
+                    for (int r = 0; r < nr; r++) {                                   \
+                        float *yp = y + (t0 + t) * N + n + r;                        \
+                        *yp = accum ? *yp + res[8 * t + r] : res[8 * t + r];         \
+                    }                                                                \
+            }                                                                        \
+        }                                                                            \
+    }                                                                                \
+}                                                                                    \
+XI_SHARED void xi_q8dot_rows_##NAME(const uint8_t *w, const float *x, float *y, long T, long N, \
+                                    long K, int accumulate)                          \
+{                                                                                    \
+    if (T <= 0 || N <= 0) return;                                                    \
+    const long nb = K / 32;                                                          \
+    const size_t row = (size_t)nb * (32 + 2 * sizeof(float) + sizeof(int32_t));     \
+    void *buf = scratch((size_t)T * row + 1);                                        \
+    if (buf) { /* all T rows quantized once, then every weight row against them */   \
+        int8_t *q = (int8_t *)buf;                                                   \
+        float *d = (float *)(q + T * K), *s = d + T * nb;                            \
+        int32_t *qsum = (int32_t *)(s + T * nb);                                     \
+        xi_q8_quantize_rows(x, T, K, q, d, s, qsum);                                 \
+        q8_rows_##NAME(w, q, d, s, qsum, y, T, N, K, accumulate != 0);               \
+        return;                                                                      \
+    }                                                                                \
+    for (long t = 0; t < T; t++) { /* no scratch: one token at a time, the same bits */ \
+        int8_t q[K > 0 ? K : 1];                                                     \
+        float d[nb > 0 ? nb : 1], s[nb > 0 ? nb : 1];                                \
+        int32_t qsum[nb > 0 ? nb : 1];                                               \
+        xi_q8_quantize_rows(x + t * K, 1, K, q, d, s, qsum);                         \
+        q8_rows_##NAME(w, q, d, s, qsum, y + t * N, 1, N, K, accumulate != 0);       \
+    }                                                                                \
+}
+
+XI_Q8_MATMUL(q8_0, XI_Q8_0_BYTES)
+XI_Q8_MATMUL(q4_0, XI_Q4_0_BYTES)
+XI_Q8_MATMUL(q4_1, XI_Q4_1_BYTES)

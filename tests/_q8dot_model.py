@@ -1,0 +1,73 @@
+"""numpy model of the block-type matrix products of the cpu backend (native/kernels/q8dot.c):
+x quantized per block of 32 to int8 (q8_0 / q8_1 style, float32 scales), exact integer dot
+products in int64, then the scales applied in float32 in the C's order. Shared by the kernel tests
+(tests/test_q8dot.py) and the float64 bound of tests/test_native_kernels.py."""
+
+import numpy as np
+
+F32 = np.float32
+BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}
+
+
+def quantize_q8(x):
+    """x float32 (T, K), K % 32 == 0 -> (codes int64 (T, K/32, 32), d float32 (T, K/32),
+    s float32 (T, K/32)): amax = max|x|, d = amax / 127, q = rint(x * (127 / amax)) (ties to
+    even), s = d * sum(q); amax == 0 -> zeros; a NaN or inf in the block -> d = s = NaN, q = 0."""
+    T, K = x.shape
+    xb = x.reshape(T, K // 32, 32).astype(F32)
+    with np.errstate(all="ignore"):
+        a = np.abs(xb)
+        bad = ~(a < F32(np.inf)).all(-1)
+        amax = np.where(bad, F32(0), a.max(-1)).astype(F32)
+        ok = (amax > 0) & ~bad
+        inv = np.where(ok, F32(127) / np.where(ok, amax, F32(1)), F32(0)).astype(F32)
+        q = np.rint((xb * inv[..., None]).astype(F32)).astype(np.int64)
+        q[~ok] = 0
+        d = (amax / F32(127)).astype(F32)
+        d[bad] = np.nan
+        s = (d * q.sum(-1).astype(F32)).astype(F32)
+    return q, d, s
+
+
+def weight_codes(wq, dt, N, K):
+    """GGUF block bytes of an (N, K) matrix -> (codes int64 (N, K/32, 32) in element order,
+    scale float32 (N, K/32), min float32 (N, K/32) or None)."""
+    blk = np.ascontiguousarray(wq).view(np.uint8).reshape(N, K // 32, BLOCK_BYTES[dt])
+    dw = blk[..., 0:2].copy().view(np.float16)[..., 0].astype(F32)
+    if dt == "q8_0":
+        return blk[..., 2:].copy().view(np.int8).astype(np.int64), dw, None
+    nib = blk[..., 2:18] if dt == "q4_0" else blk[..., 4:20]
+    codes = np.concatenate([nib & 15, nib >> 4], -1).astype(np.int64)
+    if dt == "q4_0":
+        return codes - 8, dw, None
+    return codes, dw, blk[..., 2:4].copy().view(np.float16)[..., 0].astype(F32)
+
+
+def matmul_q8(wq, dt, x, y=None):
+    """The C result, modelled: y (T, N) float32 = (y if given else 0) + w (N, K) @ x (T, K)^T,
+    w the GGUF bytes of type dt (q8_0, q4_0, q4_1).
+
+    Per (token, row), block after block from acc = 0: acc = acc + (dw * d) * float(S), S the exact
+    integer dot product of the block's weight codes and x codes; q4_1 then acc = acc + mw * s."""
+    T, K = x.shape
+    N = np.asarray(wq).view(np.uint8).size // (K // 32 * BLOCK_BYTES[dt])
+    q, d, s = quantize_q8(x)
+    codes, dw, mw = weight_codes(wq, dt, N, K)
+    S = np.einsum("nbj,tbj->tnb", codes, q)  # (T, N, K/32) exact
+    acc = np.zeros((T, N), F32)
+    with np.errstate(all="ignore"):
+        for b in range(K // 32):
+            ds = (dw[None, :, b] * d[:, None, b]).astype(F32)
+            acc = (acc + (ds * S[..., b].astype(F32)).astype(F32)).astype(F32)
+            if mw is not None:
+                acc = (acc + (mw[None, :, b] * s[:, None, b]).astype(F32)).astype(F32)
+        return acc if y is None else (y.astype(F32) + acc).astype(F32)
+
+
+def quantization_bound(x, deq):
+    """Bound on |w @ x - w @ x_q| from quantizing x (T, K) per block (|x - d q| <= d / 2 per
+    element, plus the float32 rounding of x * id): (T, N) float64, with deq (N, K) the weights."""
+    T, K = x.shape
+    amax = np.abs(x.astype(np.float64)).reshape(T, K // 32, 32).max(-1)  # (T, nb)
+    wabs = np.abs(deq.astype(np.float64)).reshape(deq.shape[0], K // 32, 32).sum(-1)  # (N, nb)
+    return (amax / 254 * (1 + 1e-6)) @ wabs.T

@@ -1,0 +1,179 @@
+"""The block-type matrix products of the cpu backend (native/kernels/q8dot.c: int8 activations,
+exact integer dot products, llama.cpp's numerics) against their numpy model (tests/_q8dot_model.py)
+bit for bit, and against float64 within the bound that quantizing x implies.
+
+Bit for bit, not to the last rounding: the C and the model do the same float32 operations in the
+same order (products of exact integers and float32 scales, mul and add rounded separately: the build
+passes -ffp-contract=off and the AVX2 path uses no fma), so any difference is a defect.
+The portable scalar path and the AVX2 path are both checked: q8dot.c is built here a second time
+into small test modules with -march=x86-64 (no AVX2) and -march=x86-64-v3 (AVX2).
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from _q8dot_model import matmul_q8, quantization_bound
+from test_native_kernels import F32_EPS, call, encode, poison
+
+DTS = ["q8_0", "q4_0", "q4_1"]
+SHAPES = [(1, 576, 576), (1, 1536, 576), (1, 576, 1536), (3, 33, 96), (5, 200, 576), (64, 192, 576),
+          (2, 1, 32), (7, 50, 4096)]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _inputs(rng, dt, T, N, K):
+    w = (rng.standard_normal((N, K)) * 0.5).astype(np.float32)
+    wq, deq = encode(w, dt)
+    # rows of different scales, and some blocks with one large outlier (a wide block range)
+    x = (rng.standard_normal((T, K)) * rng.uniform(0.01, 10, (T, 1))).astype(np.float32)
+    x[rng.random((T, K)) < 0.01] *= 50
+    return wq, deq, x
+
+
+@pytest.mark.parametrize("dt", DTS)
+@pytest.mark.parametrize("T,N,K", SHAPES)
+@pytest.mark.parametrize("accumulate", [0, 1])
+def test_matches_model_and_float64_bound(rng, dt, T, N, K, accumulate):
+    wq, deq, x = _inputs(rng, dt, T, N, K)
+    y0 = rng.standard_normal((T, N)).astype(np.float32)
+    y = y0.copy() if accumulate else poison(T, N)
+    assert call(f"matmul_{dt}", [wq, x, y], {"T": T, "N": N, "K": K, "accumulate": accumulate}) == 0
+    model = matmul_q8(wq, dt, x, y0 if accumulate else None)
+    np.testing.assert_array_equal(y.view(np.uint32), model.view(np.uint32))
+    # distance from float64: quantizing x costs at most d/2 = amax/254 per element (a bound on
+    # sum_b amax_b/254 * sum_j |w_j| per output), the float32 sums a few eps of sum|w x|
+    ref = (y0.astype(np.float64) if accumulate else 0) + x.astype(np.float64) @ deq.T
+    mag = np.abs(x).astype(np.float64) @ np.abs(deq).T + (np.abs(y0) if accumulate else 0)
+    err = np.abs(y - ref)
+    print(f"{dt} T={T} N={N} K={K}: max |y - f64| / sum|w x| = {np.max(err / mag):.2e}, "
+          f"max err / quantization bound = {np.max(err / quantization_bound(x, deq)):.2f}")
+    assert (err <= quantization_bound(x, deq) + 16 * F32_EPS * mag).all()
+
+
+@pytest.mark.parametrize("dt", DTS)
+def test_nonfinite_and_zero_blocks(rng, dt):
+    """A NaN or inf in x makes that token's outputs NaN (as a float product would); an all-zero
+    block contributes nothing; the other tokens are untouched."""
+    T, N, K = 4, 24, 128
+    wq, _, x = _inputs(rng, dt, T, N, K)
+    x[1, 40] = np.nan
+    x[2, 100] = np.inf
+    x[3, 32:64] = 0.0
+    y = poison(T, N)
+    assert call(f"matmul_{dt}", [wq, x, y], {"T": T, "N": N, "K": K, "accumulate": 0}) == 0
+    assert np.isnan(y[1]).all() and np.isnan(y[2]).all()
+    model = matmul_q8(wq, dt, x)
+    np.testing.assert_array_equal(y[[0, 3]].view(np.uint32), model[[0, 3]].view(np.uint32))
+
+
+@pytest.mark.parametrize("dt", DTS)
+def test_row_does_not_depend_on_T(rng, dt):
+    """A token's row is the same bits alone (T=1), among 5 and among 64 tokens."""
+    N, K = 45, 576
+    wq, _, x = _inputs(rng, dt, 64, N, K)
+    outs = {}
+    for T in (1, 5, 64):
+        y = poison(T, N)
+        assert call(f"matmul_{dt}", [wq, np.ascontiguousarray(x[:T]), y],
+                    {"T": T, "N": N, "K": K, "accumulate": 0}) == 0
+        outs[T] = y
+    np.testing.assert_array_equal(outs[1].view(np.uint32), outs[64][:1].view(np.uint32))
+    np.testing.assert_array_equal(outs[5].view(np.uint32), outs[64][:5].view(np.uint32))
+    for t in (17, 63):
+        alone = poison(1, N)
+        assert call(f"matmul_{dt}", [wq, np.ascontiguousarray(x[t:t + 1]), alone],
+                    {"T": 1, "N": N, "K": K, "accumulate": 0}) == 0
+        np.testing.assert_array_equal(alone.view(np.uint32), outs[64][t:t + 1].view(np.uint32))
+
+
+_THREADS_SCRIPT = """
+import sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from test_native_kernels import call
+d = np.load(sys.argv[1])
+out = {{}}
+for dt in {dts!r}:
+    x, wq = d["x"], d["w_" + dt]
+    T, K = x.shape
+    N = wq.size // (K // 32 * {{"q8_0": 34, "q4_0": 18, "q4_1": 20}}[dt])
+    y = np.full((T, N), np.nan, np.float32)
+    assert call("matmul_" + dt, [wq, x, y], {{"T": T, "N": N, "K": K, "accumulate": 0}}) == 0
+    out[dt] = y
+np.savez(sys.argv[2], **out)
+"""
+
+
+def test_same_bits_with_any_thread_count(rng, tmp_path):
+    T, N, K = 64, 1536, 576  # large enough to run on several OpenMP threads
+    data = {"x": _inputs(rng, "q8_0", T, N, K)[2]}
+    for dt in DTS:
+        data["w_" + dt] = _inputs(rng, dt, 1, N, K)[0]
+    np.savez(tmp_path / "in.npz", **data)
+    script = tmp_path / "run.py"
+    script.write_text(_THREADS_SCRIPT.format(tests=os.path.join(ROOT, "tests"), dts=DTS))
+    results = []
+    for threads in (1, 2, 3):
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=ROOT)
+        out = tmp_path / f"out{threads}.npz"
+        subprocess.run([sys.executable, str(script), str(tmp_path / "in.npz"), str(out)], env=env, check=True)
+        results.append(np.load(out))
+    for dt in DTS:
+        model = matmul_q8(data["w_" + dt], dt, data["x"])
+        for r in results:
+            np.testing.assert_array_equal(r[dt].view(np.uint32), model.view(np.uint32))
+
+
+# ------------------------------------------------------------------ both code paths
+
+_CDEF = "\n".join(f"void q8dot_{dt}(void *w, void *x, void *y, long T, long N, long K, int acc);"
+                  for dt in DTS)
+_SRC = '#include "xi_common.h"\n' + "\n".join(
+    f"void q8dot_{dt}(void *w, void *x, void *y, long T, long N, long K, int acc)"
+    f" {{ xi_q8dot_rows_{dt}(w, x, y, T, N, K, acc); }}" for dt in DTS)
+
+
+@pytest.fixture(scope="module")
+def q8dot_builds(tmp_path_factory):
+    """q8dot.c compiled on its own with -march=x86-64 (portable scalar path) and -march=x86-64-v3
+    (AVX2 path), the flags of native/build_native.py otherwise."""
+    import importlib.util
+
+    import cffi
+
+    native = os.path.join(ROOT, "native")
+    mods = {}
+    for march in ("x86-64", "x86-64-v3"):
+        name = "_q8dot_" + march.replace("-", "_")
+        ffi = cffi.FFI()
+        ffi.cdef(_CDEF)
+        ffi.set_source(name, _SRC, sources=[os.path.join(native, "kernels", "q8dot.c")],
+                       include_dirs=[native, os.path.join(native, "kernels")],
+                       extra_compile_args=["-O3", f"-march={march}", "-fopenmp", "-fno-math-errno",
+                                           "-ffp-contract=off", "-std=gnu11"],
+                       extra_link_args=["-fopenmp"])
+        so = ffi.compile(tmpdir=str(tmp_path_factory.mktemp(name)))
+        spec = importlib.util.spec_from_file_location(name, so)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mods[march] = mod
+    return mods
+
+
+@pytest.mark.parametrize("march", ["x86-64", "x86-64-v3"])
+@pytest.mark.parametrize("dt", DTS)
+@pytest.mark.parametrize("T,N,K", [(1, 96, 576), (6, 40, 160), (64, 33, 1536)])
+def test_portable_and_avx2_paths_match_model(rng, q8dot_builds, march, dt, T, N, K):
+    mod = q8dot_builds[march]
+    wq, _, x = _inputs(rng, dt, T, N, K)
+    x[0, 5] = np.nan if T > 1 else x[0, 5]
+    for accumulate in (0, 1):
+        y0 = rng.standard_normal((T, N)).astype(np.float32)
+        y = y0.copy() if accumulate else poison(T, N)
+        getattr(mod.lib, f"q8dot_{dt}")(mod.ffi.from_buffer(wq), mod.ffi.from_buffer(x), mod.ffi.from_buffer(y),
+                                         T, N, K, accumulate)
+        model = matmul_q8(wq, dt, x, y0 if accumulate else None)
+        np.testing.assert_array_equal(y.view(np.uint32), model.view(np.uint32))
