@@ -407,7 +407,6 @@ int xi_k_get_rows_bf16(void *const *b, const void *c)
 /* matmul                                                              */
 
 #define XI_KT 4       /* x rows a tile */
-#define XI_KNCHUNK 16 /* weight rows a chunk: the x tile stays in L1 across a chunk */
 
 /* acc[t][0..31] += w[0..31] * xb[t*K + 0..31] for t < TT: four chains of 8 floats a token, the
  * same whatever TT */
@@ -466,48 +465,7 @@ ktile_##NAME(const uint8_t *wr, long nb, const float *x, long K, float *res, con
 /* TAIL(row, i): weight i of the K % QK tail (bf16 only; the block types require K % QK == 0) */
 #define XI_KMATMUL(NAME, QK, BYTES, ROWBYTES, BLOCKED, TAIL)                         \
 XI_KTILE(NAME, QK, BYTES)                                                            \
-void xi_matmul_rows_##NAME(const uint8_t *w, const float *x, float *y, long T, long N, long K, \
-                           int accumulate)                                           \
-{                                                                                    \
-    const long nb = K / (QK), kt = nb * (QK);                                        \
-    const long rb = ROWBYTES;                                                        \
-    const int accum = accumulate != 0;                                               \
-    const long nchunks = (N + XI_KNCHUNK - 1) / XI_KNCHUNK;                          \
-    _Pragma("omp parallel for schedule(static) if (nchunks > 1 && N * K * T >= 4 * XI_OMP_MIN_WORK)") \
-    for (long ch = 0; ch < nchunks; ch++) {                                          \
-        const long n0 = ch * XI_KNCHUNK;                                             \
-        const long n1 = n0 + XI_KNCHUNK < N ? n0 + XI_KNCHUNK : N;                   \
-        for (long t0 = 0; t0 < T; t0 += XI_KT) {                                     \
-            const long tt = T - t0 < XI_KT ? T - t0 : XI_KT;                         \
-            const float *xt = x + t0 * K;                                            \
-            for (long n = n0; n < n1; n++) {                                         \
-                const uint8_t *wr = w + n * rb;                                      \
-                float res[XI_KT];                                                    \
-                switch (tt) {                                                        \
-                case 1: ktile_##NAME(wr, nb, xt, K, res, 1); break;                  \
-                case 2: ktile_##NAME(wr, nb, xt, K, res, 2); break;                  \
-                case 3: ktile_##NAME(wr, nb, xt, K, res, 3); break;                  \
-                default: ktile_##NAME(wr, nb, xt, K, res, 4); break;                 \
-                }                                                                    \
-                for (long t = 0; t < tt; t++) {                                      \
-                    float s = res[t];                                                \
-                    for (long i = kt; i < K; i++) s += TAIL(wr, i) * xt[t * K + i];  \
-                    float *yp = y + (t0 + t) * N + n;                                \
-                    *yp = accum ? *yp + s : s;                                       \
-                }                                                                    \
-            }                                                                        \
-        }                                                                            \
-    }                                                                                \
-}                                                                                    \
-int xi_k_matmul_##NAME(void *const *b, const void *c)                                \
-{                                                                                    \
-    XI_C(xi_matmul_##NAME##_c);                                                      \
-    if (k->T < 0 || k->N < 0 || k->K < 0 || ((BLOCKED) && k->K % (QK) != 0))         \
-        return XI_EINVAL;                                                            \
-    xi_matmul_rows_##NAME((const uint8_t *)b[0], (const float *)b[1], (float *)b[2], \
-                          k->T, k->N, k->K, k->accumulate);                          \
-    return XI_OK;                                                                    \
-}
+XI_MATMUL_DRIVER(NAME, ktile, QK, ROWBYTES, BLOCKED, TAIL)
 
 #define XI_KNO_TAIL(row, i) 0.0f
 #define XI_KQUANT(NAME, QK, BYTES)                                                   \

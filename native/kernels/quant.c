@@ -358,54 +358,9 @@ tile_##NAME(const uint8_t *wr, long nb, const float *x, long K, float *res, cons
 static inline float scalar_f32(const uint8_t *row, long i) { return ((const float *)row)[i]; }
 static inline float scalar_f16(const uint8_t *row, long i) { return xi_h2f(xi_rd16(row + 2 * i)); }
 
-#define XI_NCHUNK 16 /* weight rows per chunk: x tiles stay in L1 across a chunk */
-
-/* ROWBYTES(K): bytes of one weight row; BLOCKED: K must be a multiple of 32;
- * TAIL(row, i): scalar weight i for the K % 32 tail (float types only). */
 #define XI_MATMUL(NAME, BYTES, ROWBYTES, BLOCKED, TAIL)                              \
 XI_TILE(NAME, BYTES)                                                                 \
-void xi_matmul_rows_##NAME(const uint8_t *w, const float *x, float *y, long T, long N, long K, \
-                           int accumulate)                                           \
-{                                                                                    \
-    const long nb = K / 32, kt = nb * 32;                                            \
-    const long rb = ROWBYTES;                                                        \
-    const int accum = accumulate != 0;                                               \
-    const long nchunks = (N + XI_NCHUNK - 1) / XI_NCHUNK;                            \
-    _Pragma("omp parallel for schedule(static) if (nchunks > 1 && N * K * T >= 4 * XI_OMP_MIN_WORK)") \
-    for (long ch = 0; ch < nchunks; ch++) {                                          \
-        const long n0 = ch * XI_NCHUNK;                                              \
-        const long n1 = n0 + XI_NCHUNK < N ? n0 + XI_NCHUNK : N;                     \
-        for (long t0 = 0; t0 < T; t0 += 4) {                                         \
-            const long tt = T - t0 < 4 ? T - t0 : 4;                                 \
-            const float *xt = x + t0 * K;                                            \
-            for (long n = n0; n < n1; n++) {                                         \
-                const uint8_t *wr = w + n * rb;                                      \
-                float res[4];                                                        \
-                switch (tt) {                                                        \
-                case 1: tile_##NAME(wr, nb, xt, K, res, 1); break;                   \
-                case 2: tile_##NAME(wr, nb, xt, K, res, 2); break;                   \
-                case 3: tile_##NAME(wr, nb, xt, K, res, 3); break;                   \
-                default: tile_##NAME(wr, nb, xt, K, res, 4); break;                  \
-                }                                                                    \
-                for (long t = 0; t < tt; t++) {                                      \
-                    float s = res[t];                                                \
-                    for (long i = kt; i < K; i++) s += TAIL(wr, i) * xt[t * K + i];  \
-                    float *yp = y + (t0 + t) * N + n;                                \
-                    *yp = accum ? *yp + s : s;                                       \
-                }                                                                    \
-            }                                                                        \
-        }                                                                            \
-    }                                                                                \
-}                                                                                    \
-int xi_k_matmul_##NAME(void *const *b, const void *c)                                \
-{                                                                                    \
-    XI_C(xi_matmul_##NAME##_c);                                                      \
-    if (k->T < 0 || k->N < 0 || k->K < 0 || ((BLOCKED) && k->K % 32 != 0))           \
-        return XI_EINVAL;                                                            \
-    xi_matmul_rows_##NAME((const uint8_t *)b[0], (const float *)b[1], (float *)b[2], \
-                          k->T, k->N, k->K, k->accumulate);                          \
-    return XI_OK;                                                                    \
-}
+XI_MATMUL_DRIVER(NAME, tile, 32, ROWBYTES, BLOCKED, TAIL)
 
 #define XI_NO_TAIL(row, i) 0.0f
 XI_MATMUL(f32, 128, K * 4, 0, scalar_f32)

@@ -93,4 +93,54 @@ XI_SHARED void xi_q8dot_rows_q8_0(const uint8_t *w, const float *x, float *y, lo
 XI_SHARED void xi_q8dot_rows_q4_0(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_q8dot_rows_q4_1(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 
+/* The row driver of the float-path matmuls (quant.c: f32, f16; kquant.c: the K-quants, q5, iq4, bf16):
+ * weight rows in chunks of XI_NCHUNK (threads split the chunks), x in tiles of up to 4 tokens;
+ * TILE##_##NAME(wr, nb, xt, K, res, tt) gives one weight row's dot products with a tile (nb blocks of QK);
+ * ROWBYTES: bytes of one weight row (may use K and nb); BLOCKED: K must be a multiple of QK;
+ * TAIL(row, i): weight i of the K % QK tail (float types only). A row's sums do not depend on T. */
+#define XI_NCHUNK 16 /* weight rows per chunk: x tiles stay in L1 across a chunk */
+#define XI_MATMUL_DRIVER(NAME, TILE, QK, ROWBYTES, BLOCKED, TAIL)                   \
+void xi_matmul_rows_##NAME(const uint8_t *w, const float *x, float *y, long T, long N, long K, \
+                           int accumulate)                                           \
+{                                                                                    \
+    const long nb = K / (QK), kt = nb * (QK);                                        \
+    const long rb = ROWBYTES;                                                        \
+    const int accum = accumulate != 0;                                               \
+    const long nchunks = (N + XI_NCHUNK - 1) / XI_NCHUNK;                            \
+    _Pragma("omp parallel for schedule(static) if (nchunks > 1 && N * K * T >= 4 * XI_OMP_MIN_WORK)") \
+    for (long ch = 0; ch < nchunks; ch++) {                                          \
+        const long n0 = ch * XI_NCHUNK;                                              \
+        const long n1 = n0 + XI_NCHUNK < N ? n0 + XI_NCHUNK : N;                     \
+        for (long t0 = 0; t0 < T; t0 += 4) {                                         \
+            const long tt = T - t0 < 4 ? T - t0 : 4;                                 \
+            const float *xt = x + t0 * K;                                            \
+            for (long n = n0; n < n1; n++) {                                         \
+                const uint8_t *wr = w + n * rb;                                      \
+                float res[4];                                                        \
+                switch (tt) {                                                        \
+                case 1: TILE##_##NAME(wr, nb, xt, K, res, 1); break;                 \
+                case 2: TILE##_##NAME(wr, nb, xt, K, res, 2); break;                 \
+                case 3: TILE##_##NAME(wr, nb, xt, K, res, 3); break;                 \
+                default: TILE##_##NAME(wr, nb, xt, K, res, 4); break;                \
+                }                                                                    \
+                for (long t = 0; t < tt; t++) {                                      \
+                    float s = res[t];                                                \
+                    for (long i = kt; i < K; i++) s += TAIL(wr, i) * xt[t * K + i];  \
+                    float *yp = y + (t0 + t) * N + n;                                \
+                    *yp = accum ? *yp + s : s;                                       \
+                }                                                                    \
+            }                                                                        \
+        }                                                                            \
+    }                                                                                \
+}                                                                                    \
+int xi_k_matmul_##NAME(void *const *b, const void *c)                                \
+{                                                                                    \
+    XI_C(xi_matmul_##NAME##_c);                                                      \
+    if (k->T < 0 || k->N < 0 || k->K < 0 || ((BLOCKED) && k->K % (QK) != 0))         \
+        return XI_EINVAL;                                                            \
+    xi_matmul_rows_##NAME((const uint8_t *)b[0], (const float *)b[1], (float *)b[2], \
+                          k->T, k->N, k->K, k->accumulate);                          \
+    return XI_OK;                                                                    \
+}
+
 #endif
