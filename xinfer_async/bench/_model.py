@@ -72,7 +72,7 @@ async def _request(model, prompt: str, max_tokens: int) -> dict:
                 tokens=len(stream.result.token_ids), times=times)
 
 
-def _steady(results: list[dict]) -> tuple[float | None, float | None]:
+def steady_rate(results: list[dict]) -> tuple[float | None, float | None]:
     """(tok/s, step ms p50) while every request decodes: from the last request's first token to
     the first request's last one (the ramp-up, while prompts are admitted, and the tail, while
     requests end, left out); (None, None) when that window holds fewer than 4 steps a request."""
@@ -105,7 +105,7 @@ async def _decode_row(model, n: int, max_tokens: int) -> dict:
     wall = max(r["end"] for r in results) - min(r["start"] for r in results)
     tokens = sum(r["tokens"] for r in results)
     med = float(np.median(steps))
-    steady_tok_s, steady_ms = _steady(results)
+    steady_tok_s, steady_ms = steady_rate(results)
     return dict(slots=n, requests=n, tokens=tokens, wall_s=wall, agg_tok_per_s=tokens / wall,
                 steady_tok_per_s=steady_tok_s, steady_step_ms=steady_ms,
                 step_ms_p50=med, step_ms_p10=float(np.percentile(steps, 10)), step_ms_p90=float(np.percentile(steps, 90)),

@@ -55,7 +55,7 @@ import trio
 
 from . import parser as bench_parser
 from ._load import arrival_times
-from ._model import PROMPTS, _steady
+from ._model import PROMPTS, steady_rate
 from ._report import add_output_args, check_plot, percentiles, render_table, write_json
 
 COLUMNS = [
@@ -319,7 +319,7 @@ def run_row(url: str, headers: dict, *, model: str | None, concurrency: int, rat
         raise RuntimeError(f"every request failed; first error: {errors[0] if errors else '?'}")
     wall = max(r["end"] for r in done) - min(r["start"] for r in done)
     tokens = sum(r["tokens"] for r in done)
-    steady_tok_s, _ = _steady(done)
+    steady_tok_s, _ = steady_rate(done)
     return dict(
         concurrency=concurrency, rate=rate, requests=requests, completed=len(done), errors=len(errors),
         first_errors=errors[:3], max_tokens=max_tokens, client_processes=len(shares), duration_s=wall,
