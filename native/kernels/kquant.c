@@ -345,30 +345,10 @@ static inline float scalar_bf16(const uint8_t *row, long i) { return bf16_to_f32
 /* ------------------------------------------------------------------ */
 /* get_rows, dequantize                                                */
 
-/* QK elements a block of BYTES bytes */
+/* QK elements a block of BYTES bytes: the shared get_rows (kernels/xi_common.h) */
 #define XI_KGET_ROWS(NAME, QK, BYTES)                                                \
-int xi_k_get_rows_##NAME(void *const *b, const void *c)                              \
-{                                                                                    \
-    XI_C(xi_get_rows_##NAME##_c);                                                    \
-    if (k->T < 0 || k->dim < 0 || k->vocab < 0 || k->dim % (QK) != 0)                \
-        return XI_EINVAL;                                                            \
-    const uint8_t *table = (const uint8_t *)b[0];                                    \
-    const int32_t *ids = (const int32_t *)b[1];                                      \
-    float *out = (float *)b[2];                                                      \
-    const long T = k->T, dim = k->dim, vocab = k->vocab, nb = dim / (QK);            \
-    _Pragma("omp parallel for schedule(static) if (T > 1 && T * dim >= 4 * XI_OMP_MIN_WORK)") \
-    for (long t = 0; t < T; t++) {                                                   \
-        float *o = out + t * dim;                                                    \
-        const long id = ids[t];                                                      \
-        if (id < 0 || id >= vocab) {                                                 \
-            for (long i = 0; i < dim; i++) o[i] = NAN;                               \
-            continue;                                                                \
-        }                                                                            \
-        const uint8_t *row = table + id * nb * (BYTES);                              \
-        for (long i = 0; i < nb; i++) mdeq_##NAME(row + i * (BYTES), o + (QK) * i);   \
-    }                                                                                \
-    return XI_OK;                                                                    \
-}
+    XI_GET_ROWS(NAME, BYTES, QK, QK,                                                 \
+                { for (long i = 0; i < dim / (QK); i++) mdeq_##NAME(row + i * (BYTES), o + (QK) * i); })
 
 #define XI_KDEQUANTIZE(NAME, QK, BYTES)                                              \
 int xi_k_dequantize_##NAME(void *const *b, const void *c)                            \

@@ -51,31 +51,7 @@ static inline void deq_f16(const uint8_t *blk, float *o)
 /* ------------------------------------------------------------------ */
 /* get_rows                                                            */
 
-#define XI_GET_ROWS(NAME, ESIZE_NUM, ESIZE_DEN, BLOCK, DEQ)                         \
-int xi_k_get_rows_##NAME(void *const *b, const void *c)                              \
-{                                                                                    \
-    XI_C(xi_get_rows_##NAME##_c);                                                    \
-    if (k->T < 0 || k->dim < 0 || k->vocab < 0 || k->dim % (BLOCK) != 0)             \
-        return XI_EINVAL;                                                            \
-    const uint8_t *table = (const uint8_t *)b[0];                                    \
-    const int32_t *ids = (const int32_t *)b[1];                                      \
-    float *out = (float *)b[2];                                                      \
-    const long T = k->T, dim = k->dim, vocab = k->vocab;                             \
-    const long rowbytes = dim * (ESIZE_NUM) / (ESIZE_DEN);                           \
-    _Pragma("omp parallel for schedule(static) if (T > 1 && T * dim >= 4 * XI_OMP_MIN_WORK)") \
-    for (long t = 0; t < T; t++) {                                                   \
-        float *o = out + t * dim;                                                    \
-        const long id = ids[t];                                                      \
-        if (id < 0 || id >= vocab) {                                                 \
-            for (long i = 0; i < dim; i++) o[i] = NAN;                               \
-            continue;                                                                \
-        }                                                                            \
-        const uint8_t *row = table + id * rowbytes;                                  \
-        DEQ                                                                          \
-    }                                                                                \
-    return XI_OK;                                                                    \
-}
-
+/* XI_GET_ROWS: kernels/xi_common.h */
 XI_GET_ROWS(f32, 4, 1, 1, { memcpy(o, row, (size_t)dim * sizeof(float)); })
 XI_GET_ROWS(f16, 2, 1, 1, { for (long i = 0; i < dim; i++) o[i] = xi_h2f_bits(xi_rd16(row + 2 * i)); })
 XI_GET_ROWS(q8_0, XI_Q8_0_BYTES, 32, 32, { for (long i = 0; i < dim / 32; i++) deq_q8_0(row + i * XI_Q8_0_BYTES, o + 32 * i); })

@@ -143,4 +143,32 @@ int xi_k_matmul_##NAME(void *const *b, const void *c)                           
     return XI_OK;                                                                    \
 }
 
+/* get_rows of every weight type (quant.c, kquant.c): table (vocab, dim) of rows of
+ * dim * ESIZE_NUM / ESIZE_DEN bytes, ids (T) -> out (T, dim) f32; DEQ turns `row` into `o`
+ * (dim floats); an id outside [0, vocab) gives a NaN row; dim a multiple of BLOCK. */
+#define XI_GET_ROWS(NAME, ESIZE_NUM, ESIZE_DEN, BLOCK, DEQ)                         \
+int xi_k_get_rows_##NAME(void *const *b, const void *c)                              \
+{                                                                                    \
+    XI_C(xi_get_rows_##NAME##_c);                                                    \
+    if (k->T < 0 || k->dim < 0 || k->vocab < 0 || k->dim % (BLOCK) != 0)             \
+        return XI_EINVAL;                                                            \
+    const uint8_t *table = (const uint8_t *)b[0];                                    \
+    const int32_t *ids = (const int32_t *)b[1];                                      \
+    float *out = (float *)b[2];                                                      \
+    const long T = k->T, dim = k->dim, vocab = k->vocab;                             \
+    const long rowbytes = dim * (ESIZE_NUM) / (ESIZE_DEN);                           \
+    _Pragma("omp parallel for schedule(static) if (T > 1 && T * dim >= 4 * XI_OMP_MIN_WORK)") \
+    for (long t = 0; t < T; t++) {                                                   \
+        float *o = out + t * dim;                                                    \
+        const long id = ids[t];                                                      \
+        if (id < 0 || id >= vocab) {                                                 \
+            for (long i = 0; i < dim; i++) o[i] = NAN;                               \
+            continue;                                                                \
+        }                                                                            \
+        const uint8_t *row = table + id * rowbytes;                                  \
+        DEQ                                                                          \
+    }                                                                                \
+    return XI_OK;                                                                    \
+}
+
 #endif
