@@ -215,7 +215,7 @@ __device__ __forceinline__ void xi_mmq_kernel(const XiMvcArgs &a) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c4 = lane & 3;
     const int nb = a.K >> 5, nsteps = (nb + XI_MMQ_KB - 1) / XI_MMQ_KB;
     const int n0 = blockIdx.x * OR, tg0 = blockIdx.y * TN;
-    if (n0 >= a.N || tg0 >= a.T || nb == 0) return;  // the whole CTA
+    if (n0 >= a.N || tg0 >= a.T) return;  // the whole CTA
     const size_t_ rb = (size_t_)nb * BB;
     uint8_t *st0 = xi_mmq_sm, *st1 = xi_mmq_sm + STAGE;
     float *inv = reinterpret_cast<float *>(xi_mmq_sm + 2 * STAGE);
@@ -239,7 +239,7 @@ __device__ __forceinline__ void xi_mmq_kernel(const XiMvcArgs &a) {
         xi_cp_commit();
         xi_mmq_quant<NORM>(a, inv, tg0, TN, kb0, XI_MMQ_KB, st + WB, XI_MMQ_XS, reinterpret_cast<float2 *>(st + WB + XB), NTH);
     };
-    stage(0, st0);
+    if (nsteps > 0) stage(0, st0);  // K == 0: no weight bytes, y = 0 (or y unchanged)
     xi_cp_wait_all();
     __syncthreads();
     const int r0 = warp * 16 + g;
@@ -337,7 +337,7 @@ __device__ __forceinline__ void xi_q1_kernel(const XiMvcArgs &a) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5, s4 = lane & 3, bl = lane >> 2;
     const int nb = a.K >> 5, t = blockIdx.y;
     const int R = ((a.N + (int)gridDim.x - 1) / (int)gridDim.x + 7) & ~7, n0 = blockIdx.x * R;
-    if (t >= a.T || n0 >= a.N || nb == 0) return;  // the whole CTA
+    if (t >= a.T || n0 >= a.N) return;  // the whole CTA
     uint8_t *xq = xi_mmq_sm;
     float2 *ds = reinterpret_cast<float2 *>(xi_mmq_sm + 32 * nb);
     float *inv = reinterpret_cast<float *>(ds + nb);
