@@ -121,41 +121,50 @@ __device__ __forceinline__ float xi_mmq_inv(const float *xt, int K, float eps) {
 // Quantize blocks [kb0, kb0 + nblk) of tokens [t0, t0 + ntok) (q8_1): pair p = (token p / nblk,
 // block p % nblk), 8 lanes a pair (values 4l..4l+3 of the block, lane l = tid % 8); codes to
 // xq[tok * xstride + kk * 32 ..], (d, s) to ds[kk * ntok + tok]. Tokens past T and blocks past K
-// get zeros. inv: the tokens' rmsnorm scales (NORM). All nthreads threads of the CTA call it.
-template <bool NORM>
+// get zeros. inv: the tokens' rmsnorm scales (NORM). All nthreads threads of the CTA call it; a
+// thread issues the loads of UQ pairs before it quantizes them (UQ loads in flight).
+template <bool NORM, int UQ>
 __device__ __forceinline__ void xi_mmq_quant(const XiMvcArgs &a, const float *inv, int t0, int ntok, int kb0, int nblk,
                                              uint8_t *xq, int xstride, float2 *ds, int nthreads) {
     const int tid = threadIdx.x, l8 = tid & 7, grp = tid >> 3, ngrp = nthreads >> 3, nb = a.K >> 5, total = ntok * nblk;
     const bool al = ((((size_t_)a.x) | (NORM ? (size_t_)a.norm : (size_t_)0)) & 15) == 0 && (a.K & 3) == 0;
-    for (int p0 = 0; p0 < total; p0 += ngrp) {  // every lane of a warp runs the same iterations
-        const int p = p0 + grp, tok = p / nblk, kk = p - tok * nblk, t = t0 + tok, b = kb0 + kk;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (p < total && t < a.T && b < nb) {
-            const float *src = a.x + (size_t_)t * a.K + b * 32 + 4 * l8;
-            v = al ? __ldg(reinterpret_cast<const float4 *>(src)) : make_float4(src[0], src[1], src[2], src[3]);
-            if (NORM) {
-                const float *gp = a.norm + b * 32 + 4 * l8;
-                const float4 g = al ? __ldg(reinterpret_cast<const float4 *>(gp)) : make_float4(gp[0], gp[1], gp[2], gp[3]);
-                const float iv = inv[tok];
-                v = make_float4(__fmul_rn(__fmul_rn(v.x, iv), g.x), __fmul_rn(__fmul_rn(v.y, iv), g.y),
-                                __fmul_rn(__fmul_rn(v.z, iv), g.z), __fmul_rn(__fmul_rn(v.w, iv), g.w));
+    for (int p0 = 0; p0 < total; p0 += UQ * ngrp) {  // every lane of a warp runs the same iterations
+        float4 v[UQ];
+#pragma unroll
+        for (int u = 0; u < UQ; u++) {
+            const int p = p0 + u * ngrp + grp, tok = p / nblk, kk = p - tok * nblk, t = t0 + tok, b = kb0 + kk;
+            v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (p < total && t < a.T && b < nb) {
+                const float *src = a.x + (size_t_)t * a.K + b * 32 + 4 * l8;
+                v[u] = al ? __ldg(reinterpret_cast<const float4 *>(src)) : make_float4(src[0], src[1], src[2], src[3]);
+                if (NORM) {
+                    const float *gp = a.norm + b * 32 + 4 * l8;
+                    const float4 g = al ? __ldg(reinterpret_cast<const float4 *>(gp)) : make_float4(gp[0], gp[1], gp[2], gp[3]);
+                    const float iv = inv[tok];
+                    v[u] = make_float4(__fmul_rn(__fmul_rn(v[u].x, iv), g.x), __fmul_rn(__fmul_rn(v[u].y, iv), g.y),
+                                       __fmul_rn(__fmul_rn(v[u].z, iv), g.z), __fmul_rn(__fmul_rn(v[u].w, iv), g.w));
+                }
             }
         }
-        float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
-        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
-        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
-        const float d = __fdiv_rn(am, 127.0f), id = d > 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-        const int q0 = (int)roundf(__fmul_rn(v.x, id)), q1 = (int)roundf(__fmul_rn(v.y, id));
-        const int q2 = (int)roundf(__fmul_rn(v.z, id)), q3 = (int)roundf(__fmul_rn(v.w, id));
-        int qs = (q0 + q1) + (q2 + q3);
-        qs += __shfl_xor_sync(0xffffffffu, qs, 1);
-        qs += __shfl_xor_sync(0xffffffffu, qs, 2);
-        qs += __shfl_xor_sync(0xffffffffu, qs, 4);
-        if (p < total) {
-            *reinterpret_cast<uint32_t *>(xq + (size_t_)tok * xstride + kk * 32 + 4 * l8) =
-                (uint32_t)(q0 & 255) | ((uint32_t)(q1 & 255) << 8) | ((uint32_t)(q2 & 255) << 16) | ((uint32_t)(q3 & 255) << 24);
-            if (l8 == 0) ds[kk * ntok + tok] = make_float2(d, __fmul_rn(d, (float)qs));
+#pragma unroll
+        for (int u = 0; u < UQ; u++) {
+            const int p = p0 + u * ngrp + grp, tok = p / nblk, kk = p - tok * nblk;
+            float am = fmaxf(fmaxf(fabsf(v[u].x), fabsf(v[u].y)), fmaxf(fabsf(v[u].z), fabsf(v[u].w)));
+            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
+            const float d = __fdiv_rn(am, 127.0f), id = d > 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+            const int q0 = (int)roundf(__fmul_rn(v[u].x, id)), q1 = (int)roundf(__fmul_rn(v[u].y, id));
+            const int q2 = (int)roundf(__fmul_rn(v[u].z, id)), q3 = (int)roundf(__fmul_rn(v[u].w, id));
+            int qs = (q0 + q1) + (q2 + q3);
+            qs += __shfl_xor_sync(0xffffffffu, qs, 1);
+            qs += __shfl_xor_sync(0xffffffffu, qs, 2);
+            qs += __shfl_xor_sync(0xffffffffu, qs, 4);
+            if (p < total) {
+                *reinterpret_cast<uint32_t *>(xq + (size_t_)tok * xstride + kk * 32 + 4 * l8) =
+                    (uint32_t)(q0 & 255) | ((uint32_t)(q1 & 255) << 8) | ((uint32_t)(q2 & 255) << 16) | ((uint32_t)(q3 & 255) << 24);
+                if (l8 == 0) ds[kk * ntok + tok] = make_float2(d, __fmul_rn(d, (float)qs));
+            }
         }
     }
 }
@@ -237,7 +246,7 @@ __device__ __forceinline__ void xi_mmq_kernel(const XiMvcArgs &a) {
             if (c < n16) xi_cp16(st + r * SLOT + 16 * c, al + 16 * c);
         }
         xi_cp_commit();
-        xi_mmq_quant<NORM>(a, inv, tg0, TN, kb0, XI_MMQ_KB, st + WB, XI_MMQ_XS, reinterpret_cast<float2 *>(st + WB + XB), NTH);
+        xi_mmq_quant<NORM, 8>(a, inv, tg0, TN, kb0, XI_MMQ_KB, st + WB, XI_MMQ_XS, reinterpret_cast<float2 *>(st + WB + XB), NTH);
     };
     if (nsteps > 0) stage(0, st0);  // K == 0: no weight bytes, y = 0 (or y unchanged)
     xi_cp_wait_all();
@@ -349,7 +358,7 @@ __device__ __forceinline__ void xi_q1_kernel(const XiMvcArgs &a) {
         }
         __syncthreads();
     }
-    xi_mmq_quant<NORM>(a, inv, t, 1, 0, nb, xq, 0, ds, blockDim.x);
+    xi_mmq_quant<NORM, 4>(a, inv, t, 1, 0, nb, xq, 0, ds, blockDim.x);
     __syncthreads();
     const size_t_ rb = (size_t_)nb * BB;
     const int rows = a.N - n0 < R ? a.N - n0 : R;
