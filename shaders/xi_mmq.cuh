@@ -59,8 +59,9 @@ __host__ __device__ constexpr int xi_q1_shared(int nb) { return 40 * nb + 16; }
 // A 32-bit word of the 4 bytes at p, any alignment, p in shared memory (two aligned words: the
 // caller's region extends at least 4 bytes past p + 3).
 __device__ __forceinline__ uint32_t xi_lds32u(const uint8_t *p) {
-    const uint32_t *q = reinterpret_cast<const uint32_t *>(((size_t_)p) & ~(size_t_)3);
-    return __funnelshift_r(q[0], q[1], ((uint32_t)(size_t_)p & 3u) * 8u);
+    const uint32_t mis = (uint32_t)(size_t_)p & 3u;  // pointer arithmetic, not a cast: stays a shared-memory load
+    const uint32_t *q = reinterpret_cast<const uint32_t *>(p - mis);
+    return __funnelshift_r(q[0], q[1], mis * 8u);
 }
 // A 32-bit word of the 4 bytes at p in global memory, p 2-byte aligned.
 __device__ __forceinline__ uint32_t xi_ldg32h(const uint8_t *p) {

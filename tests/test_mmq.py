@@ -136,10 +136,15 @@ def test_mmq_launch_geometry():
     # shared: 2 stages of (64 rows x 11 chunks of 16 bytes, 64 tokens x 272 code bytes, 8 x 64 (d, s)) + 64 scales
     assert _launch.mmq_shared("q4_1", 64) == 2 * (64 * 176 + 64 * 272 + 8 * 64 * 8) + 256 == 65792
     assert _launch.mmq_slot16("q8_0") == 19 and _launch.mmq_slot16("q4_0") == 11
-    assert _launch.matmul_launch(c, "q4_1", "matmul", mmq="auto") == ((64, 1, 1), (128, 1, 1), 65792, "_mmq")
-    assert _launch.matmul_launch(dict(c, T=9), "q8_0", "matmul", mmq="auto")[3] == "_mmqs"
-    g = _launch.matmul_launch(dict(c, T=100), "q4_0", "rmsnorm_matmul_swiglu", mmq="auto")
-    assert g[0] == (128, 2, 1) and g[3] == "_mmq"  # 32 output rows a CTA with GLU
+    # 64 tokens a CTA where that grid has 2 CTAs an SM, else 16
+    wide = dict(c, N=32768)  # 512 CTAs of 64 rows
+    assert _launch.matmul_launch(wide, "q4_1", "matmul", mmq="auto") == ((512, 1, 1), (128, 1, 1), 65792, "_mmq")
+    assert _launch.matmul_launch(c, "q4_1", "matmul", mmq="auto") == ((64, 4, 1), (128, 1, 1),
+                                                                      _launch.mmq_shared("q4_1", 16), "_mmqs")
+    assert _launch.matmul_launch(c, "q4_1", "matmul", sms=32, mmq="auto")[3] == "_mmq"
+    assert _launch.matmul_launch(dict(wide, T=9), "q8_0", "matmul", mmq="auto")[3] == "_mmqs"
+    g = _launch.matmul_launch(dict(c, T=100, N=14336), "q4_0", "rmsnorm_matmul_swiglu", mmq="auto")
+    assert g[0] == (448, 2, 1) and g[3] == "_mmq"  # 32 output rows a CTA with GLU
     assert _launch.matmul_launch(dict(c, T=3), "q4_1", "matmul", mmq="auto") == ((256, 3, 1), (256, 1, 1),
                                                                                    40 * 128 + 16, "_q1")
     assert _launch.matmul_launch(dict(c, T=3, N=1000), "q4_1", "matmul", mmq="auto")[0] == (125, 3, 1)

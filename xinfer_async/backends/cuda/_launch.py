@@ -197,18 +197,20 @@ def q1_shared(k: int) -> int:
     return 40 * (k // 32) + 16
 
 
-def mmq_launch(c: dict, dt: str, glu: bool, mode: str) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+def mmq_launch(c: dict, dt: str, glu: bool, mode: str, sms: int = 132) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, shared bytes, entry suffix) of the integer matrix kernels (shaders/xi_mmq.cuh) in
     ``mode`` (``mmq_mode``): ``_q1`` (256 threads, a CTA a token (grid.y) and 8 output rows, 16 from
     N = 4096, a warp a row) at T <= MMQ_Q1_MAX_T ("auto") or every T ("q1") where ``q1_shared`` fits
-    Q1_SHARED_MAX; else ``_mmqs`` at T <= 16 and ``_mmq`` above (128 threads, 64 staged rows (32 output
-    rows with GLU) by 16 or 64 tokens a CTA). Every entry gives a row the same bits."""
+    Q1_SHARED_MAX; else the tiled entries (128 threads, 64 staged rows (32 output rows with GLU) a
+    CTA): ``_mmq`` (64 tokens a CTA) where T > 16 and its grid has at least 2 CTAs an SM (``sms``),
+    else ``_mmqs`` (16 tokens: 4x the CTAs for narrow weights; the total activation-quantization work
+    is the same, the weights are read once a tile of 16 tokens). Every entry gives a row the same bits."""
     t, n, k = c["T"], c["N"], c["K"]
     if (mode == "q1" or (mode == "auto" and t <= MMQ_Q1_MAX_T)) and q1_shared(k) <= Q1_SHARED_MAX:
         rows = 16 if n >= 4096 else 8
         return (_cdiv(n, rows), max(1, t), 1), (256, 1, 1), q1_shared(k), "_q1"
-    tn = MMQ_TN_SMALL if t <= MMQ_TN_SMALL else MMQ_TN
     rows = _MMQ_WARPS * (8 if glu else 16)
+    tn = MMQ_TN if t > MMQ_TN_SMALL and _cdiv(n, rows) * _cdiv(t, MMQ_TN) >= 2 * sms else MMQ_TN_SMALL
     return (_cdiv(n, rows), _cdiv(t, tn), 1), (32 * _MMQ_WARPS, 1, 1), mmq_shared(dt, tn), \
         "_mmqs" if tn == MMQ_TN_SMALL else "_mmq"
 
@@ -235,7 +237,7 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
     - else the first entry (shaders/xi_mvc.cuh), 256 threads (``_matmul_grid``, ``_fused_grid``)."""
     glu, t = kind == "rmsnorm_matmul_swiglu", c["T"]
     if mmq and mmq_usable(dt, stage_max, cc):
-        return mmq_launch(c, dt, glu, mmq)
+        return mmq_launch(c, dt, glu, mmq, sms)
     if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
     if t > _MVT_MIN_T:
