@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import functools
+import json
+import os
+from pathlib import Path
 
 import pytest
 
-from _llm_fixtures import golden, require_model
+from _llm_fixtures import _GOLDEN_CANDIDATES, golden, require_model
 from xinfer_async.hal._errors import GGUFError
 from xinfer_async.llm._tokenizer import StreamDecoder, Tokenizer
 
@@ -97,10 +100,123 @@ def test_bad_ids(tok):
         tok.encode(b"abc")
 
 
-def test_unsupported_pre(tok):
-    with pytest.raises(GGUFError, match=r"^unsupported tokenizer.ggml.pre 'qwen2'; supported: smollm, default, gpt2, gpt-2$"):
-        Tokenizer(["a", "b"], [], pre="qwen2")
+def test_unsupported_model_and_missing_keys():
     with pytest.raises(GGUFError, match=r"^missing required metadata key 'tokenizer.ggml.merges'$"):
         Tokenizer.from_gguf({"tokenizer.ggml.tokens": ["a"]})
-    with pytest.raises(GGUFError, match=r"^unsupported tokenizer.ggml.model 'llama'; supported: gpt2$"):
-        Tokenizer.from_gguf({"tokenizer.ggml.model": "llama"})
+    with pytest.raises(GGUFError, match=r"^missing required metadata key 'tokenizer.ggml.scores'$"):
+        Tokenizer.from_gguf({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["a"]})
+    with pytest.raises(GGUFError, match=r"^unsupported tokenizer.ggml.model 'bert'; supported: gpt2, llama$"):
+        Tokenizer.from_gguf({"tokenizer.ggml.model": "bert"})
+    with pytest.raises(GGUFError, match=r"^tokenizer.ggml.scores has 1 entries for 2 tokens$"):
+        Tokenizer(["a", "b"], model="llama", scores=[0.0])
+
+
+def test_unknown_pre_warns_and_uses_default():
+    with pytest.warns(UserWarning, match=r"^unknown tokenizer.ggml.pre 'qwen9': using the 'default' pre-tokenizer"):
+        t = Tokenizer(["a", "b"], [], pre="qwen9")
+    assert t.pre == "default"
+    with pytest.warns(UserWarning, match=r"^missing tokenizer.ggml.pre: using the 'default' pre-tokenizer"):
+        assert Tokenizer(["a", "b"], [], pre=None).pre == "default"
+    assert Tokenizer(["a"], [], pre="llama3").pre == "llama-bpe"
+
+
+def _golden_named(name: str) -> dict:
+    """A golden JSON beside smollm2_llamacpp.json (``_llm_fixtures``' places); skip if absent."""
+    for p in _GOLDEN_CANDIDATES:
+        if (p.parent / name).is_file():
+            return json.loads((p.parent / name).read_text())
+    pytest.skip(f"golden file {name} not found")
+
+
+def _four_variants(tok: Tokenizer, case: dict) -> None:
+    """ids / ids_special / ids_add_bos / ids_add_bos_special exact, and the text back from ids."""
+    text = case["text"]
+    assert tok.encode(text) == case["ids"]
+    assert tok.encode(text, special=True) == case["ids_special"]
+    assert tok.encode(text, add_special=True) == case["ids_add_bos"]
+    assert tok.encode(text, special=True, add_special=True) == case["ids_add_bos_special"]
+    assert case["detokenize_roundtrip"] is True
+    assert tok.decode(case["ids"]) == text
+
+
+def _extra_cases():
+    try:
+        return _golden_named("smollm2_llamacpp_extra.json")["tokenizer"]
+    except BaseException:
+        return []
+
+
+@pytest.mark.parametrize("case", _extra_cases(), ids=lambda c: c["id"])
+def test_golden_extra_ids(tok, case):
+    _four_variants(tok, case)
+
+
+# -- Gemma 3 270M (SentencePiece, 262,144 tokens), from the metadata alone ----------------------
+
+GEMMA_NAME = "gemma-3-270m-q4_k_m.gguf"
+
+
+def gemma_file() -> Path | None:
+    """The real Gemma 3 270M Q4_K_M file: $XINFER_GEMMA_PATH, else the cache, else /work/dl."""
+    from xinfer_async.llm._registry import MODELS, model_path
+
+    env = os.environ.get("XINFER_GEMMA_PATH")
+    places = [Path(env)] if env else []
+    if "gemma3-270m" in MODELS:
+        places.append(model_path("gemma3-270m"))
+    places.append(Path("/work/dl") / GEMMA_NAME)
+    return next((p for p in places if p.is_file()), None)
+
+
+@functools.lru_cache(maxsize=1)
+def _gemma_cached(path) -> Tokenizer:
+    from xinfer_async.llm._gguf_reader import read_gguf
+
+    return Tokenizer.from_gguf(read_gguf(path).metadata)
+
+
+@pytest.fixture
+def gemma() -> Tokenizer:
+    p = gemma_file()
+    if p is None:
+        pytest.skip(f"{GEMMA_NAME} not found (set XINFER_GEMMA_PATH, or pull 'gemma3-270m')")
+    return _gemma_cached(p)
+
+
+def _gemma_cases():
+    try:
+        return _golden_named("gemma3_llamacpp.json")["tokenizer"]
+    except BaseException:
+        return []
+
+
+@pytest.mark.parametrize("case", _gemma_cases(), ids=lambda c: c["id"])
+def test_gemma_golden_ids(gemma, case):
+    _four_variants(gemma, case)
+    assert gemma.decode(case["ids_special"]) == case["text"]
+
+
+def test_gemma_attributes(gemma):
+    g = gemma
+    assert (g.model, g.pre, g.vocab_size, g.bos_id, g.eos_id, g.unk_id) == ("llama", None, 262144, 2, 1, 3)
+    assert (g.add_bos, g.add_eos, g.add_space_prefix) == (True, False, False)
+    assert g.encode("") == [] and g.encode("", add_special=True) == [2]
+    assert g.encode("<start_of_turn>", special=True) == [105]
+    assert 105 not in g.encode("<start_of_turn>")
+    assert g.encode("\n") == [107]  # a user-defined token: matched without special too
+    assert g.encode("<bos>Hello", special=True, add_special=True)[:2] == [2, 2]  # as llama.cpp (it warns)
+    assert g.decode([2, 105], skip_special=True) == ""
+    assert g.decode([212]) == "</s>"  # user-defined: its text
+
+
+def test_gemma_byte_fallback_and_stream(gemma):
+    text = "\u0b95\u0bbe \U0001f999 \x07 x"  # rare script, an emoji, a control character
+    ids = gemma.encode(text)
+    assert gemma.decode(ids) == text
+    sd = gemma.stream_decoder()
+    assert "".join(sd.push(i) for i in ids) + sd.flush() == text
+
+
+def test_gemma_chat_cases_tokenize(gemma):
+    for conv in _golden_named("gemma3_llamacpp.json")["chat_template"]["conversations"]:
+        assert gemma.encode(conv["rendered"], special=True) == conv["ids"]

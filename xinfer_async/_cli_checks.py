@@ -175,10 +175,11 @@ def _check_prompt(args: Any, pre: Preflight) -> None:
     ctx = _context(args, pre)
     if ctx is None:
         return
-    # byte-level BPE: every token covers at least one byte, so a prompt of b bytes is at most
-    # b tokens (+1 for BOS); the tokenizer is built only when that bound does not settle it
+    # every token but a SentencePiece space prefix covers at least one byte, so a prompt of b bytes
+    # is at most b + 1 tokens (+1 for BOS, +1 for EOS); the tokenizer (seconds for a large
+    # vocabulary) is built only when that bound does not settle it
     nbytes = len(args.prompt.encode("utf-8"))
-    if nbytes + 1 <= ctx and not getattr(args, "chat", False):
+    if nbytes + 3 <= ctx and not getattr(args, "chat", False):
         return
     n = _prompt_tokens(args, pre)
     with_template = " in the chat template" if getattr(args, "chat", False) else ""
@@ -196,8 +197,7 @@ def _prompt_tokens(args: Any, pre: Preflight) -> int:
 
         text = render_chat(meta["tokenizer.chat_template"], [{"role": "user", "content": args.prompt}])
         return len(tok.encode(text, special=True))
-    bos = 1 if meta.get("tokenizer.ggml.add_bos_token") and tok.bos_id is not None else 0
-    return len(tok.encode(args.prompt, special=args.special)) + bos
+    return len(tok.encode(args.prompt, special=args.special, add_special=True))
 
 
 def _check_text_file(args: Any, pre: Preflight) -> None:

@@ -56,7 +56,7 @@ class LanguageModel:
         self.metadata = {k: v for k, v in gguf_model.metadata.items() if not k.startswith("tokenizer.ggml.")}
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer.from_gguf(gguf_model.metadata)
         self.chat_template = gguf_model.metadata.get("tokenizer.chat_template")
-        self.add_bos = bool(gguf_model.metadata.get("tokenizer.ggml.add_bos_token", False))
+        self.add_bos = self.tokenizer.add_bos
         self.builder = builder
         self.prepared = prepared
         self.device = builder.device
@@ -120,9 +120,7 @@ class LanguageModel:
             ValueError: empty, longer than the context, or an id outside the vocabulary.
         """
         if isinstance(prompt, str):
-            ids = self.tokenize(prompt, special=special)
-            if self.add_bos and self.tokenizer.bos_id is not None:
-                ids = [self.tokenizer.bos_id] + ids
+            ids = self.tokenizer.encode(prompt, special=special, add_special=True)  # BOS/EOS as the file says
         else:
             ids = self._token_ids(prompt, what)
         if not ids:
