@@ -196,6 +196,14 @@ def test_gemma_golden_ids(gemma, case):
     assert gemma.decode(case["ids_special"]) == case["text"]
 
 
+def test_golden_special_tokens(tok, gemma):
+    for t, name in ((tok, "smollm2_llamacpp_extra.json"), (gemma, "gemma3_llamacpp.json")):
+        ref = _golden_named(name)["special_tokens"]
+        assert sorted(t.eog_ids) == ref["eog_ids"]
+        assert (t.bos_id, t.eos_id, t.add_bos, t.add_eos, t.vocab_size) == (
+            ref["bos"], ref["eos"], ref["add_bos"], ref["add_eos"], ref["n_vocab"])
+
+
 def test_gemma_attributes(gemma):
     g = gemma
     assert (g.model, g.pre, g.vocab_size, g.bos_id, g.eos_id, g.unk_id) == ("llama", None, 262144, 2, 1, 3)
@@ -206,7 +214,9 @@ def test_gemma_attributes(gemma):
     assert g.encode("\n") == [107]  # a user-defined token: matched without special too
     assert g.encode("<bos>Hello", special=True, add_special=True)[:2] == [2, 2]  # as llama.cpp (it warns)
     assert g.decode([2, 105], skip_special=True) == ""
-    assert g.decode([212]) == "</s>"  # user-defined: its text
+    # "</s>" (212) is user-defined in the file; llama.cpp makes it a control token (end of generation)
+    assert g.encode("</s>", special=True) == [212] and 212 not in g.encode("</s>")
+    assert g.decode([212]) == "</s>" and g.decode([212], skip_special=True) == ""
 
 
 def test_gemma_byte_fallback_and_stream(gemma):

@@ -69,7 +69,7 @@ class LanguageModel:
         self.batched_runner = Runner(builder.plan_specs(batched=True), self.ctx, self.chunk) if batched else None
         self._batch: Any = None
         self._batch_token: Any = None
-        self.stop_ids = {i for i in (self.tokenizer.eos_id, self.tokenizer.im_end_id) if i is not None}
+        self.stop_ids = set(self.tokenizer.eog_ids)  # llama.cpp's end-of-generation set
         self._max_queued = max_queued
         self._jobs: JobQueue | None = None
         self._jobs_token: Any = None  # the trio run whose system tasks serve ``_jobs``

@@ -34,6 +34,17 @@ TOKEN_TYPE_BYTE = 6
 #: the ``tokenizer.ggml.model`` values built here
 MODELS = ("gpt2", "llama")
 
+#: token texts llama.cpp makes end-of-generation (and control-type, whatever the file says): its
+#: EOG list and its FIM pad / repo / file-separator texts (``llama-vocab.cpp``, ``special_eog_ids``)
+EOG_TEXTS = frozenset((
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>",
+))
+
 
 def _bytes_to_unicode() -> dict[int, str]:
     """The GPT-2 byte -> printable unicode char table (openai/gpt-2 ``encoder.py``)."""
@@ -79,14 +90,18 @@ class Tokenizer:
             BOS for ``llama`` and ``llama-bpe``, no EOS).
         add_space_prefix: SentencePiece: a space is prepended to the text (and after each special
             token), and dropped from the first token when decoding.
-        special_ids: ids of the control and unknown tokens (types 3 and 2).
+        special_ids: ids of the control and unknown tokens (types 3 and 2, and the tokens of
+            ``EOG_TEXTS``, which llama.cpp makes control tokens whatever their type).
+        eog_ids: the ids that end a generation, as llama.cpp's ``llama_vocab_is_eog``: EOS, the
+            ``eot``/``eom`` ids of the file, and every token whose text is in ``EOG_TEXTS``.
     """
 
     def __init__(self, tokens: Sequence[str], merges: Sequence[str] | None = None,
                  token_types: Sequence[int] | None = None, *, model: str = "gpt2",
                  scores: Sequence[float] | None = None, pre: str | None = "default",
                  bos_id: int | None = None, eos_id: int | None = None, unk_id: int | None = None,
-                 add_bos: bool | None = None, add_eos: bool = False, add_space_prefix: bool | None = None):
+                 add_bos: bool | None = None, add_eos: bool = False, add_space_prefix: bool | None = None,
+                 eot_id: int | None = None, eom_id: int | None = None):
         """Build the tokenizer from vocabulary lists.
 
         Args:
@@ -102,6 +117,8 @@ class Tokenizer:
             bos_id, eos_id, unk_id: special ids.
             add_bos, add_eos: what ``encode(..., add_special=True)`` adds (None: llama.cpp's default).
             add_space_prefix: ``llama`` only (None: llama.cpp's default, True).
+            eot_id, eom_id: end-of-turn / end-of-message ids (``tokenizer.ggml.eot_token_id``...),
+                added to ``eog_ids``.
 
         Raises:
             GGUFError: an unknown ``model``; ``merges`` missing or malformed (``gpt2``); ``scores``
@@ -116,6 +133,10 @@ class Tokenizer:
         token_types = [TOKEN_TYPE_NORMAL] * n if token_types is None else [int(t) for t in token_types]
         if len(token_types) != n:
             raise GGUFError(f"tokenizer.ggml.token_type has {len(token_types)} entries for {n} tokens")
+        eog_texts = [i for i, t in enumerate(tokens) if t in EOG_TEXTS]
+        for i in eog_texts:
+            if token_types[i] != TOKEN_TYPE_CONTROL:
+                token_types[i] = TOKEN_TYPE_CONTROL  # llama.cpp overrides the type (it logs it)
         self.model = model
         if model == "gpt2":
             if merges is None:
@@ -144,6 +165,7 @@ class Tokenizer:
         self.special_ids = frozenset(i for i, t in enumerate(token_types)
                                      if t in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_UNKNOWN))
         self.im_end_id = next((i for i, t in enumerate(self._tokens) if t == "<|im_end|>"), None)
+        self.eog_ids = frozenset(eog_texts) | {i for i in (eos_id, eot_id, eom_id) if i is not None}
 
         from tokenizers import AddedToken
 
@@ -168,8 +190,8 @@ class Tokenizer:
             metadata: needs ``tokenizer.ggml.tokens`` and, for ``tokenizer.ggml.model`` ``gpt2``
                 (the default), ``tokenizer.ggml.merges``, for ``llama``, ``tokenizer.ggml.scores``;
                 uses ``.token_type``, ``.pre``, ``.bos_token_id``, ``.eos_token_id``,
-                ``.unknown_token_id``, ``.add_bos_token``, ``.add_eos_token``,
-                ``.add_space_prefix`` when present.
+                ``.unknown_token_id``, ``.eot_token_id``, ``.eom_token_id``, ``.add_bos_token``,
+                ``.add_eos_token``, ``.add_space_prefix`` when present.
 
         Raises:
             GGUFError: a required key is missing, or the model is neither ``gpt2`` nor ``llama``.
@@ -198,6 +220,8 @@ class Tokenizer:
             add_bos=metadata.get(t + "add_bos_token"),
             add_eos=metadata.get(t + "add_eos_token", False),
             add_space_prefix=metadata.get(t + "add_space_prefix"),
+            eot_id=metadata.get(t + "eot_token_id"),
+            eom_id=metadata.get(t + "eom_token_id"),
         )
 
     def encode(self, text: str, special: bool = False, add_special: bool = False) -> list[int]:
