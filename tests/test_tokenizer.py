@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import functools
-import json
-import os
-from pathlib import Path
 
 import pytest
 
-from _llm_fixtures import _GOLDEN_CANDIDATES, golden, require_model
+from _llm_fixtures import gemma_tokenizer, golden, golden_named, require_model
 from xinfer_async.hal._errors import GGUFError
 from xinfer_async.llm._tokenizer import StreamDecoder, Tokenizer
 
@@ -120,14 +117,6 @@ def test_unknown_pre_warns_and_uses_default():
     assert Tokenizer(["a"], [], pre="llama3").pre == "llama-bpe"
 
 
-def _golden_named(name: str) -> dict:
-    """A golden JSON beside smollm2_llamacpp.json (``_llm_fixtures``' places); skip if absent."""
-    for p in _GOLDEN_CANDIDATES:
-        if (p.parent / name).is_file():
-            return json.loads((p.parent / name).read_text())
-    pytest.skip(f"golden file {name} not found")
-
-
 def _four_variants(tok: Tokenizer, case: dict) -> None:
     """ids / ids_special / ids_add_bos / ids_add_bos_special exact, and the text back from ids."""
     text = case["text"]
@@ -141,7 +130,7 @@ def _four_variants(tok: Tokenizer, case: dict) -> None:
 
 def _extra_cases():
     try:
-        return _golden_named("smollm2_llamacpp_extra.json")["tokenizer"]
+        return golden_named("smollm2_llamacpp_extra.json")["tokenizer"]
     except BaseException:
         return []
 
@@ -153,39 +142,14 @@ def test_golden_extra_ids(tok, case):
 
 # -- Gemma 3 270M (SentencePiece, 262,144 tokens), from the metadata alone ----------------------
 
-GEMMA_NAME = "gemma-3-270m-q4_k_m.gguf"
-
-
-def gemma_file() -> Path | None:
-    """The real Gemma 3 270M Q4_K_M file: $XINFER_GEMMA_PATH, else the cache, else /work/dl."""
-    from xinfer_async.llm._registry import MODELS, model_path
-
-    env = os.environ.get("XINFER_GEMMA_PATH")
-    places = [Path(env)] if env else []
-    if "gemma3-270m" in MODELS:
-        places.append(model_path("gemma3-270m"))
-    places.append(Path("/work/dl") / GEMMA_NAME)
-    return next((p for p in places if p.is_file()), None)
-
-
-@functools.lru_cache(maxsize=1)
-def _gemma_cached(path) -> Tokenizer:
-    from xinfer_async.llm._gguf_reader import read_gguf
-
-    return Tokenizer.from_gguf(read_gguf(path).metadata)
-
-
 @pytest.fixture
 def gemma() -> Tokenizer:
-    p = gemma_file()
-    if p is None:
-        pytest.skip(f"{GEMMA_NAME} not found (set XINFER_GEMMA_PATH, or pull 'gemma3-270m')")
-    return _gemma_cached(p)
+    return gemma_tokenizer()
 
 
 def _gemma_cases():
     try:
-        return _golden_named("gemma3_llamacpp.json")["tokenizer"]
+        return golden_named("gemma3_llamacpp.json")["tokenizer"]
     except BaseException:
         return []
 
@@ -198,7 +162,7 @@ def test_gemma_golden_ids(gemma, case):
 
 def test_golden_special_tokens(tok, gemma):
     for t, name in ((tok, "smollm2_llamacpp_extra.json"), (gemma, "gemma3_llamacpp.json")):
-        ref = _golden_named(name)["special_tokens"]
+        ref = golden_named(name)["special_tokens"]
         assert sorted(t.eog_ids) == ref["eog_ids"]
         assert (t.bos_id, t.eos_id, t.add_bos, t.add_eos, t.vocab_size) == (
             ref["bos"], ref["eos"], ref["add_bos"], ref["add_eos"], ref["n_vocab"])
@@ -228,5 +192,5 @@ def test_gemma_byte_fallback_and_stream(gemma):
 
 
 def test_gemma_chat_cases_tokenize(gemma):
-    for conv in _golden_named("gemma3_llamacpp.json")["chat_template"]["conversations"]:
+    for conv in golden_named("gemma3_llamacpp.json")["chat_template"]["conversations"]:
         assert gemma.encode(conv["rendered"], special=True) == conv["ids"]

@@ -18,7 +18,7 @@ import trio
 
 from ..runtime import JobCancelledError, JobQueue, JobStatistics
 from ._batch import Batcher, BatchStatistics
-from ._chat import render_chat
+from ._chat import NO_TEMPLATE_HINT, chat_prompt_ids
 from ._generate import generate
 from ._request import Request
 from ._runner import Runner
@@ -48,14 +48,16 @@ class LanguageModel:
     """
 
     def __init__(self, path: Any, gguf_model: Any, builder: Any, prepared: Any, *, max_queued: int = 256,
-                 batched: Any = None, batch_seqs: int = 0, tokenizer: Tokenizer | None = None):
+                 batched: Any = None, batch_seqs: int = 0, tokenizer: Tokenizer | None = None,
+                 chat_template: str | None = None):
         self.path = path
         #: whether ``aclose`` closes the device (``load`` opened it from a name)
         self.owns_device = False
         self.config = gguf_model.config
         self.metadata = {k: v for k, v in gguf_model.metadata.items() if not k.startswith("tokenizer.ggml.")}
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer.from_gguf(gguf_model.metadata)
-        self.chat_template = gguf_model.metadata.get("tokenizer.chat_template")
+        #: the Jinja2 chat template: the one given (``load(chat_template=)``), else the file's, else None
+        self.chat_template = chat_template or gguf_model.metadata.get("tokenizer.chat_template")
         self.add_bos = self.tokenizer.add_bos
         self.builder = builder
         self.prepared = prepared
@@ -157,18 +159,9 @@ class LanguageModel:
             if not isinstance(m.get("content"), str):
                 raise ValueError(f"messages[{i}]['content'] must be a str, got {m.get('content')!r:.60}")
         if not self.chat_template:
-            raise ValueError("this model file has no tokenizer.chat_template")
-        sentinels = [f"\x00xi{i}\x00" for i in range(len(messages))]
-        masked = [dict(m, content=s) for m, s in zip(messages, sentinels)]
-        text = render_chat(self.chat_template, masked, add_generation_prompt=True)
-        ids: list[int] = []
-        for i, s in enumerate(sentinels):
-            head, sep, text = text.partition(s)
-            ids += self.tokenize(head, special=True)
-            if sep:
-                ids += self.tokenize(messages[i]["content"], special=False)
-        ids += self.tokenize(text, special=True)
-        return ids
+            raise ValueError(f"this model file has no chat template (tokenizer.chat_template): {NO_TEMPLATE_HINT} "
+                             f"with load(..., chat_template=...)")
+        return chat_prompt_ids(self.chat_template, messages, self.tokenizer)
 
     # -- requests --------------------------------------------------------------------------
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,

@@ -84,6 +84,7 @@ class Tokenizer:
         pre: the pre-tokenizer used (``gpt2`` model only; None for ``llama``).
         vocab_size: number of tokens.
         bos_id, eos_id, unk_id: ``tokenizer.ggml.{bos,eos,unknown}_token_id`` (None if absent).
+        bos_token, eos_token: the text of BOS / EOS (None if absent), as chat templates use it.
         im_end_id: id of ``<|im_end|>`` if the vocabulary has it, else None.
         add_bos, add_eos: whether ``encode(..., add_special=True)`` adds BOS / EOS
             (``tokenizer.ggml.add_bos_token`` / ``add_eos_token``; llama.cpp's defaults when absent:
@@ -160,6 +161,8 @@ class Tokenizer:
         self.bos_id = bos_id
         self.eos_id = eos_id
         self.unk_id = unk_id
+        self.bos_token = tokens[bos_id] if bos_id is not None and 0 <= bos_id < n else None
+        self.eos_token = tokens[eos_id] if eos_id is not None and 0 <= eos_id < n else None
         self.add_bos = default_bos if add_bos is None else bool(add_bos)
         self.add_eos = bool(add_eos)
         self.special_ids = frozenset(i for i, t in enumerate(token_types)
