@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["UsageError", "Preflight", "check_before_load", "check_pull_name"]
+__all__ = ["UsageError", "Preflight", "check_before_load", "check_pull_name", "no_template_error"]
 
 # flag of each SamplingParams field, for messages in command-line terms
 _FLAGS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k", "seed": "--seed",
@@ -91,7 +91,7 @@ def check_before_load(args: Any) -> Preflight:
     if args.command == "generate":
         _check_prompt(args, pre)
     elif args.command == "chat":
-        _check_template(pre, "chat", "use generate -p TEXT with it")
+        _check_template(pre, "chat", CHAT_HINT)
     elif args.command == "perplexity":
         _check_text_file(args, pre)
     return pre
@@ -174,14 +174,23 @@ def _tokenizer(pre: Preflight):
     return Tokenizer.from_gguf(_metadata(pre))
 
 
-def _check_template(pre: Preflight, what: str, hint: str) -> None:
+def no_template_error(what: str, path: Any, hint: str) -> UsageError:
+    """The error of ``chat`` / ``--chat`` (``what``) on a model file without a chat template."""
     from .llm._chat import BUILTIN_TEMPLATES
 
+    return UsageError(f"{what}: the model file {path} has no chat template (tokenizer.chat_template): it is "
+                      f"probably a base (not instruct) model; give one with --chat-template NAME|FILE "
+                      f"({', '.join(BUILTIN_TEMPLATES)}, or a .jinja file), or {hint}")
+
+
+#: what ``chat`` on a model without a template suggests besides --chat-template
+CHAT_HINT = "use generate -p TEXT with it"
+
+
+def _check_template(pre: Preflight, what: str, hint: str) -> None:
     meta = _metadata(pre)
     if pre.chat_template is None and meta is not None and not meta.get("tokenizer.chat_template"):
-        raise UsageError(f"{what}: the model file {pre.path} has no chat template (tokenizer.chat_template): "
-                         f"it is probably a base (not instruct) model; give one with --chat-template NAME|FILE "
-                         f"({', '.join(BUILTIN_TEMPLATES)}, or a .jinja file), or {hint}")
+        raise no_template_error(what, pre.path, hint)
 
 
 def _check_prompt(args: Any, pre: Preflight) -> None:

@@ -84,6 +84,10 @@ async def _chat(args) -> None:
 
     model = await _load(args)
     try:
+        if not model.chat_template:  # a known model pulled by load: the checks could not read its file before
+            from ._cli_checks import CHAT_HINT, no_template_error
+
+            raise no_template_error("chat", model.path, CHAT_HINT)
         await run_chat(model, system=args.system, n_predict=args.n_predict, sampling=_sampling(args))
     finally:
         with trio.CancelScope(shield=True):
