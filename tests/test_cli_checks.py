@@ -136,13 +136,13 @@ def test_model_argument_errors(tiny, tmp_path):
     rc, err, _ = run_cli("generate", "-m", str(tmp_path / "missing.gguf"), "-p", "hi")
     assert rc == 2 and err.strip().endswith(f"-m {tmp_path / 'missing.gguf'}: model file not found")
     rc, err, _ = run_cli("generate", "-m", "llama3", "-p", "hi")
-    assert rc == 2 and "unknown model 'llama3'; known models: smollm2-135m (fetch one with `xinfer-async pull NAME`)" in err
+    assert rc == 2 and "unknown model 'llama3'; known models: gemma3-270m, smollm2-135m (fetch one with `xinfer-async pull NAME`)" in err
 
 
 def test_pull_unknown_name_does_not_suggest_a_path():
     rc, err, _ = run_cli("pull", "llama3")
     assert rc == 2
-    assert err.strip() == ("xinfer-async pull: error: unknown model 'llama3'; known models: smollm2-135m. `pull` "
+    assert err.strip() == ("xinfer-async pull: error: unknown model 'llama3'; known models: gemma3-270m, smollm2-135m. `pull` "
                            "fetches only these; to run your own .gguf file, pass it to generate, chat or "
                            "perplexity with -m PATH")
 
