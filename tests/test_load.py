@@ -45,7 +45,7 @@ async def test_chat_template_option():
         with pytest.raises(ValueError, match=r"^this model file has no chat template \(tokenizer.chat_template\): it "
                                              r"is probably a base \(not instruct\) model; give a template by name "
                                              r"\(chatml, gemma, llama3\) or as the path of a \.jinja file with "
-                                             r"load\(\.\.\., chat_template=\.\.\.\)$"):
+                                             r"load\(\.\.\., chat_template=\.\.\.\) \(the command line's --chat-template\)$"):
             model.render_chat(msgs)
     async with llm.open_model("synthetic:tiny", device="cpu", slots=1, ctx=64, chat_template="chatml") as model:
         ids = model.render_chat(msgs)

@@ -160,7 +160,7 @@ class LanguageModel:
                 raise ValueError(f"messages[{i}]['content'] must be a str, got {m.get('content')!r:.60}")
         if not self.chat_template:
             raise ValueError(f"this model file has no chat template (tokenizer.chat_template): {NO_TEMPLATE_HINT} "
-                             f"with load(..., chat_template=...)")
+                             f"with load(..., chat_template=...) (the command line's --chat-template)")
         return chat_prompt_ids(self.chat_template, messages, self.tokenizer)
 
     # -- requests --------------------------------------------------------------------------
