@@ -58,6 +58,7 @@ def spm(request, tmp_path) -> tuple[Tokenizer, bool]:
 
 def test_spm_flags(spm):
     tok, prefix = spm
+    assert tok.encode("") == [] and tok.encode("", add_special=True) == [1]  # no lone space prefix
     assert (tok.model, tok.bos_id, tok.eos_id, tok.unk_id) == ("llama", 1, 2, 0)
     assert (tok.add_bos, tok.add_eos, tok.add_space_prefix) == (True, False, prefix)  # llama.cpp's SPM defaults
 

@@ -143,7 +143,7 @@ class Tokenizer:
             if merges is None:
                 raise GGUFError("missing required metadata key 'tokenizer.ggml.merges'")
             self.pre = canonical_pre(pre)
-            self._make = lambda: bpe_tokenizer(tokens, merges, self.pre)
+            tk = bpe_tokenizer(tokens, merges, self.pre)
             default_bos = self.pre == "llama-bpe"
             self.add_space_prefix = False
         else:
@@ -153,7 +153,7 @@ class Tokenizer:
                 raise GGUFError(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
             self.pre = None
             self.add_space_prefix = True if add_space_prefix is None else bool(add_space_prefix)
-            self._make = lambda: spm_tokenizer(tokens, scores, unk_id, self.add_space_prefix)
+            tk = spm_tokenizer(tokens, scores, unk_id, self.add_space_prefix)
             default_bos = True
         self._tokens = list(tokens)
         self._types = token_types
@@ -172,7 +172,6 @@ class Tokenizer:
 
         from tokenizers import AddedToken
 
-        tk = self._make()
         user = [AddedToken(tokens[i], special=False, normalized=False)
                 for i, t in enumerate(token_types) if t == TOKEN_TYPE_USER_DEFINED]
         control = [AddedToken(tokens[i], special=True, normalized=False) for i in sorted(self.special_ids)]
