@@ -533,3 +533,7 @@ def test_serve_command_help_and_a_model_that_fails_to_load(capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--port", "70000"])
     assert exc.value.code == 2 and "--port: must be in [0, 65535], got 70000" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--chat-template", "chatm1"])
+    assert exc.value.code == 2 and ("--chat-template: unknown chat template 'chatm1': give a built-in name (chatml, "
+                                    "gemma, llama3) or the path of a .jinja file") in capsys.readouterr().err

@@ -76,12 +76,12 @@ def test_tokenizer_encodes_any_text_and_every_token_decodes():
     ids = tok.encode(text)
     assert tok.decode(ids) == text and len(ids) < len(text.encode())  # the letter pairs merge
     assert all(tok.decode([i]) for i in range(300, 512))  # fillers: printable text
-    assert path.name == "tiny-q4_1-seed0-v1.gguf"
+    assert path.name == "tiny-q4_1-seed0-v2.gguf"
 
 
 def test_synthetic_model_is_cached_and_validated(tmp_path):
     p = synthetic_model("synthetic:tiny:q8_0", seed=5)
-    assert p.name == "tiny-q8_0-seed5-v1.gguf" and p.parent.name == "synthetic"
+    assert p.name == "tiny-q8_0-seed5-v2.gguf" and p.parent.name == "synthetic"
     mtime = p.stat().st_mtime_ns
     assert synthetic_model("synthetic:tiny:q8_0", seed=5) == p and p.stat().st_mtime_ns == mtime
     assert not list(p.parent.glob("*.part"))

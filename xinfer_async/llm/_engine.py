@@ -18,7 +18,7 @@ import trio
 
 from ..runtime import JobCancelledError, JobQueue, JobStatistics
 from ._batch import Batcher, BatchStatistics
-from ._chat import render_chat
+from ._chat import NO_TEMPLATE_HINT, chat_prompt_ids
 from ._generate import generate
 from ._request import Request
 from ._runner import Runner
@@ -48,15 +48,17 @@ class LanguageModel:
     """
 
     def __init__(self, path: Any, gguf_model: Any, builder: Any, prepared: Any, *, max_queued: int = 256,
-                 batched: Any = None, batch_seqs: int = 0, tokenizer: Tokenizer | None = None):
+                 batched: Any = None, batch_seqs: int = 0, tokenizer: Tokenizer | None = None,
+                 chat_template: str | None = None):
         self.path = path
         #: whether ``aclose`` closes the device (``load`` opened it from a name)
         self.owns_device = False
         self.config = gguf_model.config
         self.metadata = {k: v for k, v in gguf_model.metadata.items() if not k.startswith("tokenizer.ggml.")}
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer.from_gguf(gguf_model.metadata)
-        self.chat_template = gguf_model.metadata.get("tokenizer.chat_template")
-        self.add_bos = bool(gguf_model.metadata.get("tokenizer.ggml.add_bos_token", False))
+        #: the Jinja2 chat template: the one given (``load(chat_template=)``), else the file's, else None
+        self.chat_template = chat_template or gguf_model.metadata.get("tokenizer.chat_template")
+        self.add_bos = self.tokenizer.add_bos
         self.builder = builder
         self.prepared = prepared
         self.device = builder.device
@@ -69,7 +71,7 @@ class LanguageModel:
         self.batched_runner = Runner(builder.plan_specs(batched=True), self.ctx, self.chunk) if batched else None
         self._batch: Any = None
         self._batch_token: Any = None
-        self.stop_ids = {i for i in (self.tokenizer.eos_id, self.tokenizer.im_end_id) if i is not None}
+        self.stop_ids = set(self.tokenizer.eog_ids)  # llama.cpp's end-of-generation set
         self._max_queued = max_queued
         self._jobs: JobQueue | None = None
         self._jobs_token: Any = None  # the trio run whose system tasks serve ``_jobs``
@@ -120,9 +122,7 @@ class LanguageModel:
             ValueError: empty, longer than the context, or an id outside the vocabulary.
         """
         if isinstance(prompt, str):
-            ids = self.tokenize(prompt, special=special)
-            if self.add_bos and self.tokenizer.bos_id is not None:
-                ids = [self.tokenizer.bos_id] + ids
+            ids = self.tokenizer.encode(prompt, special=special, add_special=True)  # BOS/EOS as the file says
         else:
             ids = self._token_ids(prompt, what)
         if not ids:
@@ -159,18 +159,9 @@ class LanguageModel:
             if not isinstance(m.get("content"), str):
                 raise ValueError(f"messages[{i}]['content'] must be a str, got {m.get('content')!r:.60}")
         if not self.chat_template:
-            raise ValueError("this model file has no tokenizer.chat_template")
-        sentinels = [f"\x00xi{i}\x00" for i in range(len(messages))]
-        masked = [dict(m, content=s) for m, s in zip(messages, sentinels)]
-        text = render_chat(self.chat_template, masked, add_generation_prompt=True)
-        ids: list[int] = []
-        for i, s in enumerate(sentinels):
-            head, sep, text = text.partition(s)
-            ids += self.tokenize(head, special=True)
-            if sep:
-                ids += self.tokenize(messages[i]["content"], special=False)
-        ids += self.tokenize(text, special=True)
-        return ids
+            raise ValueError(f"this model file has no chat template (tokenizer.chat_template): {NO_TEMPLATE_HINT} "
+                             f"with load(..., chat_template=...) (the command line's --chat-template)")
+        return chat_prompt_ids(self.chat_template, messages, self.tokenizer)
 
     # -- requests --------------------------------------------------------------------------
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,

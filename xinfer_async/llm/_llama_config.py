@@ -244,6 +244,7 @@ def _check_tokenizer(k: _Keys, n_tokens: int) -> None:
         k.int(f"{t}{name}_token_id", None, lo=0, hi=n_tokens - 1)
     k.bool(t + "add_bos_token")
     k.bool(t + "add_eos_token")
+    k.bool(t + "add_space_prefix")
 
 
 def validate_llama(f) -> LlamaConfig:

@@ -11,13 +11,14 @@ from typing import Iterable
 
 from ..hal._errors import GGUFError
 from ..ops._kernels import WEIGHT_DTYPES
+from ._tokenizer import MODELS as _TOKENIZER_MODELS
 
 __all__ = ["SUPPORTED_ARCHITECTURES", "SUPPORTED_TOKENIZERS", "SUPPORTED_TYPES", "NORM_TYPES",
            "unsupported_items", "check_supported"]
 
 SUPPORTED_ARCHITECTURES = ("llama",)
 #: ``tokenizer.ggml.model`` values the tokenizer implements (llm/_tokenizer.py)
-SUPPORTED_TOKENIZERS = ("gpt2",)
+SUPPORTED_TOKENIZERS = _TOKENIZER_MODELS
 #: ggml type name -> our dtype label: the weight types of the matrix kernels (``ops.WEIGHT_DTYPES``)
 SUPPORTED_TYPES = {d.label.upper(): d.label for d in WEIGHT_DTYPES}
 #: the types a norm (a vector) may have: it is converted to f32 on the host
@@ -34,8 +35,8 @@ def unsupported_items(architecture: str | None, tokenizer_model: str | None,
         tensor_types: ``(tensor name, ggml type name, n_dims)`` of each tensor.
 
     Returns:
-        e.g. ``["architecture 'gemma3' (supported: llama)", "tokenizer.ggml.model 'llama' (supported:
-        gpt2)", "3 tensors of type TQ2_0 (e.g. 'blk.0.attn_q.weight')"]``; empty when all is supported.
+        e.g. ``["architecture 'gemma3' (supported: llama)", "tokenizer.ggml.model 'bert' (supported:
+        gpt2, llama)", "3 tensors of type TQ2_0 (e.g. 'blk.0.attn_q.weight')"]``; empty when all is supported.
     """
     items = []
     if architecture is not None and architecture not in SUPPORTED_ARCHITECTURES:

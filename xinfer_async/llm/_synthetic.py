@@ -49,7 +49,7 @@ _FTYPE = {"f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q4_k
 _GGUF_QUANTIZES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "bf16")
 WEIGHT_STD = 0.02
 _CHUNK_ELEMS = 1 << 22  # elements drawn and quantized per task
-_VERSION = 1  # bump when the file contents of a (shape, dtype, seed) change: invalidates the cache
+_VERSION = 2  # bump when the file contents of a (shape, dtype, seed) change: invalidates the cache
 
 SHAPES: dict[str, LlamaConfig] = {
     # HuggingFaceTB/SmolLM2-135M: 30 layers, dim 576, 9 heads (3 kv), ffn 1536, vocab 49152
@@ -177,8 +177,8 @@ def _tokenizer_metadata(vocab: int) -> dict[str, tuple[str, object]]:
     """A minimal byte-level BPE vocabulary of ``vocab`` tokens (add_* method name, value).
 
     Ids 0-255 are the 256 bytes (GPT-2 byte-to-unicode alphabet, so any text encodes); then the
-    control token ``<|endoftext|>`` (bos, never eos: a synthetic model runs to max_tokens, as
-    serving benchmarks ask with ``ignore_eos``); then the 26 x 26 lowercase letter pairs with their
+    control token ``<|begin_of_text|>`` (bos, never eos, and not a text llama.cpp takes for an
+    end of generation: a synthetic model runs to max_tokens, as serving benchmarks ask with ``ignore_eos``); then the 26 x 26 lowercase letter pairs with their
     merges; then filler tokens ``" wN"`` (printable, so every generated token decodes to text).
     """
     table = _bytes_to_unicode()
@@ -186,7 +186,7 @@ def _tokenizer_metadata(vocab: int) -> dict[str, tuple[str, object]]:
     types = [1] * len(tokens)
     merges: list[str] = []
     if vocab > 256:
-        tokens.append("<|endoftext|>")
+        tokens.append("<|begin_of_text|>")
         types.append(3)
     letters = "abcdefghijklmnopqrstuvwxyz"
     for a in letters:

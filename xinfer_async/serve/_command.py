@@ -56,6 +56,9 @@ def build_parser(prog: str = "xinfer-async serve") -> argparse.ArgumentParser:
                    help="concurrent requests (with batching, sequences of the batched step; default 8)")
     p.add_argument("--ctx", type=_positive_int, default=None,
                    help="context length per request, tokens (default: min(2048, the model's))")
+    p.add_argument("--chat-template", default=None, metavar="NAME|FILE",
+                   help="the chat template of /v1/chat/completions when the model file has none (a base model) or "
+                        "to replace its own: chatml, gemma, llama3, or the path of a .jinja file")
     p.add_argument("--no-batching", action="store_true",
                    help="a decode step per request instead of one batched step for all (default: batched)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -150,7 +153,8 @@ async def _serve(args: argparse.Namespace) -> None:
     async def load():
         t = time.perf_counter()
         model = await llm.load(args.model, device=args.device, slots=args.slots, ctx=args.ctx,
-                               batching=not args.no_batching, max_queued=args.max_queue + args.slots)
+                               batching=not args.no_batching, max_queued=args.max_queue + args.slots,
+                               chat_template=args.chat_template)
         print(f"xinfer-async serve: {model!r} loaded in {time.perf_counter() - t:.1f} s; serving it as {name!r}",
               file=sys.stderr, flush=True)
         return model
@@ -174,6 +178,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--max-queue must be >= 0, got {args.max_queue}")
     if args.timeout < 0:
         parser.error(f"--timeout must be >= 0 seconds, got {args.timeout}")
+    if args.chat_template is not None:
+        from ..llm._chat import resolve_chat_template
+
+        try:
+            resolve_chat_template(args.chat_template)
+        except ValueError as exc:
+            parser.error(f"--chat-template: {exc}")
     try:
         trio.run(_serve, args)
     except BaseException as exc:
