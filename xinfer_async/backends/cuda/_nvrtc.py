@@ -4,18 +4,30 @@ The library comes from ``$XINFER_NVRTC``, else the installed ``nvidia`` wheels (
 ``nvidia/cuda_nvrtc/lib``, ``nvidia/cu12/lib``). Cubins are cached under
 ``$XINFER_CACHE_DIR`` or ``$XDG_CACHE_HOME/xinfer_async`` or ``~/.cache/xinfer_async``, subdirectory
 ``cubin``, keyed by the sha256 of the source, its headers, the options, the arch, the NVRTC version and
-the driver version.
+the driver version. A miss takes an exclusive lock on ``<cubin>.lock`` (``flock``) and looks again
+before it compiles, so processes sharing the cache (pytest-xdist workers, a pre-compile pool) compile
+each cubin once: the others wait for it and read it. ``statistics()`` counts this process's hits,
+compiles and waits; ``$XINFER_NVRTC_LOG`` names a file that gets one line a call (appended, so the
+processes of one run may share it): ``pid outcome seconds name key``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import glob
 import hashlib
 import os
 import tempfile
 import threading
+import time
 
 import cffi
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no cross-process lock, a concurrent miss compiles twice
+    fcntl = None
 
 from ...hal._errors import KernelCompileError
 from ._libs import open_first
@@ -43,6 +55,49 @@ nvrtcResult nvrtcGetPTX(nvrtcProgram prog, char *ptx);
 _lib = None
 _keep = []
 _lock = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileStatistics:
+    """What ``compile_cubin`` did in this process: calls answered from the cache (``hits``), cubins
+    compiled (``compiles``, taking ``compile_s`` seconds of NVRTC in all), and misses that found
+    another process compiling the same cubin and read its result (``waits``, ``wait_s`` seconds)."""
+
+    hits: int = 0
+    compiles: int = 0
+    compile_s: float = 0.0
+    waits: int = 0
+    wait_s: float = 0.0
+
+
+_stats = CompileStatistics()
+
+
+def statistics() -> CompileStatistics:
+    """This process's ``CompileStatistics`` since it started."""
+    return _stats
+
+
+def _count(outcome: str, seconds: float, name: str, key: str) -> None:
+    global _stats
+    with _lock:
+        s = _stats
+        if outcome == "hit":
+            _stats = dataclasses.replace(s, hits=s.hits + 1)
+        elif outcome == "compiled":
+            _stats = dataclasses.replace(s, compiles=s.compiles + 1, compile_s=s.compile_s + seconds)
+        else:
+            _stats = dataclasses.replace(s, waits=s.waits + 1, wait_s=s.wait_s + seconds)
+    log = os.environ.get("XINFER_NVRTC_LOG")
+    if log:
+        try:  # one write of one short line to an O_APPEND file: lines of several processes do not mix
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, f"{os.getpid()} {outcome} {seconds:.3f} {name} {key}\n".encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # the log is a diagnostic: never fail a compile over it
 
 
 def load():
@@ -89,6 +144,19 @@ def _check(status: int, what: str) -> None:
         raise KernelCompileError(f"{what} failed: {msg}")
 
 
+def cache_path(source: str, name: str, arch: str, headers: dict[str, str] | None = None,
+               options: tuple[str, ...] = (), driver_version: int = 0) -> str:
+    """Where ``compile_cubin`` with these arguments caches its cubin (the file may not exist):
+    ``cache_dir()/<name>-<32 hex digits of the key>.cubin``."""
+    headers = dict(sorted((headers or {}).items()))
+    opts = (f"--gpu-architecture={arch}", "--std=c++17", *options)
+    key = hashlib.sha256()
+    for part in (source, repr(sorted(headers.items())), repr(opts), arch, repr(version()), str(driver_version)):
+        key.update(part.encode())
+        key.update(b"\0")
+    return os.path.join(cache_dir(), f"{name.replace('/', '_')}-{key.hexdigest()[:32]}.cubin")
+
+
 def compile_cubin(source: str, name: str, arch: str, headers: dict[str, str] | None = None,
                   options: tuple[str, ...] = (), driver_version: int = 0) -> bytes:
     """Compile CUDA C ``source`` to a cubin for ``arch`` (e.g. ``"sm_90"``), or take it from the cache.
@@ -101,31 +169,65 @@ def compile_cubin(source: str, name: str, arch: str, headers: dict[str, str] | N
         options: further NVRTC options.
         driver_version: part of the cache key.
 
+    Returns:
+        the cubin (an ELF image).
+
     Raises:
         KernelCompileError: NVRTC rejected the source (``.log`` holds its log).
     """
     headers = dict(sorted((headers or {}).items()))
     opts = (f"--gpu-architecture={arch}", "--std=c++17", *options)
-    key = hashlib.sha256()
-    for part in (source, repr(sorted(headers.items())), repr(opts), arch, repr(version()), str(driver_version)):
-        key.update(part.encode())
-        key.update(b"\0")
-    path = os.path.join(cache_dir(), f"{name.replace('/', '_')}-{key.hexdigest()[:32]}.cubin")
+    path = cache_path(source, name, arch, headers, options, driver_version)
+    digest = path[:-len(".cubin")].rsplit("-", 1)[1]
+    cubin = _read(path)
+    if cubin is not None:
+        _count("hit", 0.0, name, digest)
+        return cubin
+    t0 = time.perf_counter()
+    with _cache_lock(path):
+        cubin = _read(path)  # another process compiled it while this one waited for the lock
+        if cubin is not None:
+            _count("waited", time.perf_counter() - t0, name, digest)
+            return cubin
+        t0 = time.perf_counter()
+        cubin = _compile(source, name, headers, opts)
+        _count("compiled", time.perf_counter() - t0, name, digest)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(cubin)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only cache only costs a recompile
+    return cubin
+
+
+def _read(path: str) -> bytes | None:
+    """The cached cubin at ``path``, or None (absent or unreadable)."""
     try:
         with open(path, "rb") as f:
             return f.read()
     except OSError:
-        pass
-    cubin = _compile(source, name, headers, opts)
+        return None
+
+
+@contextlib.contextmanager
+def _cache_lock(path: str):
+    """Hold an exclusive ``flock`` on ``path + ".lock"`` (created with the cache directory) while
+    the body runs; a lock that cannot be had (read-only cache, no ``fcntl``) is skipped."""
+    fd = None
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(cubin)
-        os.replace(tmp, path)
+        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
-        pass  # a read-only cache only costs a recompile
-    return cubin
+        pass
+    try:
+        if fd is not None and fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def compile_ptx(source: str, name: str, arch: str, headers: dict[str, str] | None = None,
