@@ -1,4 +1,4 @@
-"""``backends/cuda/_nvrtc.py``'s cubin cache: a hit is read, not compiled; a miss that finds another
+"""``backends/cuda/_nvrtc.py``'s cubin cache: a hit is read, not compiled (the PTX too); a miss that finds another
 process compiling the same cubin waits for it and reads it (the cache's lock), so the processes
 sharing a cache (pytest-xdist workers, the pre-compile pool) compile each cubin once. Needs NVRTC,
 no GPU."""
@@ -40,7 +40,13 @@ def test_a_cached_cubin_is_read_not_compiled(cache):
     after = _nvrtc.statistics()
     assert (after.compiles, after.hits) == (mid.compiles, mid.hits + 1)
     lines = [line.split() for line in (cache / "nvrtc.log").read_text().splitlines()]
-    assert [(int(p), o, n) for p, o, _, n, _ in lines] == [(os.getpid(), "compiled", "k.cu"), (os.getpid(), "hit", "k.cu")]
+    assert [(int(p), o, n) for p, o, _, n, _ in lines][:2] == [(os.getpid(), "compiled", "k.cu"), (os.getpid(), "hit", "k.cu")]
+    # the PTX of that compile was stored beside the cubin; a virtual arch is a PTX-only compile, cached too
+    assert ".entry k" in _nvrtc.compile_ptx(SOURCE % 1, "k.cu", "sm_90")
+    assert _nvrtc.statistics().compiles == mid.compiles
+    ptx = _nvrtc.compile_ptx(SOURCE % 1, "k.cu", "compute_90")
+    assert ".target sm_90" in ptx and _nvrtc.compile_ptx(SOURCE % 1, "k.cu", "compute_90") == ptx
+    assert _nvrtc.statistics().compiles == mid.compiles + 1
     # another arch, option or driver version is another cubin
     assert _nvrtc.cache_path(SOURCE % 1, "k.cu", "sm_90", driver_version=12080) != _nvrtc.cache_path(SOURCE % 1, "k.cu", "sm_90")
 

@@ -110,6 +110,18 @@ def compile_shader(source_name: str, arch: str, stage_max: int, driver_version: 
     return _nvrtc.compile_cubin(source, name, arch, headers, options, driver_version)
 
 
+def shader_ptx(source_name: str, arch: str, stage_max: int, driver_version: int = 0) -> str:
+    """The PTX of ``compile_shader``'s compile with the same arguments (cached beside its cubin: one
+    NVRTC run makes both), for checks of the generated code.
+
+    Raises:
+        KernelCompileError: NVRTC rejected the source (``.log`` has the log).
+        ValueError: no shader file ``<source_name>.cu``.
+    """
+    source, name, headers, options = _shader_inputs(source_name, stage_max)
+    return _nvrtc.compile_ptx(source, name, arch, headers, options, driver_version)
+
+
 def shader_cache_path(source_name: str, arch: str, stage_max: int, driver_version: int = 0) -> str:
     """Where ``compile_shader`` with these arguments caches its cubin (the file may not exist yet).
 

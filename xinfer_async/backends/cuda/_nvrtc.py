@@ -4,7 +4,8 @@ The library comes from ``$XINFER_NVRTC``, else the installed ``nvidia`` wheels (
 ``nvidia/cuda_nvrtc/lib``, ``nvidia/cu12/lib``). Cubins are cached under
 ``$XINFER_CACHE_DIR`` or ``$XDG_CACHE_HOME/xinfer_async`` or ``~/.cache/xinfer_async``, subdirectory
 ``cubin``, keyed by the sha256 of the source, its headers, the options, the arch, the NVRTC version and
-the driver version. A miss takes an exclusive lock on ``<cubin>.lock`` (``flock``) and looks again
+the driver version; a compile for a real arch also stores its PTX beside the cubin (``.ptx``, for
+``compile_ptx``: one NVRTC run makes both). A miss takes an exclusive lock on ``<cubin>.lock`` (``flock``) and looks again
 before it compiles, so processes sharing the cache (pytest-xdist workers, a pre-compile pool) compile
 each cubin once: the others wait for it and read it. ``statistics()`` counts this process's hits,
 compiles and waits; ``$XINFER_NVRTC_LOG`` names a file that gets one line a call (appended, so the
@@ -175,31 +176,53 @@ def compile_cubin(source: str, name: str, arch: str, headers: dict[str, str] | N
     Raises:
         KernelCompileError: NVRTC rejected the source (``.log`` holds its log).
     """
+    return _cached(source, name, arch, headers, options, driver_version, ".cubin")
+
+
+def compile_ptx(source: str, name: str, arch: str, headers: dict[str, str] | None = None,
+                options: tuple[str, ...] = (), driver_version: int = 0) -> str:
+    """The PTX text of CUDA C ``source``: for checks of the generated code (the backend loads cubins).
+
+    For a real architecture (``"sm_90"``) it is the PTX of ``compile_cubin``'s compile with the same
+    arguments, cached beside its cubin (one NVRTC run makes both, once); for a virtual one
+    (``"compute_90"``) a compile to PTX alone, cached the same way.
+
+    Raises:
+        KernelCompileError: NVRTC rejected the source (``.log`` holds its log).
+    """
+    return _cached(source, name, arch, headers, options, driver_version, ".ptx").decode()
+
+
+def _cached(source: str, name: str, arch: str, headers: dict[str, str] | None, options: tuple[str, ...],
+            driver_version: int, ext: str) -> bytes:
+    """The cached ``.cubin`` or ``.ptx`` of a compile, else compile under the cache's lock and store
+    what the compile made: both for a real arch (``sm_``), the PTX alone for a virtual one."""
     headers = dict(sorted((headers or {}).items()))
     opts = (f"--gpu-architecture={arch}", "--std=c++17", *options)
-    path = cache_path(source, name, arch, headers, options, driver_version)
-    digest = path[:-len(".cubin")].rsplit("-", 1)[1]
-    cubin = _read(path)
-    if cubin is not None:
+    stem = cache_path(source, name, arch, headers, options, driver_version)[:-len(".cubin")]
+    digest, path = stem.rsplit("-", 1)[1], stem + ext
+    data = _read(path)
+    if data is not None:
         _count("hit", 0.0, name, digest)
-        return cubin
+        return data
     t0 = time.perf_counter()
-    with _cache_lock(path):
-        cubin = _read(path)  # another process compiled it while this one waited for the lock
-        if cubin is not None:
+    with _cache_lock(stem + ".cubin"):
+        data = _read(path)  # another process compiled it while this one waited for the lock
+        if data is not None:
             _count("waited", time.perf_counter() - t0, name, digest)
-            return cubin
+            return data
         t0 = time.perf_counter()
-        cubin = _compile(source, name, headers, opts)
+        made = _compile(source, name, headers, opts, cubin=arch.startswith("sm_"))
         _count("compiled", time.perf_counter() - t0, name, digest)
-        try:
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                f.write(cubin)
-            os.replace(tmp, path)
-        except OSError:
-            pass  # a read-only cache only costs a recompile
-    return cubin
+        for e, blob in made.items():
+            try:  # the PTX first: a reader that finds the cubin finds its PTX too
+                fd, tmp = tempfile.mkstemp(dir=os.path.dirname(stem), suffix=".tmp")
+                with os.fdopen(fd, "wb") as f:
+                    f.write(blob)
+                os.replace(tmp, stem + e)
+            except OSError:
+                pass  # a read-only cache only costs a recompile
+    return made[ext]
 
 
 def _read(path: str) -> bytes | None:
@@ -230,19 +253,8 @@ def _cache_lock(path: str):
             os.close(fd)
 
 
-def compile_ptx(source: str, name: str, arch: str, headers: dict[str, str] | None = None,
-                options: tuple[str, ...] = ()) -> str:
-    """Compile CUDA C ``source`` to PTX text for the virtual architecture ``arch`` (e.g.
-    ``"compute_90"``), uncached: for checks of the generated code (the backend loads cubins).
-
-    Raises:
-        KernelCompileError: NVRTC rejected the source (``.log`` holds its log).
-    """
-    opts = (f"--gpu-architecture={arch}", "--std=c++17", *options)
-    return _compile(source, name, dict(sorted((headers or {}).items())), opts, ptx=True).decode()
-
-
-def _compile(source: str, name: str, headers: dict[str, str], opts: tuple[str, ...], ptx: bool = False) -> bytes:
+def _compile(source: str, name: str, headers: dict[str, str], opts: tuple[str, ...], cubin: bool) -> dict[str, bytes]:
+    """One NVRTC run: ``{".ptx": PTX text (no NUL)}``, plus ``".cubin"`` when ``cubin`` (a real arch)."""
     lib = load()
     prog = ffi.new("nvrtcProgram *")
     keep = [ffi.new("char[]", s.encode()) for s in (*headers.values(), *headers.keys(), *opts)]
@@ -261,11 +273,13 @@ def _compile(source: str, name: str, headers: dict[str, str], opts: tuple[str, .
         if status != 0:
             msg = ffi.string(lib.nvrtcGetErrorString(status)).decode()
             raise KernelCompileError(f"{name}: {msg}", log)
-        kind = "PTX" if ptx else "CUBIN"
-        _check(getattr(lib, f"nvrtcGet{kind}Size")(prog[0], size), f"nvrtcGet{kind}Size")
-        out = ffi.new("char[]", size[0])
-        _check(getattr(lib, f"nvrtcGet{kind}")(prog[0], out), f"nvrtcGet{kind}")
-        data = bytes(ffi.buffer(out, size[0]))
-        return data.rstrip(b"\0") if ptx else data  # PTX text ends in a NUL
+        out = {}
+        for kind, ext in (("PTX", ".ptx"), ("CUBIN", ".cubin")) if cubin else (("PTX", ".ptx"),):
+            _check(getattr(lib, f"nvrtcGet{kind}Size")(prog[0], size), f"nvrtcGet{kind}Size")
+            data = ffi.new("char[]", size[0])
+            _check(getattr(lib, f"nvrtcGet{kind}")(prog[0], data), f"nvrtcGet{kind}")
+            blob = bytes(ffi.buffer(data, size[0]))
+            out[ext] = blob.rstrip(b"\0") if kind == "PTX" else blob  # PTX text ends in a NUL
+        return out
     finally:
         lib.nvrtcDestroyProgram(prog)
