@@ -90,12 +90,13 @@ def test_scaled_7b_8b_shapes_write_stream_and_load(tmp_path, monkeypatch, name, 
 
 def test_writer_streams_tensors_instead_of_holding_the_file(tmp_path, monkeypatch):
     """Peak memory (tracemalloc: numpy's buffers) while writing stays well under the file's size: the
-    writer keeps the tensor being written and the one being drawn, not every tensor until the end."""
+    writer keeps the tensors in flight (a byte budget, two at least), not every tensor until the end."""
     import tracemalloc
 
     c = _synthetic.LlamaConfig(n_layer=8, dim=512, n_head=4, n_kv_head=1, head_dim=128, ffn_dim=1024,
                                vocab_size=4096, tied_embeddings=False)
     monkeypatch.setattr(_synthetic, "_CHUNK_ELEMS", 1 << 16)
+    monkeypatch.setattr(_synthetic, "_INFLIGHT_BYTES", 1 << 20)  # drawn ahead: 1 MB (or two tensors)
     tracemalloc.start()
     try:
         p = write_synthetic_gguf(tmp_path / "m.gguf", c, "q8_0", threads=2)

@@ -16,14 +16,16 @@ rounding search). ``dtype`` is one type for every matrix, or one of llama.cpp's 
 ``q5_k_m`` (``tensor_types``: llama.cpp's ``llama-quant.cpp`` rules for a Llama).
 
 Streamed: the tensor infos are written first, then each tensor as soon as its chunks are encoded while
-the pool draws the next, so memory holds two tensors (the 8B shape: its two 0.56 GB q8_0 embedding
-matrices), not the file. Measured on a 2-core machine (shared): about 16 M parameters/s for q4_1, i.e.
-smollm2-135m in ~8 s;
-by extrapolation, a 1.24 G-parameter llama-3.2-1b shape on a 16-core machine takes ~10-20 s (~80 s on 2).
+the pool draws the next ones (up to 1 GiB of them), so memory holds about that, not the file.
+Measured on a shared 2-core machine: llama-3.2-1b in q4_1 (1.24 G parameters, 890 MB) takes 35
+CPU-seconds and peaks at 387 MB resident (smollm2-135m: 134 MB, against 160 MB when the whole file
+was held); by extrapolation the 8.03 G-parameter llama-3.1-8b shape (5.5 GB in q4_1) takes ~230
+CPU-seconds, ~15-20 s on 16 cores, and ~1.5-2 GB of memory.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import os
@@ -52,6 +54,7 @@ _FTYPE = {"f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q4_k
 _GGUF_QUANTIZES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "bf16")
 WEIGHT_STD = 0.02
 _CHUNK_ELEMS = 1 << 22  # elements drawn and quantized per task
+_INFLIGHT_BYTES = 1 << 28  # encoded tensors drawn ahead of the file write (the pool's work queue)
 _VERSION = 1  # bump when the file contents of a (shape, dtype, seed) change: invalidates the cache
 
 SHAPES: dict[str, LlamaConfig] = {
@@ -308,8 +311,9 @@ def write_synthetic_gguf(path: str | os.PathLike, shape: str | LlamaConfig, dtyp
         from tqdm import tqdm
 
         bar = tqdm(total=len(shapes), desc=f"writing synthetic {name}", unit="tensor", leave=False)
-    # Streamed: the tensor infos first (sizes from one encoded row), then each tensor as soon as its
-    # chunks are done, while the pool draws the next one: two tensors in memory, not the file.
+    # Streamed: the tensor infos first (sizes from one encoded row), then each tensor in file order
+    # as soon as its chunks are done, while the pool draws the next ones (up to _INFLIGHT_BYTES
+    # encoded, so small tensors still give every core a chunk): not the whole file in memory.
     for tname, tshape in shapes.items():
         row, raw = encode_tensor(np.zeros((1, tshape[-1]), np.float32), types[tname]) if len(tshape) == 2 else \
             (np.zeros((1, tshape[0]), np.float32), None)
@@ -320,14 +324,14 @@ def write_synthetic_gguf(path: str | os.PathLike, shape: str | LlamaConfig, dtyp
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
-        pending = None
+        pending: collections.deque = collections.deque()
         for index, (tname, tshape) in enumerate(shapes.items()):
-            started = _start_tensor(tshape, types[tname], seed, index, pool)
-            if pending is not None:
-                _write_tensor(w, *pending, bar)
-            pending = started
-        if pending is not None:
-            _write_tensor(w, *pending, bar)
+            # write the oldest tensors once the ones in flight pass the byte budget (two at least)
+            while len(pending) >= 2 and sum(p[0].nbytes for p in pending) >= _INFLIGHT_BYTES:
+                _write_tensor(w, *pending.popleft(), bar)
+            pending.append(_start_tensor(tshape, types[tname], seed, index, pool))
+        while pending:
+            _write_tensor(w, *pending.popleft(), bar)
     if bar is not None:
         bar.close()
     w.close()
