@@ -162,7 +162,8 @@ def test_synthetic_model_is_cached_and_validated(tmp_path):
     mtime = p.stat().st_mtime_ns
     assert synthetic_model("synthetic:tiny:q8_0", seed=5) == p and p.stat().st_mtime_ns == mtime
     assert not list(p.parent.glob("*.part"))
-    with pytest.raises(ValueError, match=r"^unknown synthetic shape 'nope'; known shapes: smollm2-135m, llama-3.2-1b, llama-3.1-8b, qwen2.5-7b, tiny$"):
+    with pytest.raises(ValueError, match=r"^unknown synthetic shape 'nope'; known shapes: smollm2-135m, llama-3.2-1b, "
+                                         r"llama-3.1-8b, qwen2.5-7b, tiny$"):
         llm.resolve_model("synthetic:nope")
     with pytest.raises(ValueError, match=r"^dtype must be one of q4_1, q8_0, f16, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k, "
                                          r"iq4_nl, bf16, q4_k_m, q5_k_m, got 'q3_k'$"):

@@ -5,11 +5,12 @@ The library comes from ``$XINFER_NVRTC``, else the installed ``nvidia`` wheels (
 ``$XINFER_CACHE_DIR`` or ``$XDG_CACHE_HOME/xinfer_async`` or ``~/.cache/xinfer_async``, subdirectory
 ``cubin``, keyed by the sha256 of the source, its headers, the options, the arch, the NVRTC version and
 the driver version; a compile for a real arch also stores its PTX beside the cubin (``.ptx``, for
-``compile_ptx``: one NVRTC run makes both). A miss takes an exclusive lock on ``<cubin>.lock`` (``flock``) and looks again
-before it compiles, so processes sharing the cache (pytest-xdist workers, a pre-compile pool) compile
-each cubin once: the others wait for it and read it. ``statistics()`` counts this process's hits,
-compiles and waits; ``$XINFER_NVRTC_LOG`` names a file that gets one line a call (appended, so the
-processes of one run may share it): ``pid outcome seconds name key``.
+``compile_ptx``: one NVRTC run makes both). A miss takes an exclusive lock on ``<cubin>.lock``
+(``flock``) and looks again before it compiles, so processes sharing the cache (pytest-xdist
+workers, a pre-compile pool) compile each cubin once: the others wait for it and read it.
+``statistics()`` counts this process's hits, compiles and waits; ``$XINFER_NVRTC_LOG`` names a file
+that gets one line a call (appended, so the processes of one run may share it):
+``pid outcome seconds name key``.
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ _lock = threading.Lock()
 
 @dataclasses.dataclass(frozen=True)
 class CompileStatistics:
-    """What ``compile_cubin`` did in this process: calls answered from the cache (``hits``), cubins
-    compiled (``compiles``, taking ``compile_s`` seconds of NVRTC in all), and misses that found
+    """What ``compile_cubin`` and ``compile_ptx`` did in this process: calls answered from the cache
+    (``hits``), NVRTC runs (``compiles``, ``compile_s`` seconds in all), and misses that found
     another process compiling the same cubin and read its result (``waits``, ``wait_s`` seconds)."""
 
     hits: int = 0
