@@ -16,11 +16,12 @@ rounding search). ``dtype`` is one type for every matrix, or one of llama.cpp's 
 ``q5_k_m`` (``tensor_types``: llama.cpp's ``llama-quant.cpp`` rules for a Llama).
 
 Streamed: the tensor infos are written first, then each tensor as soon as its chunks are encoded while
-the pool draws the next ones (up to 1 GiB of them), so memory holds about that, not the file.
-Measured on a shared 2-core machine: llama-3.2-1b in q4_1 (1.24 G parameters, 890 MB) takes 35
-CPU-seconds and peaks at 387 MB resident (smollm2-135m: 134 MB, against 160 MB when the whole file
-was held); by extrapolation the 8.03 G-parameter llama-3.1-8b shape (5.5 GB in q4_1) takes ~230
-CPU-seconds, ~15-20 s on 16 cores, and ~1.5-2 GB of memory.
+the pool draws the next ones (up to 256 MiB of them), so memory holds about that, not the file.
+Measured on a shared 2-core machine: llama-3.2-1b in q4_1 (1.24 G parameters, 890 MB) takes 36
+CPU-seconds and peaks at 389 MB resident (smollm2-135m: 134 MB, against 160 MB when the whole file
+was held); by extrapolation the 8.03 G-parameter llama-3.1-8b shape (5.5 GB in q4_1) takes ~235
+CPU-seconds, ~15-20 s on 16 cores, and ~1-1.5 GB of memory (its 0.56 GB q8_0 embedding and output
+matrices, and 16 threads' chunks).
 """
 
 from __future__ import annotations
