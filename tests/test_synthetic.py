@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -30,6 +31,82 @@ def test_named_shapes_have_the_models_parameter_counts():
     c = SHAPES["llama-3.2-1b"]
     assert (c.n_layer, c.dim, c.n_head, c.n_kv_head, c.head_dim, c.ffn_dim, c.vocab_size, c.rope_theta) == \
         (16, 2048, 32, 8, 64, 8192, 128256, 500000.0)
+
+
+def test_7b_and_8b_shapes_have_the_models_sizes_and_pass_validation():
+    # Llama-3.1-8B: 8,030,261,248 parameters (untied output); Qwen2.5-7B: 7,615,616,512 less its
+    # q/k/v biases (28 x (3584 + 512 + 512) = 129,024), which the llama architecture has not
+    assert _params("llama-3.1-8b") == 8_030_261_248
+    assert _params("qwen2.5-7b") == 7_615_616_512 - 129_024
+    fields = lambda c: (c.n_layer, c.dim, c.n_head, c.n_kv_head, c.head_dim, c.ffn_dim, c.vocab_size,  # noqa: E731
+                        c.rope_theta, c.tied_embeddings)
+    assert fields(SHAPES["llama-3.1-8b"]) == (32, 4096, 32, 8, 128, 14336, 128256, 500000.0, False)
+    assert fields(SHAPES["qwen2.5-7b"]) == (28, 3584, 28, 4, 128, 18944, 152064, 1000000.0, False)
+    for name in ("llama-3.1-8b", "qwen2.5-7b"):
+        c = _synthetic.shape_config(name)
+        assert "output.weight" in llama_tensor_shapes(c)
+        for dtype in _synthetic.DTYPES:  # every row length is a multiple of 256: no fallback types
+            types = _synthetic.tensor_types(c, dtype)
+            assert set(types.values()) <= {"f32", "q8_0", "f16", "q6_k", dtype, _synthetic.MIXES.get(dtype)}, dtype
+        assert _synthetic.tensor_types(c, "q4_k_m")["output.weight"] == "q6_k"
+
+
+def _scaled(name: str, **kw) -> _synthetic.LlamaConfig:
+    """``SHAPES[name]`` with fewer layers and narrower widths, same head_dim, GQA ratio and the rest."""
+    c = SHAPES[name]
+    return dataclasses.replace(c, n_layer=2, n_kv_head=1, n_head=c.n_head // c.n_kv_head,
+                               dim=c.n_head // c.n_kv_head * c.head_dim, **kw)
+
+
+@pytest.mark.parametrize("name,dtype", [("llama-3.1-8b", "q4_1"), ("qwen2.5-7b", "q4_k_m")])
+def test_scaled_7b_8b_shapes_write_stream_and_load(tmp_path, monkeypatch, name, dtype):
+    """The 8B / 7B write path (untied output, head_dim 128, their GQA ratios and rope bases) on a
+    scaled-down config, several chunks a matrix: the file loads with the config written, and each
+    matrix holds its chunks in order, each drawn from default_rng([seed, tensor index, chunk]) and
+    encoded (what a write of the full shape does, tensor by tensor)."""
+    import gguf
+
+    c = _scaled(name, ffn_dim=512, vocab_size=1000)
+    monkeypatch.setattr(_synthetic, "_CHUNK_ELEMS", c.dim * 96)  # 96 rows a chunk: several a matrix
+    p = write_synthetic_gguf(tmp_path / "s.gguf", c, dtype, seed=11, threads=3)
+    m = load_gguf(p)
+    assert m.config == dataclasses.replace(c, rms_eps=m.config.rms_eps) and m.config.rms_eps == np.float32(c.rms_eps)
+    types = _synthetic.tensor_types(c, dtype)
+    reader = gguf.GGUFReader(p)
+    assert [t.name for t in reader.tensors] == list(types)
+    for index, t in enumerate(reader.tensors):
+        if len(t.shape) == 1:
+            continue
+        n, k = int(t.shape[1]), int(t.shape[0])
+        rows = max(1, _synthetic._CHUNK_ELEMS // k)
+        want = []
+        for ci, start in enumerate(range(0, n, rows)):
+            x = np.random.default_rng([11, index, ci]).standard_normal((min(rows, n - start), k), dtype=np.float32)
+            want.append(_synthetic.encode_tensor(x * np.float32(0.02), types[t.name])[0])
+        data = np.asarray(t.data)
+        want = np.concatenate(want)
+        assert np.array_equal(data.view(np.uint8).reshape(n, -1), want.view(np.uint8).reshape(n, -1)), t.name
+
+
+def test_writer_streams_tensors_instead_of_holding_the_file(tmp_path, monkeypatch):
+    """Peak memory (tracemalloc: numpy's buffers) while writing stays well under the file's size: the
+    writer keeps the tensors in flight (a byte budget, two at least), not every tensor until the end."""
+    import tracemalloc
+
+    c = _synthetic.LlamaConfig(n_layer=8, dim=512, n_head=4, n_kv_head=1, head_dim=128, ffn_dim=1024,
+                               vocab_size=4096, tied_embeddings=False)
+    monkeypatch.setattr(_synthetic, "_CHUNK_ELEMS", 1 << 16)
+    monkeypatch.setattr(_synthetic, "_INFLIGHT_BYTES", 1 << 20)  # drawn ahead: 1 MB (or two tensors)
+    tracemalloc.start()
+    try:
+        p = write_synthetic_gguf(tmp_path / "m.gguf", c, "q8_0", threads=2)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    size = p.stat().st_size
+    largest = max(math.prod(s) for s in llama_tensor_shapes(c).values()) * 34 // 32
+    print(f"file {size / 1e6:.1f} MB, peak traced {peak / 1e6:.1f} MB, largest tensor {largest / 1e6:.1f} MB")
+    assert size > 20e6 and peak < size / 3
 
 
 @pytest.mark.parametrize("dtype", ["q4_1", "q8_0", "f16"])
@@ -85,7 +162,8 @@ def test_synthetic_model_is_cached_and_validated(tmp_path):
     mtime = p.stat().st_mtime_ns
     assert synthetic_model("synthetic:tiny:q8_0", seed=5) == p and p.stat().st_mtime_ns == mtime
     assert not list(p.parent.glob("*.part"))
-    with pytest.raises(ValueError, match=r"^unknown synthetic shape 'nope'; known shapes: smollm2-135m, llama-3.2-1b, tiny$"):
+    with pytest.raises(ValueError, match=r"^unknown synthetic shape 'nope'; known shapes: smollm2-135m, llama-3.2-1b, "
+                                         r"llama-3.1-8b, qwen2.5-7b, tiny$"):
         llm.resolve_model("synthetic:nope")
     with pytest.raises(ValueError, match=r"^dtype must be one of q4_1, q8_0, f16, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k, "
                                          r"iq4_nl, bf16, q4_k_m, q5_k_m, got 'q3_k'$"):

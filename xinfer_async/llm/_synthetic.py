@@ -15,12 +15,18 @@ per 32-element block, so chunking by rows does not change a bit. The types ``ggu
 rounding search). ``dtype`` is one type for every matrix, or one of llama.cpp's mixes ``q4_k_m`` /
 ``q5_k_m`` (``tensor_types``: llama.cpp's ``llama-quant.cpp`` rules for a Llama).
 
-Measured on a 2-core machine (shared): about 16 M parameters/s for q4_1, i.e. smollm2-135m in ~8 s;
-by extrapolation, a 1.24 G-parameter llama-3.2-1b shape on a 16-core machine takes ~10-20 s (~80 s on 2).
+Streamed: the tensor infos are written first, then each tensor as soon as its chunks are encoded while
+the pool draws the next ones (up to 256 MiB of them), so memory holds about that, not the file.
+Measured on a shared 2-core machine: llama-3.2-1b in q4_1 (1.24 G parameters, 890 MB) takes 36
+CPU-seconds and peaks at 389 MB resident (smollm2-135m: 134 MB, against 160 MB when the whole file
+was held); by extrapolation the 8.03 G-parameter llama-3.1-8b shape (5.5 GB in q4_1) takes ~235
+CPU-seconds, ~15-20 s on 16 cores, and ~1-1.5 GB of memory (its 0.56 GB q8_0 embedding and output
+matrices, and 16 threads' chunks).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import os
@@ -49,6 +55,7 @@ _FTYPE = {"f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q4_k
 _GGUF_QUANTIZES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "bf16")
 WEIGHT_STD = 0.02
 _CHUNK_ELEMS = 1 << 22  # elements drawn and quantized per task
+_INFLIGHT_BYTES = 1 << 28  # encoded tensors drawn ahead of the file write (the pool's work queue)
 _VERSION = 2  # bump when the file contents of a (shape, dtype, seed) change: invalidates the cache
 
 SHAPES: dict[str, LlamaConfig] = {
@@ -60,6 +67,16 @@ SHAPES: dict[str, LlamaConfig] = {
     "llama-3.2-1b": LlamaConfig(n_layer=16, dim=2048, n_head=32, n_kv_head=8, head_dim=64, ffn_dim=8192,
                                 vocab_size=128256, rope_theta=500000.0, rms_eps=1e-5, context_length=131072,
                                 tied_embeddings=True),
+    # meta-llama/Llama-3.1-8B: 32 layers, dim 4096, 32 heads (8 kv), head_dim 128, ffn 14336, vocab 128256,
+    # untied output; 8.03 G parameters (the llama3 rope scaling of long contexts is not written: no rope_freqs)
+    "llama-3.1-8b": LlamaConfig(n_layer=32, dim=4096, n_head=32, n_kv_head=8, head_dim=128, ffn_dim=14336,
+                                vocab_size=128256, rope_theta=500000.0, rms_eps=1e-5, context_length=131072,
+                                tied_embeddings=False),
+    # Qwen/Qwen2.5-7B's sizes in the llama architecture: 28 layers, dim 3584, 28 heads (4 kv), head_dim 128,
+    # ffn 18944, vocab 152064, untied output; 7.615 G parameters without qwen2's q/k/v biases (129,024 more)
+    "qwen2.5-7b": LlamaConfig(n_layer=28, dim=3584, n_head=28, n_kv_head=4, head_dim=128, ffn_dim=18944,
+                              vocab_size=152064, rope_theta=1000000.0, rms_eps=1e-6, context_length=32768,
+                              tied_embeddings=False),
     # for tests: seconds to write, load and run on a cpu
     "tiny": LlamaConfig(n_layer=2, dim=64, n_head=4, n_kv_head=2, head_dim=16, ffn_dim=128, vocab_size=512,
                         rope_theta=10000.0, rms_eps=1e-5, context_length=256, tied_embeddings=True),
@@ -213,25 +230,31 @@ def _tokenizer_metadata(vocab: int) -> dict[str, tuple[str, object]]:
     return meta
 
 
-def _random_tensor(shape: tuple[int, ...], dtype: str, seed: int, index: int,
-                   pool: ThreadPoolExecutor) -> tuple[np.ndarray, object]:
-    """One tensor: a vector 1 + N(0, 0.1) in f32, or an (N, K) matrix N(0, 0.02) encoded as ``dtype``."""
+def _start_tensor(shape: tuple[int, ...], dtype: str, seed: int, index: int,
+                  pool: ThreadPoolExecutor) -> tuple[np.ndarray, object, list]:
+    """Begin drawing one tensor: a vector 1 + N(0, 0.1) in f32 (drawn at once), or an (N, K) matrix
+    N(0, 0.02) encoded as ``dtype``, its row chunks submitted to ``pool``, each encoding into its
+    rows of the returned array.
+
+    Returns:
+        (the array, filled once every future is done; its GGML raw dtype or None; the futures)
+    """
     if len(shape) == 1:
         rng = np.random.default_rng([seed, index])
-        return (1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32), None
+        return (1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32), None, []
     n, k = shape
+    row, raw = encode_tensor(np.zeros((1, k), np.float32), dtype)
+    out = np.empty((n, row.shape[-1]), row.dtype)  # (N, bytes or elements of an encoded row)
     rows = max(1, _CHUNK_ELEMS // k)
-    starts = list(range(0, n, rows))
 
-    def chunk(ci: int) -> np.ndarray:
+    def chunk(ci: int) -> None:
         rng = np.random.default_rng([seed, index, ci])
-        x = rng.standard_normal((min(rows, n - starts[ci]), k), dtype=np.float32)
+        start = ci * rows
+        x = rng.standard_normal((min(rows, n - start), k), dtype=np.float32)
         x *= np.float32(WEIGHT_STD)
-        return encode_tensor(x, dtype)[0]
+        out[start:start + len(x)] = encode_tensor(x, dtype)[0]
 
-    parts = list(pool.map(chunk, range(len(starts))))
-    _, raw = encode_tensor(np.zeros((1, k), np.float32), dtype)
-    return (parts[0] if len(parts) == 1 else np.concatenate(parts)), raw
+    return out, raw, [pool.submit(chunk, ci) for ci in range(-(-n // rows))]
 
 
 def write_synthetic_gguf(path: str | os.PathLike, shape: str | LlamaConfig, dtype: str = "q4_1",
@@ -240,8 +263,8 @@ def write_synthetic_gguf(path: str | os.PathLike, shape: str | LlamaConfig, dtyp
 
     Args:
         path: the file to write (replaced if present).
-        shape: a key of ``SHAPES`` (``"smollm2-135m"``, ``"llama-3.2-1b"``, ``"tiny"``) or a
-            ``LlamaConfig``.
+        shape: a key of ``SHAPES`` (``"smollm2-135m"``, ``"llama-3.2-1b"``, ``"llama-3.1-8b"``,
+            ``"qwen2.5-7b"``, ``"tiny"``) or a ``LlamaConfig``.
         dtype: encoding of the matrices: a type of ``PURE_DTYPES`` (``"q4_1"``, ``"q8_0"``,
             ``"f16"``, ``"q4_k"``, ...) or a llama.cpp mix (``"q4_k_m"``, ``"q5_k_m"``): see
             ``tensor_types``. With a pure type the embedding (``token_embd.weight``, also the tied
@@ -289,19 +312,39 @@ def write_synthetic_gguf(path: str | os.PathLike, shape: str | LlamaConfig, dtyp
         from tqdm import tqdm
 
         bar = tqdm(total=len(shapes), desc=f"writing synthetic {name}", unit="tensor", leave=False)
-    with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
-        for index, (tname, tshape) in enumerate(shapes.items()):
-            data, raw = _random_tensor(tshape, types[tname], seed, index, pool)
-            w.add_tensor(tname, data, raw_dtype=raw)
-            if bar is not None:
-                bar.update()
-    if bar is not None:
-        bar.close()
+    # Streamed: the tensor infos first (sizes from one encoded row), then each tensor in file order
+    # as soon as its chunks are done, while the pool draws the next ones (up to _INFLIGHT_BYTES
+    # encoded, so small tensors still give every core a chunk): not the whole file in memory.
+    for tname, tshape in shapes.items():
+        row, raw = encode_tensor(np.zeros((1, tshape[-1]), np.float32), types[tname]) if len(tshape) == 2 else \
+            (np.zeros((1, tshape[0]), np.float32), None)
+        byte_shape = (tshape[0], row.shape[-1]) if len(tshape) == 2 else tshape
+        w.add_tensor_info(tname, byte_shape, row.dtype, tshape[0] * row.nbytes if len(tshape) == 2 else row.nbytes,
+                          raw_dtype=raw)
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    w.write_ti_data_to_file()
+    with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
+        pending: collections.deque = collections.deque()
+        for index, (tname, tshape) in enumerate(shapes.items()):
+            # write the oldest tensors once the ones in flight pass the byte budget (two at least)
+            while len(pending) >= 2 and sum(p[0].nbytes for p in pending) >= _INFLIGHT_BYTES:
+                _write_tensor(w, *pending.popleft(), bar)
+            pending.append(_start_tensor(tshape, types[tname], seed, index, pool))
+        while pending:
+            _write_tensor(w, *pending.popleft(), bar)
+    if bar is not None:
+        bar.close()
     w.close()
     return path
+
+
+def _write_tensor(w, data: np.ndarray, raw: object, futures: list, bar) -> None:
+    for f in futures:
+        f.result()  # its rows are filled (re-raises a chunk's error)
+    w.write_tensor_data(data)
+    if bar is not None:
+        bar.update()
 
 
 def _cache_key(c: LlamaConfig, name: str, dtype: str, seed: int) -> str:
