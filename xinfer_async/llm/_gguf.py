@@ -88,11 +88,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def load_gguf(path: str | os.PathLike) -> GGUFModel:
+def load_gguf(path: str | os.PathLike, *, check_tokenizer: bool = True) -> GGUFModel:
     """Open and validate a GGUF file of a supported family (``_arch.ARCHITECTURES``), memory-mapped.
 
     Args:
         path: the ``.gguf`` file.
+        check_tokenizer: refuse a ``tokenizer.ggml.model`` the tokenizer does not implement (default).
+            False: leave it out of the up-front check, for a caller that gives token ids itself
+            (scoring golden ids, ``ReferenceLlama``); its other ``tokenizer.ggml.*`` keys are still checked.
 
     Returns:
         A :class:`GGUFModel`; tensor data stays memory-mapped (nothing is copied or decoded).
@@ -118,7 +121,7 @@ def load_gguf(path: str | os.PathLike) -> GGUFModel:
     f = read_gguf(path)
     meta = {k: v if isinstance(v, str) else None for k, v in f.metadata.items()
             if k in ("general.architecture", "tokenizer.ggml.model")}
-    check_supported(path, meta.get("general.architecture"), meta.get("tokenizer.ggml.model"),
+    check_supported(path, meta.get("general.architecture"), meta.get("tokenizer.ggml.model") if check_tokenizer else None,
                     [(t.name, t.type_name, len(t.shape)) for t in f.tensors])
     config = validate_model(f)
     tensors = {
