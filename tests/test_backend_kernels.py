@@ -107,7 +107,7 @@ async def test_attention_gqa(devices, rng):
     k[:4] *= 10.0
     pos = np.array([3, 7, -1, 15], np.int32)
     scale = 1.0 / np.sqrt(hd)
-    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": ctx, "q_stride": nh * hd, "scale": scale}
+    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": ctx, "q_stride": nh * hd, "scale": scale, "window": 0}
     (out,) = await run(devices, "attention", [q, k, v, pos, nan(T, nh, hd)], [4], consts)
     ref = attention_ref(q, k, v, pos, nh, nkv, hd, np.float32(scale))
     s_max = np.abs(k[: pos[1] + 1, 0].astype(np.float64) @ q[1, 0].astype(np.float64) * scale).max()
@@ -129,7 +129,7 @@ async def _check_batched_row(dev, row, qt, k, v, first, last, seq_ctx, nh, nkv, 
     p = last - first
     ref = attention_ref(qt[None], kt, vt, np.array([p]), nh, nkv, hd, np.float32(scale))
     np.testing.assert_allclose(row, ref[0], rtol=RTOL, atol=2e-5)
-    c1 = {"T": 1, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": seq_ctx, "q_stride": nh * hd, "scale": scale}
+    c1 = {"T": 1, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": seq_ctx, "q_stride": nh * hd, "scale": scale, "window": 0}
     (single,) = await run(dev, "attention", [np.ascontiguousarray(qt[None]), kt, vt, np.array([p], np.int32),
                                              nan(1, nh, hd)], [4], c1)
     np.testing.assert_array_equal(row, single[0])
@@ -146,7 +146,7 @@ async def test_attention_batched(devices, rng):
     last = first + np.array([seq_ctx - 1, 0, 17, 0, 5], np.int32)
     last[3] = -1  # padding: zero row
     scale = 1.0 / np.sqrt(hd)
-    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": nh * hd, "scale": scale}
+    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": nh * hd, "scale": scale, "window": 0}
     (out,) = await run(devices, "attention_batched", [q, k, v, first, last, nan(T, nh, hd)], [5], consts)
     assert np.isfinite(out).all()
     np.testing.assert_array_equal(out[3], 0.0)
@@ -166,7 +166,7 @@ async def test_attention_batched_wide_matches_single(devices, rng, nh, nkv, hd):
     first = np.arange(T, dtype=np.int32) * seq_ctx
     last = first + rng.integers(0, seq_ctx, size=T).astype(np.int32)
     scale = 1.0 / np.sqrt(hd)
-    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": nh * hd, "scale": scale}
+    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": nh * hd, "scale": scale, "window": 0}
     (out,) = await run(devices, "attention_batched", [q, k, v, first, last, nan(T, nh, hd)], [5], consts)
     assert np.isfinite(out).all()
     for t in rng.choice(T, size=4, replace=False):
