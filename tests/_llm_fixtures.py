@@ -164,14 +164,13 @@ GEMMA_NAME = "gemma-3-270m-q4_k_m.gguf"
 
 
 def gemma_file() -> Path | None:
-    """The real Gemma 3 270M Q4_K_M file: $XINFER_GEMMA_PATH, else the cache, else /work/dl."""
+    """The real Gemma 3 270M Q4_K_M file: $XINFER_GEMMA_PATH, else the cache (``pull gemma3-270m``)."""
     from xinfer_async.llm._registry import MODELS, model_path
 
     env = os.environ.get("XINFER_GEMMA_PATH")
     places = [Path(env)] if env else []
     if "gemma3-270m" in MODELS:
         places.append(model_path("gemma3-270m"))
-    places.append(Path("/work/dl") / GEMMA_NAME)
     return next((p for p in places if p.is_file()), None)
 
 

@@ -33,14 +33,10 @@ CTX, CHUNK = 512, 64
 
 
 def _model_file() -> Path:
-    """$XINFER_GEMMA3_PATH, else the cache (``pull gemma3-270m``), else /work/dl; skip if absent."""
-    from xinfer_async.llm._cache import cache_dir
+    """The real Gemma 3 270M Q4_K_M file ($XINFER_GEMMA_PATH or the cache: ``pull gemma3-270m``); skip if absent."""
+    from _llm_fixtures import require_gemma
 
-    env = os.environ.get("XINFER_GEMMA3_PATH")
-    for p in ([Path(env)] if env else []) + [cache_dir() / "gemma3-270m" / _FILE, Path("/work/dl") / _FILE]:
-        if p.is_file():
-            return p
-    pytest.skip(f"{_FILE} not found (set XINFER_GEMMA3_PATH, or pull 'gemma3-270m')")
+    return require_gemma()
 
 
 def _golden_dir() -> Path:
