@@ -319,9 +319,7 @@ class OpenAIServer:
                 if counted == 0:
                     m.ttft.observe(now - received)
                 else:
-                    gap = (now - last) / (n - counted)
-                    for _ in range(n - counted):
-                        m.itl.observe(gap)
+                    m.itl.observe((now - last) / (n - counted), n - counted)
                 m.generation_tokens.inc(n - counted)
                 last, counted = now, n
 
@@ -390,15 +388,9 @@ class OpenAIServer:
         async def write(data: bytes, more: bool = True) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": more})
 
-        next_write = 0.0  # trio.current_time() before which this stream does not write again
-
-        async def on_text(text: str) -> None:  # one event of the tokens there, then the interval
-            nonlocal next_write
+        async def on_text(text: str) -> None:  # one event of the tokens there, then wait for the next turn
             await write(piece_event(text))
-            gap = self.pacing.interval(self._streaming)
-            if gap > 0:
-                next_write = trio.current_time() + gap
-                await trio.sleep_until(next_write)
+            await self.pacing.wait(self._streaming)
 
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
