@@ -347,9 +347,12 @@ class Batcher:
     def _emit(self, r: BatchedRequest, nxt: Any) -> None:
         """Sample (non-greedy) and ``advance`` the request; end it when it is done."""
         req = r.request
-        token = nxt if req.greedy else req.sample(nxt)
+        if req.greedy:
+            token, logits = nxt, None
+        else:
+            token, logits = req.sample(nxt), nxt
         try:
-            finish = req.advance(token)
+            finish = req.advance(token, logits)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._end(r)  # the consumer closed the stream
             return

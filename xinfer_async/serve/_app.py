@@ -335,9 +335,17 @@ class OpenAIServer:
                 timeout = self.limits.request_timeout_s
                 left = timeout - (time.perf_counter() - received) if timeout else float("inf")
                 with trio.move_on_after(max(0.0, left)) as timer:
-                    async for piece in stream:
-                        if on_text is not None:
-                            piece += stream.read_nowait()
+                    while True:
+                        # the tokens already there first (no wait, no trio round); the stream only
+                        # when there are none (it waits for the next, and sees the end)
+                        piece = stream.read_nowait() if on_text is not None else ""
+                        if not piece:
+                            try:
+                                piece = await stream.__anext__()
+                            except StopAsyncIteration:
+                                break
+                            if on_text is not None:
+                                piece += stream.read_nowait()
                         count(time.perf_counter())
                         if on_text is not None:
                             await on_text(piece)
@@ -372,13 +380,38 @@ class OpenAIServer:
         r = stream.result
         use = oa.usage(r.timings.prompt_tokens, len(r.token_ids))
         make = oa.chat_body if chat else oa.completion_body
-        await _send_json(send, 200, make(rid, self.model_name, created, r.text, r.finish_reason, use))
+        await _send_json(send, 200, make(rid, self.model_name, created, r.text, r.finish_reason, use,
+                                         self._logprobs(r.logprobs, r.text_offsets, chat)))
+
+    def _logprobs(self, entries: list | None, offsets: list[int], chat: bool) -> dict | None:
+        """The ``logprobs`` field of a choice for these tokens' ``TokenLogprobs`` (None: not asked)."""
+        if entries is None:
+            return None
+        token_bytes = self.model.tokenizer.token_bytes
+        return oa.chat_logprobs(entries, token_bytes) if chat else oa.completion_logprobs(entries, offsets, token_bytes)
 
     async def _stream(self, stream, receive, send, chat, rid, created, include_usage, received) -> None:
         name = self.model_name
         timeout_error = APIError(504, f"the request ran past this server's limit of {self.limits.request_timeout_s} s",
                                  type="server_error", code="timeout")
-        if chat:
+        with_logprobs = stream.request.top_logprobs is not None
+        sent = 0  # tokens whose log-probabilities went out
+
+        def logprobs_upto(n: int) -> dict | None:  # those of the tokens sent..n, once
+            nonlocal sent
+            if not with_logprobs:
+                return None
+            lp, sent = self._logprobs(stream.logprobs[sent:n], stream.text_offsets[sent:n], chat), n
+            return lp
+
+        if with_logprobs:  # the whole chunk each event (the template has no place for them)
+            def piece_event(text: str) -> bytes:
+                lp = logprobs_upto(stream.token_count)
+                if chat:
+                    return encode(oa.chat_chunk(rid, name, created, {"content": text}, with_usage=include_usage,
+                                                logprobs=lp))
+                return encode(oa.completion_chunk(rid, name, created, text, with_usage=include_usage, logprobs=lp))
+        elif chat:
             piece_event = PieceEncoder(lambda text: oa.chat_chunk(rid, name, created, {"content": text},
                                                                   with_usage=include_usage))
         else:
@@ -408,10 +441,12 @@ class OpenAIServer:
             await write(encode(timeout_error.body()) + encode(b"[DONE]"), more=False)
             return
         r = stream.result
+        rest = logprobs_upto(len(r.token_ids)) if sent < len(r.token_ids) else None  # tokens of no text event
         if chat:
-            tail = [oa.chat_chunk(rid, name, created, {}, r.finish_reason, with_usage=include_usage)]
+            tail = [oa.chat_chunk(rid, name, created, {}, r.finish_reason, with_usage=include_usage, logprobs=rest)]
         else:
-            tail = [oa.completion_chunk(rid, name, created, "", r.finish_reason, with_usage=include_usage)]
+            tail = [oa.completion_chunk(rid, name, created, "", r.finish_reason, with_usage=include_usage,
+                                        logprobs=rest)]
         if include_usage:
             use = oa.usage(r.timings.prompt_tokens, len(r.token_ids))
             make = oa.chat_chunk if chat else oa.completion_chunk
