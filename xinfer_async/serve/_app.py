@@ -1,6 +1,7 @@
 """The ASGI application of ``xinfer-async serve``: routing, auth, limits, and the generation
 endpoints, on the public ``LanguageModel`` API (``generate``, ``render_chat``, ``tokenize``,
-``detokenize``, ``statistics``).
+``detokenize``, ``statistics``, and ``tokenizer.token_bytes`` for the token texts of
+log-probabilities).
 
 Plain ASGI rather than a framework: seven fixed routes, and the two things a framework would get
 in the way of are ours to control: reading the body with a size limit (refused once it passes
@@ -11,6 +12,12 @@ A generation request runs in a nursery with a watcher task on ``receive()``: whe
 goes away (or the request's time is up) the scope is cancelled, the ``GenerationStream`` stops
 at the next step boundary and frees its slot; the time from the disconnect to
 ``wait_released()`` returning goes to ``xinfer_disconnect_to_free_seconds``.
+
+A streamed response costs the server per event, not per token, wherever it can: an event is one
+pre-encoded template with the text spliced in (``PieceEncoder``; a request with log-probabilities
+builds its whole chunk), the tokens that came meanwhile are read without waiting
+(``GenerationStream.read_nowait``), the inter-token histogram takes the event's gaps in one call,
+and the stream then waits for its next turn on the shared pacing clock (``StreamPacing``).
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ Follows the OpenAI API reference (https://platform.openai.com/docs/api-reference
 /chat) as llama.cpp's llama-server and vLLM implement it, with vLLM's extensions ``top_k``,
 ``min_p``, ``repetition_penalty`` and ``ignore_eos``, and llama-server's ``repeat_last_n``. Every
 field a request may carry is read in ``generate_kwargs`` (one table, one function); ``n`` must be 1.
+Log-probabilities (``completion_logprobs``, ``chat_logprobs``) are those of the raw logits (see
+``LanguageModel.generate``), at most ``MAX_TOP_LOGPROBS`` alternatives a token.
 
 ``presence_penalty`` and ``frequency_penalty`` count the tokens of the last ``repeat_last_n``
 (default 64; -1: all) of the prompt and the generated text, as llama-server does (OpenAI's
@@ -113,11 +115,15 @@ def generate_kwargs(body: dict, accepted: Container[str], *, chat: bool, default
     Returns:
         ``{"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos"}``, plus
         ``min_p``, ``presence_penalty``, ``frequency_penalty``, ``repeat_penalty`` (from
-        ``repetition_penalty``) and ``repeat_last_n`` when the request sets them.
+        ``repetition_penalty``) and ``repeat_last_n`` when the request sets them, and ``logprobs``
+        (the count of alternatives, 0..20) when it asks for log-probabilities: completions'
+        ``logprobs: k``, chat's ``logprobs: true`` with ``top_logprobs: k`` (default 0).
 
     Raises:
-        APIError: 400 naming the field for a value of the wrong type or out of range, ``n`` other
-            than 1, a field this server does not support (``unsupported_parameter``), or
+        APIError: 400 naming the field for a value of the wrong type or out of range (``logprobs``
+            or ``top_logprobs`` outside [0, 20], ``top_logprobs`` without ``logprobs: true``),
+            ``n`` other than 1, a field this server does not support (``unsupported_parameter``;
+            ``logprobs`` too when the model's ``generate`` has no such argument), or
             ``max_tokens`` above the limit.
     """
     n = _integer(body, "n", 1)
