@@ -531,6 +531,49 @@ def test_chat_logprobs_match_a_float64_log_softmax_streamed_or_not(smol):
     assert r.choices[0].logprobs is None
 
 
+async def test_a_chat_stream_writes_its_role_with_the_first_text_and_its_last_text_with_the_end():
+    """The ASGI messages of one streamed chat (the app called directly, in this trio.run): the role
+    chunk goes out with the first text, the last text with the finish, usage and [DONE] chunks --
+    a socket write less each; every token its own event otherwise (one stream: no pacing)."""
+    import json
+
+    model = await llm.load(require_model(), device="cpu", slots=1, ctx=128, batching=True)
+    try:
+        app = OpenAIServer("smollm2-135m")
+        app.set_model(model)
+        ref = await model.chat(MESSAGES, max_tokens=5, ignore_eos=True)
+        body = json.dumps({"messages": MESSAGES, "max_tokens": 5, "temperature": 0, "stream": True,
+                           "ignore_eos": True, "stream_options": {"include_usage": True}}).encode()
+        sent, requests = [], [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive():
+            if requests:
+                return requests.pop()
+            await trio.sleep_forever()
+
+        async def send(msg):
+            sent.append(msg)
+
+        scope = {"type": "http", "path": "/v1/chat/completions", "method": "POST", "headers": []}
+        with trio.fail_after(60):
+            await app(scope, receive, send)
+    finally:
+        await model.aclose()
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    writes = [m["body"] for m in sent[1:]]
+    events = [[json.loads(e[6:]) for e in w.decode().split("\n\n") if e.startswith("data: {")] for w in writes]
+    assert [m.get("more_body") for m in sent[1:]] == [True] * (len(writes) - 1) + [False]
+    assert writes[-1].endswith(b"data: [DONE]\n\n")
+    first, last = events[0], events[-1]
+    assert first[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""} and len(first) == 2
+    assert first[1]["choices"][0]["delta"]["content"]
+    assert last[-2]["choices"][0]["finish_reason"] == "length" and last[-1]["usage"]["completion_tokens"] == 5
+    assert last[0]["choices"][0]["delta"].get("content")  # the last text rides with the end
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for w in events for e in w if e["choices"])
+    assert text == ref.text
+    assert len(writes) <= 5  # 5 tokens: at most a write each, the role and the end in theirs
+
+
 def test_a_client_that_disconnects_mid_stream_frees_its_slot(smol):
     before = smol.metrics()
     with httpx.stream("POST", smol.url + "/v1/chat/completions",

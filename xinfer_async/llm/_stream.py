@@ -145,6 +145,16 @@ class GenerationStream:
                 pieces.append(piece)
         return "".join(pieces)
 
+    def at_end(self) -> bool:
+        """True when the scheduler is done with the request and every token it delivered has been
+        read: the next ``anext`` returns at once, with the last text held back (if any) or the end
+        (or the request's error). A consumer that writes one event per wake-up (a server) asks
+        this after ``read_nowait`` to send its last piece and the end together."""
+        if self._handle is None:
+            return False
+        st = self.request.received.statistics()
+        return st.open_send_channels == 0 and st.current_buffer_used == 0
+
     def _release(self) -> str:
         for s in self._stop:
             at = self._text.find(s, max(0, self._emitted - len(s)))

@@ -309,10 +309,11 @@ class OpenAIServer:
             self._streams.discard(stream)
             self._in_flight -= 1
 
-    async def _run(self, stream: Any, receive: Callable, on_text: Callable[[str], Awaitable[None]] | None,
+    async def _run(self, stream: Any, receive: Callable, on_text: Callable[[str, bool], Awaitable[None]] | None,
                    received: float) -> str | None:
-        """Iterate ``stream`` into ``await on_text(text)`` (the text of every token there when it
-        wakes, so one call may carry several tokens; None: only run it) while watching the
+        """Iterate ``stream`` into ``await on_text(text, final)`` (the text of every token there when
+        it wakes, so one call may carry several tokens; ``final``: the stream has ended with it,
+        ``stream.result`` is set, and ``text`` may be empty; None: only run it) while watching the
         connection; returns None when it ran to its end, ``"disconnect"`` or ``"timeout"`` when it
         was cancelled (its slot is free by then, and the time from the event to that is recorded)."""
         ended_by: list = []  # (reason, perf_counter at the event)
@@ -353,9 +354,19 @@ class OpenAIServer:
                                 break
                             if on_text is not None:
                                 piece += stream.read_nowait()
+                        if on_text is None:
+                            count(time.perf_counter())
+                            continue
+                        if stream.result is None and stream.at_end():  # the end too: in the same event
+                            try:
+                                piece += await stream.__anext__()
+                            except StopAsyncIteration:
+                                pass
+                        final = stream.result is not None
                         count(time.perf_counter())
-                        if on_text is not None:
-                            await on_text(piece)
+                        await on_text(piece, final)
+                        if final:
+                            break
                     count(time.perf_counter())
                 if timer.cancelled_caught:
                     ended_by.append(("timeout", time.perf_counter()))
@@ -399,8 +410,6 @@ class OpenAIServer:
 
     async def _stream(self, stream, receive, send, chat, rid, created, include_usage, received) -> None:
         name = self.model_name
-        timeout_error = APIError(504, f"the request ran past this server's limit of {self.limits.request_timeout_s} s",
-                                 type="server_error", code="timeout")
         with_logprobs = stream.request.top_logprobs is not None
         sent = 0  # tokens whose log-probabilities went out
 
@@ -428,24 +437,36 @@ class OpenAIServer:
         async def write(data: bytes, more: bool = True) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": more})
 
-        async def on_text(text: str) -> None:  # one event of the tokens there, then wait for the next turn
-            await write(piece_event(text))
+        # events not written yet: they go out with the next write (a chat's role chunk with its
+        # first text, the last text with the end: a socket write less each)
+        pending = b""
+        if chat:
+            pending = encode(oa.chat_chunk(rid, name, created, {"role": "assistant", "content": ""},
+                                           with_usage=include_usage))
+
+        async def on_text(text: str, final: bool) -> None:  # one event of the tokens there, then wait for a turn
+            nonlocal pending
+            data = pending + piece_event(text) if text else pending
+            if final:
+                pending = data
+                return
+            pending = b""
+            await write(data)
             await self.pacing.wait(self._streaming)
 
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
         self._streaming += 1
         try:
-            if chat:
-                await write(encode(oa.chat_chunk(rid, name, created, {"role": "assistant", "content": ""},
-                                                 with_usage=include_usage)))
             ended = await self._run(stream, receive, on_text, received)
         finally:
             self._streaming -= 1
         if ended == "disconnect":
             return
         if ended == "timeout":
-            await write(encode(timeout_error.body()) + encode(b"[DONE]"), more=False)
+            error = APIError(504, f"the request ran past this server's limit of {self.limits.request_timeout_s} s",
+                             type="server_error", code="timeout")
+            await write(pending + encode(error.body()) + encode(b"[DONE]"), more=False)
             return
         r = stream.result
         rest = logprobs_upto(len(r.token_ids)) if sent < len(r.token_ids) else None  # tokens of no text event
@@ -458,7 +479,7 @@ class OpenAIServer:
             use = oa.usage(r.timings.prompt_tokens, len(r.token_ids))
             make = oa.chat_chunk if chat else oa.completion_chunk
             tail.append(make(rid, name, created, {} if chat else "", use=use, with_usage=True))
-        await write(b"".join(encode(c) for c in tail) + encode(b"[DONE]"), more=False)
+        await write(pending + b"".join(encode(c) for c in tail) + encode(b"[DONE]"), more=False)
 
 
 def _header(scope: dict, name: bytes) -> bytes | None:
