@@ -97,6 +97,8 @@ class Request:
         self.finish_reason: str | None = None
         self._sampler: Sampler | None = None
         self._send, self.received = trio.open_memory_channel(math.inf)
+        #: the scheduler is done with the request (``close``): no token follows those in ``received``
+        self.closed = False
         #: clock readings (``time.perf_counter``), None until the stage is reached
         self.submitted_at: float | None = None
         self.started_at: float | None = None
@@ -188,6 +190,7 @@ class Request:
     def close(self) -> None:
         """The scheduler is done with the request (finished, cancelled or failed): the consumer's
         ``received`` ends after the tokens it holds. Idempotent."""
+        self.closed = True
         self._send.close()
 
     def timings(self) -> Timings:

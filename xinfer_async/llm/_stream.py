@@ -150,10 +150,9 @@ class GenerationStream:
         read: the next ``anext`` returns at once, with the last text held back (if any) or the end
         (or the request's error). A consumer that writes one event per wake-up (a server) asks
         this after ``read_nowait`` to send its last piece and the end together."""
-        if self._handle is None:
+        if self._handle is None or not self.request.closed:
             return False
-        st = self.request.received.statistics()
-        return st.open_send_channels == 0 and st.current_buffer_used == 0
+        return self.request.received.statistics().current_buffer_used == 0
 
     def _release(self) -> str:
         for s in self._stop:

@@ -66,16 +66,22 @@ class StreamPacing:
     Args:
         interval_s: a fixed interval (0: every token as soon as it is there), or None for the
             default: ``write_cost_s`` times the streams in flight, which holds the server's writes
-            to about ``1 / write_cost_s`` a second in all (4,000 with the default) however many
+            to about ``1 / write_cost_s`` a second in all (1,000 with the default) however many
             streams there are, and is shorter than a token's time while few stream (one token an
             event then).
-        write_cost_s: see ``interval_s`` (seconds of server time a write is allowed).
+        write_cost_s: see ``interval_s`` (seconds of server time a write is allowed). The
+            default, 1 ms, keeps the writes to a few percent of the trio thread: an event costs
+            the server 40-130 us whatever it carries (hypercorn's h11 framing and send lock, the
+            socket send and its trio rounds; measured on the shared 2-core cpu with 1 token an
+            event against 6), so at 64 streams of a fast model one event a token would take the
+            thread, and 4,000 events a second (the former 0.25 ms) still about a tenth of it; at
+            64 streams the interval is 63 ms (16 events a second a stream), at 8 streams 7 ms.
 
     Raises:
         ValueError: ``interval_s`` below 0, or ``write_cost_s`` not above 0.
     """
 
-    def __init__(self, interval_s: float | None = None, write_cost_s: float = 250e-6):
+    def __init__(self, interval_s: float | None = None, write_cost_s: float = 1e-3):
         if interval_s is not None and not interval_s >= 0:
             raise ValueError(f"interval_s must be None or >= 0 seconds, got {interval_s!r}")
         if not write_cost_s > 0:
