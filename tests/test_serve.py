@@ -313,6 +313,60 @@ async def _max_active(model):
     return model.statistics()["scheduler"].max_active
 
 
+async def test_stream_pacing_wakes_every_waiting_stream_on_one_shared_tick(autojump_clock):
+    from xinfer_async.serve._sse import StreamPacing
+
+    pacing = StreamPacing(0.01)
+    woken = {}
+
+    async def stream(name: str, start: float) -> None:
+        await trio.sleep(start)
+        await pacing.wait(2)
+        woken[name] = trio.current_time()
+
+    t0 = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stream, "a", 0.0)
+        nursery.start_soon(stream, "b", 0.004)  # parks later, wakes on the same tick
+    assert woken["a"] == woken["b"] == pytest.approx(t0 + 0.01)
+    await trio.sleep(0.05)  # the clock stops after an idle period and restarts on demand
+    t1 = trio.current_time()
+    await pacing.wait(2)
+    assert trio.current_time() == pytest.approx(t1 + 0.01)
+    t2 = trio.current_time()
+    await StreamPacing(0).wait(64)  # interval 0: at once
+    assert trio.current_time() == t2
+
+
+def test_counted_histogram_equals_prometheus_histogram_observed_one_by_one():
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from xinfer_async.serve._metrics import ITL_BUCKETS, CountedHistogram
+
+    rng = np.random.default_rng(3)
+    values = rng.exponential(0.02, 300)
+    counts = rng.integers(0, 6, 300)
+    values[:5] = ITL_BUCKETS[:5]  # on a bound: counted in that bucket (le is inclusive)
+    ours, ref = CollectorRegistry(), CollectorRegistry()
+    h = CountedHistogram("x_seconds", "doc", ITL_BUCKETS, ours)
+    r = Histogram("x_seconds", "doc", buckets=ITL_BUCKETS, registry=ref)
+    for v, n in zip(values, counts):
+        h.observe(float(v), int(n))
+        for _ in range(n):
+            r.observe(float(v))
+
+    def samples(reg):
+        return {(s.name, s.labels.get("le")): s.value for f in text_string_to_metric_families(
+            generate_latest(reg).decode()) for s in f.samples if not s.name.endswith("_created")}
+
+    got, want = samples(ours), samples(ref)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert got[k] == pytest.approx(want[k], rel=1e-12), k
+    with pytest.raises(ValueError, match="buckets must be a non-empty increasing sequence"):
+        CountedHistogram("y", "doc", [0.1, 0.1], CollectorRegistry())
+
+
 def test_tokenize_and_detokenize(tiny):
     r = tiny.http("POST", "/tokenize", json={"content": "hello world"})
     ids = tiny.app.model.tokenize("hello world")
