@@ -268,6 +268,31 @@ class Sampler:
         return x
 
 
+def _logsumexp(logits) -> tuple[np.ndarray, float]:
+    """(logits as an array, ``log(sum(exp(logits)))`` in float64, the max subtracted first),
+    checked in one pass (the max is NaN with a NaN, +inf with a +inf, -inf when all are -inf).
+
+    Raises:
+        ValueError: as ``log_softmax``.
+    """
+    x = np.asarray(logits)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"logits must be a non-empty 1-D array, got shape {x.shape}")
+    if not np.issubdtype(x.dtype, np.floating):
+        raise ValueError(f"logits must be a float array, got dtype {x.dtype}")
+    m = float(x.max())
+    if math.isnan(m):
+        raise ValueError(f"logits contain NaN (first at index {int(np.flatnonzero(np.isnan(x))[0])})")
+    if m == math.inf:
+        raise ValueError(f"logits contain +inf (first at index {int(np.flatnonzero(np.isposinf(x))[0])})")
+    if m == -math.inf:
+        raise ValueError("logits are all -inf")
+    z = x.astype(np.float64)
+    z -= m
+    np.exp(z, out=z)
+    return x, m + math.log(float(z.sum()))
+
+
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """``log(softmax(logits))`` in float64, numerically stable: ``x - max(x) - log(sum(exp(x - max(x))))``.
 
@@ -281,9 +306,8 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     Raises:
         ValueError: not a non-empty 1-D float array, NaN or +inf, or all -inf.
     """
-    x = Sampler._check(logits)
-    z = x - x.max()
-    return z - np.log(np.exp(z).sum())
+    x, lse = _logsumexp(logits)
+    return x.astype(np.float64) - lse
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,8 +328,10 @@ class TokenLogprobs:
 
 
 def token_logprobs(logits: np.ndarray, token_id: int, top: int) -> TokenLogprobs:
-    """The ``TokenLogprobs`` of ``token_id`` under ``logits`` with the ``top`` most likely tokens
-    (``log_softmax``; the top ones by ``np.argpartition``, then sorted).
+    """The ``TokenLogprobs`` of ``token_id`` under ``logits`` with the ``top`` most likely tokens:
+    ``logits[i] - logsumexp(logits)`` in float64 (the log-softmax, computed for those tokens
+    only), the top ones by ``np.argpartition`` of the logits (the log-softmax keeps their order),
+    then sorted.
 
     Args:
         logits: float (vocab,) raw logits of the step that generated ``token_id``.
@@ -317,13 +343,13 @@ def token_logprobs(logits: np.ndarray, token_id: int, top: int) -> TokenLogprobs
     """
     if isinstance(top, bool) or not isinstance(top, numbers.Integral) or not 0 <= top <= MAX_TOP_LOGPROBS:
         raise ValueError(f"top must be an integer in [0, {MAX_TOP_LOGPROBS}], got {top!r}")
-    lp = log_softmax(logits)
-    if not 0 <= token_id < lp.size:
-        raise ValueError(f"token_id {token_id} is outside the vocabulary [0, {lp.size})")
+    x, lse = _logsumexp(logits)
+    if not 0 <= token_id < x.size:
+        raise ValueError(f"token_id {token_id} is outside the vocabulary [0, {x.size})")
     best: tuple[tuple[int, float], ...] = ()
     if top:
-        k = min(int(top), lp.size)
-        idx = np.argpartition(-lp, k - 1)[:k]
-        idx = idx[np.lexsort((idx, -lp[idx]))]  # descending log-probability, ties by the lower id
-        best = tuple((int(i), float(lp[i])) for i in idx)
-    return TokenLogprobs(int(token_id), float(lp[token_id]), best)
+        k = min(int(top), x.size)
+        idx = np.argpartition(x, x.size - k)[x.size - k:]
+        idx = idx[np.lexsort((idx, -x[idx]))]  # descending logit, ties by the lower id
+        best = tuple((int(i), float(x[i]) - lse) for i in idx)
+    return TokenLogprobs(int(token_id), float(x[token_id]) - lse, best)
