@@ -8,7 +8,7 @@ stream writes at most once per *stream interval*: the first event goes out as so
 is there, and the tokens that arrive while the request waits for its next turn go out together as
 one event whose text is theirs joined (one OpenAI chunk, as vLLM's ``--stream-interval`` does).
 The default interval grows with the streams in flight (``StreamPacing``): one stream gets one
-event per token; 64 streams of a fast model get a few tokens an event. The generation never waits
+event per token; 64 streams of a fast model get tens of tokens an event. The generation never waits
 for the socket: the scheduler's tokens queue on the request meanwhile.
 
 The turns are the ticks of one clock per ``StreamPacing`` (a trio system task that sleeps an
@@ -71,7 +71,7 @@ class StreamPacing:
             event then).
         write_cost_s: see ``interval_s`` (seconds of server time a write is allowed). The
             default, 1 ms, keeps the writes to a few percent of the trio thread: an event costs
-            the server 40-130 us whatever it carries (hypercorn's h11 framing and send lock, the
+            the server 60-130 us whatever it carries (hypercorn's h11 framing and send lock, the
             socket send and its trio rounds; measured on the shared 2-core cpu with 1 token an
             event against 6), so at 64 streams of a fast model one event a token would take the
             thread, and 4,000 events a second (the former 0.25 ms) still about a tenth of it; at
