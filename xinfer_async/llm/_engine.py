@@ -22,7 +22,7 @@ from ._chat import NO_TEMPLATE_HINT, chat_prompt_ids
 from ._generate import generate
 from ._request import Request
 from ._runner import Runner
-from ._sampling import SamplingParams
+from ._sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ._stream import CompletionResult, GenerationStream
 from ._tokenizer import Tokenizer
 
@@ -168,7 +168,7 @@ class LanguageModel:
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = None, stop: Sequence[str] = (),
                  special: bool = False, ignore_eos: bool = False, min_p: float = 0.0, repeat_penalty: float = 1.0,
                  presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-                 repeat_last_n: int = 64) -> GenerationStream:
+                 repeat_last_n: int = 64, logprobs: int | None = None) -> GenerationStream:
         """Stream the continuation of ``prompt`` as text pieces: ``async for piece in model.generate(...)``.
 
         Args:
@@ -187,16 +187,25 @@ class LanguageModel:
             ignore_eos: keep generating past end-of-sequence ids (they stay in the text's ids), to
                 ``max_tokens`` or the context's end: fixed-length requests, as serving benchmarks
                 run them.
+            logprobs: None (the default), or an int k in [0, 20]: record each generated token's
+                log-probability and the k most likely tokens' (``TokenLogprobs``: natural log of
+                the softmax of the step's raw logits, before penalties and temperature, computed
+                in float64 on the host), in ``stream.logprobs`` as they come and
+                ``result.logprobs``. Such a request takes its tokens from the logits on the host
+                (one row of logits comes back a step, as sampling does), greedy or not.
 
         Raises:
             TypeError: a prompt that is neither a str nor a sequence of int ids (bytes, a float, a
                 bool...).
-            ValueError: an empty prompt, one longer than the context, a negative max_tokens, or
-                invalid sampling values (raised here, before anything runs; the message names
-                the argument).
+            ValueError: an empty prompt, one longer than the context, a negative max_tokens,
+                ``logprobs`` not None or an int in [0, 20], or invalid sampling values (raised
+                here, before anything runs; the message names the argument).
         """
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
             raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                     or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
+            raise ValueError(f"logprobs must be None or an int in [0, {MAX_TOP_LOGPROBS}], got {logprobs!r}")
         if isinstance(stop, str):
             stop = [stop]
         if stop is None:
@@ -207,7 +216,8 @@ class LanguageModel:
                                 repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
                                 frequency_penalty=frequency_penalty, repeat_last_n=repeat_last_n)
         ids = self._prompt_ids(prompt, special)
-        request = Request(ids, params, max_tokens, self.ctx, frozenset() if ignore_eos else frozenset(self.stop_ids))
+        request = Request(ids, params, max_tokens, self.ctx, frozenset() if ignore_eos else frozenset(self.stop_ids),
+                          top_logprobs=logprobs)
         return GenerationStream(request, self.tokenizer.stream_decoder(skip_special=True), stop, self._submit)
 
     async def complete(self, prompt: str | Sequence[int], **kwargs: Any) -> CompletionResult:
