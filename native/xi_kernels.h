@@ -10,8 +10,8 @@ typedef struct { int32_t rows; int32_t dim; float eps; } xi_rmsnorm_c;
 typedef struct { int32_t rows; int32_t n_head; int32_t head_dim; int32_t row_stride; float theta; } xi_rope_c;
 typedef struct { int32_t rows; int32_t n; int32_t in_stride; } xi_swiglu_c;
 typedef struct { int32_t rows; int32_t n; } xi_softmax_c;
-typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t ctx; int32_t q_stride; float scale; } xi_attention_c;
-typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t rows; int32_t q_stride; float scale; } xi_attention_batched_c;
+typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t ctx; int32_t q_stride; float scale; int32_t window; } xi_attention_c;
+typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t rows; int32_t q_stride; float scale; int32_t window; } xi_attention_batched_c;
 typedef struct { int32_t T; int32_t width; int32_t ctx; int32_t src_stride; } xi_kv_store_c;
 typedef struct { int32_t T; int32_t dim; int32_t vocab; } xi_get_rows_f32_c;
 typedef struct { int32_t T; int32_t dim; int32_t vocab; } xi_get_rows_f16_c;
@@ -87,6 +87,11 @@ typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul
 typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_bf16_c;
 typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; int32_t ctx; float theta; } xi_rope_kv_store_c;
 typedef struct { int32_t rows; int32_t n; } xi_argmax_c;
+typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; float eps; } xi_qk_rmsnorm_c;
+typedef struct { int32_t rows; int32_t dim; float eps; } xi_rmsnorm_add_c;
+typedef struct { int32_t rows; int32_t n; } xi_geglu_c;
+typedef struct { int32_t rows; int32_t n; } xi_bias_add_c;
+typedef struct { int32_t n; float cap; } xi_softcap_c;
 
 /* kernels: b[i] = address of binding i, c = constants struct; 0, XI_EINVAL or XI_ENOMEM */
 int xi_k_affine(void *const *b, const void *c);
@@ -172,5 +177,10 @@ int xi_k_rmsnorm_matmul_swiglu_iq4_xs(void *const *b, const void *c);
 int xi_k_rmsnorm_matmul_swiglu_bf16(void *const *b, const void *c);
 int xi_k_rope_kv_store(void *const *b, const void *c);
 int xi_k_argmax(void *const *b, const void *c);
+int xi_k_qk_rmsnorm(void *const *b, const void *c);
+int xi_k_rmsnorm_add(void *const *b, const void *c);
+int xi_k_geglu(void *const *b, const void *c);
+int xi_k_bias_add(void *const *b, const void *c);
+int xi_k_softcap(void *const *b, const void *c);
 
 #endif

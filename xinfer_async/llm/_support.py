@@ -11,16 +11,18 @@ from typing import Iterable
 
 from ..hal._errors import GGUFError
 from ..ops._kernels import WEIGHT_DTYPES
+from ._arch import ARCHITECTURES
 
 __all__ = ["SUPPORTED_ARCHITECTURES", "SUPPORTED_TOKENIZERS", "SUPPORTED_TYPES", "NORM_TYPES",
            "unsupported_items", "check_supported"]
 
-SUPPORTED_ARCHITECTURES = ("llama",)
+#: ``general.architecture`` values: the families declared in ``_arch``
+SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 #: ``tokenizer.ggml.model`` values the tokenizer implements (llm/_tokenizer.py)
 SUPPORTED_TOKENIZERS = ("gpt2",)
 #: ggml type name -> our dtype label: the weight types of the matrix kernels (``ops.WEIGHT_DTYPES``)
 SUPPORTED_TYPES = {d.label.upper(): d.label for d in WEIGHT_DTYPES}
-#: the types a norm (a vector) may have: it is converted to f32 on the host
+#: the types a norm or a bias (a vector) may have: it is converted to f32 on the host
 NORM_TYPES = ("F32", "F16")
 
 

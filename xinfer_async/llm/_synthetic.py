@@ -1,8 +1,9 @@
-"""Synthetic Llama GGUF files: the architecture of a named model with random weights.
+"""Synthetic GGUF files: the architecture of a named model with random weights.
 
 A benchmark (or a GPU test) needs the shape of a model, not its knowledge: ``write_synthetic_gguf``
-writes a Llama-architecture GGUF (spec: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md)
-of a named shape with N(0, 0.02) matrices and norms of 1 + N(0, 0.1), so activations stay finite
+writes a GGUF of any family of ``_arch`` (``config.arch``, or ``arch=``: its tensor names and
+metadata keys) (spec: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md)
+of a named shape with N(0, 0.02) matrices, norms of 1 + N(0, 0.1) and biases of N(0, 0.1), so activations stay finite
 through any depth, plus a minimal byte-level tokenizer. ``load("synthetic:llama-3.2-1b")`` writes one
 into the cache on first use (``synthetic_model``) and reuses it after.
 
@@ -31,10 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from ._cache import cache_dir
-from ._llama_config import LlamaConfig, llama_tensor_shapes
+from ._arch import architecture
+from ._llama_config import LlamaConfig, ModelConfig, llama_tensor_shapes, model_tensor_shapes
 from ._tokenizer import _bytes_to_unicode
 
 __all__ = ["SHAPES", "PREFIX", "shape_config", "write_synthetic_gguf", "synthetic_model", "llama_tensor_shapes",
+           "model_tensor_shapes",
            "encode_tensor", "tensor_types", "use_more_bits"]
 
 PREFIX = "synthetic:"
@@ -63,6 +66,22 @@ SHAPES: dict[str, LlamaConfig] = {
     # for tests: seconds to write, load and run on a cpu
     "tiny": LlamaConfig(n_layer=2, dim=64, n_head=4, n_kv_head=2, head_dim=16, ffn_dim=128, vocab_size=512,
                         rope_theta=10000.0, rms_eps=1e-5, context_length=256, tied_embeddings=True),
+    # google/gemma-3-270m: 18 layers, dim 640, 4 heads (1 kv) of 256, ffn 2048, vocab 262144, window 512
+    "gemma3-270m": ModelConfig(n_layer=18, dim=640, n_head=4, n_kv_head=1, head_dim=256, ffn_dim=2048,
+                               vocab_size=262144, rope_theta=1e6, rms_eps=1e-6, context_length=32768,
+                               tied_embeddings=True, arch="gemma3", sliding_window=512, swa_pattern=6,
+                               rope_theta_swa=10000.0),
+    # for tests, one a family: a head_dim other than dim / n_head (gemma3, qwen3), a window of 4 keys
+    # on layers 0 and 1 of 3 (gemma3, pattern 3)
+    "tiny-qwen2": ModelConfig(n_layer=2, dim=64, n_head=4, n_kv_head=2, head_dim=16, ffn_dim=128, vocab_size=512,
+                              rope_theta=1e6, rms_eps=1e-6, context_length=256, tied_embeddings=True, arch="qwen2"),
+    "tiny-qwen3": ModelConfig(n_layer=2, dim=64, n_head=4, n_kv_head=2, head_dim=32, ffn_dim=128, vocab_size=512,
+                              rope_theta=1e6, rms_eps=1e-6, context_length=256, tied_embeddings=True, arch="qwen3"),
+    "tiny-gemma3": ModelConfig(n_layer=3, dim=64, n_head=4, n_kv_head=1, head_dim=32, ffn_dim=128, vocab_size=512,
+                               rope_theta=1e6, rms_eps=1e-6, context_length=256, tied_embeddings=True, arch="gemma3",
+                               sliding_window=4, swa_pattern=3, rope_theta_swa=10000.0),
+    "tiny-phi3": ModelConfig(n_layer=2, dim=64, n_head=4, n_kv_head=4, head_dim=16, ffn_dim=128, vocab_size=512,
+                             rope_theta=10000.0, rms_eps=1e-5, context_length=256, tied_embeddings=False, arch="phi3"),
 }
 
 
@@ -70,8 +89,8 @@ def shape_config(shape: str | LlamaConfig) -> LlamaConfig:
     """The ``LlamaConfig`` of a shape name (a key of ``SHAPES``) or the config itself.
 
     Raises:
-        ValueError: an unknown shape name (the message lists the known ones), or a config whose
-            head_dim is not dim / n_head or whose n_head is not a multiple of n_kv_head.
+        ValueError: an unknown shape name (the message lists the known ones), an unknown family, or a
+            config whose n_head is not a multiple of n_kv_head or whose head_dim is odd.
     """
     if isinstance(shape, LlamaConfig):
         c = shape
@@ -80,8 +99,9 @@ def shape_config(shape: str | LlamaConfig) -> LlamaConfig:
             c = SHAPES[shape]
         except KeyError:
             raise ValueError(f"unknown synthetic shape {shape!r}; known shapes: {', '.join(SHAPES)}") from None
-    if c.head_dim * c.n_head != c.dim or c.n_head % c.n_kv_head:
-        raise ValueError(f"shape {c}: need head_dim * n_head == dim and n_head % n_kv_head == 0")
+    architecture(c.arch)
+    if c.n_head % c.n_kv_head or c.head_dim % 2:
+        raise ValueError(f"shape {c}: need n_head % n_kv_head == 0 and an even head_dim")
     return c
 
 
@@ -151,7 +171,7 @@ def tensor_types(c: LlamaConfig, dtype: str) -> dict[str, str]:
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    shapes = llama_tensor_shapes(c)
+    shapes = model_tensor_shapes(c)
     out = {}
     for name, shape in shapes.items():
         if len(shape) == 1:
@@ -165,7 +185,8 @@ def tensor_types(c: LlamaConfig, dtype: str) -> dict[str, str]:
         base = MIXES[dtype]
         if name == "output.weight" or (name == "token_embd.weight" and c.tied_embeddings):
             t = "q8_0" if k % 256 else "q6_k"
-        elif name.endswith(("attn_v.weight", "ffn_down.weight")) and use_more_bits(int(name.split(".")[1]), c.n_layer):
+        elif name.endswith(("attn_v.weight", "attn_qkv.weight", "ffn_down.weight")) and use_more_bits(
+                int(name.split(".")[1]), c.n_layer):
             t = "q6_k"
         else:
             t = base
@@ -214,11 +235,12 @@ def _tokenizer_metadata(vocab: int) -> dict[str, tuple[str, object]]:
 
 
 def _random_tensor(shape: tuple[int, ...], dtype: str, seed: int, index: int,
-                   pool: ThreadPoolExecutor) -> tuple[np.ndarray, object]:
-    """One tensor: a vector 1 + N(0, 0.1) in f32, or an (N, K) matrix N(0, 0.02) encoded as ``dtype``."""
+                   pool: ThreadPoolExecutor, bias: bool = False) -> tuple[np.ndarray, object]:
+    """One tensor: a vector 1 + N(0, 0.1) in f32 (a bias: N(0, 0.1)), or an (N, K) matrix N(0, 0.02)
+    encoded as ``dtype``."""
     if len(shape) == 1:
         rng = np.random.default_rng([seed, index])
-        return (1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32), None
+        return ((0.0 if bias else 1.0) + 0.1 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32), None
     n, k = shape
     rows = max(1, _CHUNK_ELEMS // k)
     starts = list(range(0, n, rows))
@@ -234,14 +256,20 @@ def _random_tensor(shape: tuple[int, ...], dtype: str, seed: int, index: int,
     return (parts[0] if len(parts) == 1 else np.concatenate(parts)), raw
 
 
-def write_synthetic_gguf(path: str | os.PathLike, shape: str | LlamaConfig, dtype: str = "q4_1",
-                         seed: int = 0, *, threads: int | None = None, progress: bool = False) -> Path:
-    """Write a random-weight Llama-architecture GGUF file of a named shape.
+def write_synthetic_gguf(path: str | os.PathLike, shape: str | ModelConfig, dtype: str = "q4_1",
+                         seed: int = 0, *, arch: str | None = None, threads: int | None = None,
+                         progress: bool = False) -> Path:
+    """Write a random-weight GGUF file of a named shape.
 
     Args:
         path: the file to write (replaced if present).
-        shape: a key of ``SHAPES`` (``"smollm2-135m"``, ``"llama-3.2-1b"``, ``"tiny"``) or a
-            ``LlamaConfig``.
+        shape: a key of ``SHAPES`` (``"smollm2-135m"``, ``"llama-3.2-1b"``, ``"tiny"``,
+            ``"gemma3-270m"``, ``"tiny-qwen3"``, ...) or a ``ModelConfig``.
+        arch: the family (a key of ``_arch.ARCHITECTURES``) instead of the shape's ``arch``: its
+            tensor names (``model_tensor_shapes``) and ``{arch}.*`` metadata keys (``general.architecture``;
+            ``attention.key_length``/``value_length`` when head_dim is not dim / n_head;
+            ``attention.sliding_window`` and ``_pattern``, ``rope.freq_base_swa`` for a sliding window;
+            ``final_logit_softcapping`` when > 0).
         dtype: encoding of the matrices: a type of ``PURE_DTYPES`` (``"q4_1"``, ``"q8_0"``,
             ``"f16"``, ``"q4_k"``, ...) or a llama.cpp mix (``"q4_k_m"``, ``"q5_k_m"``): see
             ``tensor_types``. With a pure type the embedding (``token_embd.weight``, also the tied
@@ -255,35 +283,46 @@ def write_synthetic_gguf(path: str | os.PathLike, shape: str | LlamaConfig, dtyp
         the path.
 
     Raises:
-        ValueError: an unknown shape or dtype, or a K not a multiple of a pure quantized dtype's
+        ValueError: an unknown shape, family or dtype, or a K not a multiple of a pure quantized dtype's
             block size (32, 256 for the K-quants; the mixes fall back as llama.cpp does).
     """
     import gguf
 
     c = shape_config(shape)
+    if arch is not None:
+        c = shape_config(dataclasses.replace(c, arch=arch))
     types = tensor_types(c, dtype)
     for tname, t in types.items():
-        k = llama_tensor_shapes(c)[tname][-1]
+        k = model_tensor_shapes(c)[tname][-1]
         if k % _BLOCK.get(t, 32):
             raise ValueError(f"{dtype} needs dim and ffn_dim multiples of {_BLOCK.get(t, 32)} ({tname} is {t}), "
                              f"got {c.dim} and {c.ffn_dim}")
     path = Path(path)
     name = shape if isinstance(shape, str) else "custom"
-    w = gguf.GGUFWriter(str(path), "llama")
+    w = gguf.GGUFWriter(str(path), c.arch)
     w.add_string("general.name", f"synthetic {name} ({dtype}, seed {seed})")
     w.add_uint32("general.file_type", _FTYPE[dtype])  # llama_ftype
-    a = "llama."
-    for key, kind, value in (("context_length", "uint32", c.context_length), ("embedding_length", "uint32", c.dim),
+    a = c.arch + "."
+    extra = []
+    if c.head_dim * c.n_head != c.dim:
+        extra += [("attention.key_length", "uint32", c.head_dim), ("attention.value_length", "uint32", c.head_dim)]
+    if c.sliding_window:
+        extra += [("attention.sliding_window", "uint32", c.sliding_window),
+                  ("attention.sliding_window_pattern", "uint32", c.swa_pattern),
+                  ("rope.freq_base_swa", "float32", c.rope_theta_swa)]
+    if c.logit_softcap:
+        extra.append(("final_logit_softcapping", "float32", c.logit_softcap))
+    for key, kind, value in extra + [("context_length", "uint32", c.context_length), ("embedding_length", "uint32", c.dim),
                              ("block_count", "uint32", c.n_layer), ("feed_forward_length", "uint32", c.ffn_dim),
                              ("rope.dimension_count", "uint32", c.head_dim),
                              ("attention.head_count", "uint32", c.n_head),
                              ("attention.head_count_kv", "uint32", c.n_kv_head),
                              ("attention.layer_norm_rms_epsilon", "float32", c.rms_eps),
-                             ("rope.freq_base", "float32", c.rope_theta), ("vocab_size", "uint32", c.vocab_size)):
+                             ("rope.freq_base", "float32", c.rope_theta), ("vocab_size", "uint32", c.vocab_size)]:
         getattr(w, f"add_{kind}")(a + key, value)
     for key, (kind, value) in _tokenizer_metadata(c.vocab_size).items():
         getattr(w, f"add_{kind}")(key, value)
-    shapes = llama_tensor_shapes(c)
+    shapes = model_tensor_shapes(c)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -291,7 +330,7 @@ def write_synthetic_gguf(path: str | os.PathLike, shape: str | LlamaConfig, dtyp
         bar = tqdm(total=len(shapes), desc=f"writing synthetic {name}", unit="tensor", leave=False)
     with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
         for index, (tname, tshape) in enumerate(shapes.items()):
-            data, raw = _random_tensor(tshape, types[tname], seed, index, pool)
+            data, raw = _random_tensor(tshape, types[tname], seed, index, pool, bias=tname.endswith(".bias"))
             w.add_tensor(tname, data, raw_dtype=raw)
             if bar is not None:
                 bar.update()
