@@ -1,4 +1,5 @@
-"""llm/_synthetic.py: random-weight Llama GGUF files of named shapes, and ``load("synthetic:...")``."""
+"""llm/_synthetic.py: random-weight GGUF files of named shapes (every family of llm/_arch.py), and
+``load("synthetic:...")``."""
 
 from __future__ import annotations
 
@@ -24,9 +25,11 @@ def _params(shape: str) -> int:
 
 
 def test_named_shapes_have_the_models_parameter_counts():
-    # SmolLM2-135M: 134.5 M parameters; Llama-3.2-1B: 1.236 G (both with tied embeddings)
+    # SmolLM2-135M: 134.5 M parameters; Llama-3.2-1B: 1.236 G (both with tied embeddings); Gemma 3
+    # 270M: 268.1 M (the real file's tensors: 167.8 M of them the tied embedding)
     assert _params("smollm2-135m") == 134_515_008
     assert _params("llama-3.2-1b") == 1_235_814_400
+    assert _params("gemma3-270m") == 268_098_176
     c = SHAPES["llama-3.2-1b"]
     assert (c.n_layer, c.dim, c.n_head, c.n_kv_head, c.head_dim, c.ffn_dim, c.vocab_size, c.rope_theta) == \
         (16, 2048, 32, 8, 64, 8192, 128256, 500000.0)
@@ -201,3 +204,64 @@ def test_non_finite_block_scales_of_the_new_types_are_refused(tmp_path, tensor, 
     p.write_bytes(bytes(data))
     with pytest.raises(GGUFError, match=f"tensor '{tensor}' holds NaN or inf in its block scales"):
         load_gguf(p)
+
+
+FAMILIES = ["tiny", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-phi3"]
+
+
+@pytest.mark.parametrize("shape", FAMILIES)
+def test_each_family_writes_its_names_and_keys(tmp_path, shape):
+    """``arch=``/the shape's family: general.architecture, {arch}.* keys, the family's tensors only."""
+    import gguf
+
+    c = SHAPES[shape]
+    p = write_synthetic_gguf(tmp_path / "m.gguf", shape, "q8_0", seed=1)
+    r = gguf.GGUFReader(p)
+    keys = set(r.fields)
+    assert bytes(r.fields["general.architecture"].parts[-1]).decode() == c.arch
+    assert {f"{c.arch}.block_count", f"{c.arch}.embedding_length", f"{c.arch}.attention.head_count"} <= keys
+    assert (f"{c.arch}.attention.key_length" in keys) == (c.head_dim * c.n_head != c.dim)
+    assert (f"{c.arch}.attention.sliding_window" in keys) == (c.sliding_window > 0)
+    assert [t.name for t in r.tensors] == list(_synthetic.model_tensor_shapes(c))
+    m = load_gguf(p)
+    assert m.config.arch == c.arch and m.config.head_dim == c.head_dim and m.config.sliding_window == c.sliding_window
+    # the same shape as another family: that family's names
+    q = write_synthetic_gguf(tmp_path / "q.gguf", shape, "q8_0", seed=1, arch="qwen2")
+    assert load_gguf(q).config.arch == "qwen2" and "blk.0.attn_q.bias" in load_gguf(q).tensors
+
+
+@pytest.mark.parametrize("shape", FAMILIES)
+@pytest.mark.parametrize("dtype", ["f16", "q4_k_m"])
+def test_each_family_runs_like_the_reference(tmp_path, devices, shape, dtype):
+    """A tiny file of each family through the device's kernels (the score plan, and greedy decoding on
+    the batched path) against the numpy reference of the same dequantized weights. f16: the float
+    kernels alone, within 1e-4 of the largest logit (measured on cpu: <= 5.5e-7 of ~1). q4_k_m:
+    llama.cpp's mix, here q8_0 for the embedding/output and the use_more_bits layers' ffn_down (dims
+    of 64 and 128 fall back from q6_k), which the cpu runs with int8 activations (1/254 of a block's
+    largest value an element, native/kernels/q8dot.c); the rounding passes through the layers (and
+    gemma3's post-norms), so within 1/100 of the largest logit (measured on cpu: <= 1/118)."""
+    from xinfer_async.llm._reference import reference_logits
+
+    c = SHAPES[shape]
+    p = write_synthetic_gguf(tmp_path / "m.gguf", shape, dtype, seed=7)
+    m = load_gguf(p)
+    rng = np.random.default_rng()
+    ids = [int(i) for i in rng.integers(0, c.vocab_size, size=13)]  # > gemma3's window of 4
+
+    async def run():
+        model = await llm.load(p, device=devices, slots=2, ctx=32)
+        try:
+            logits = await model.logits(ids)
+            r = await model.complete(ids[:6], max_tokens=6)
+            return logits, r.token_ids, await model.logits(ids[:6] + r.token_ids)
+        finally:
+            await model.aclose()
+
+    got, greedy, again = trio.run(run)
+    ref = reference_logits(m, ids)
+    err = np.abs(got - ref).max()
+    print(f"{shape} {dtype} {devices.name}: max |got - ref| {err:.3g}, max |ref| {np.abs(ref).max():.3g}")
+    atol = np.abs(ref).max() * (1e-4 if dtype == "f16" else 1e-2)
+    np.testing.assert_allclose(got, ref, rtol=1e-3, atol=atol)
+    # decoding (batched plans, one token a step) picks what the score plan ranks first
+    assert greedy == [int(i) for i in again[5:11].argmax(-1)]

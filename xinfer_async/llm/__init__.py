@@ -1,4 +1,4 @@
-"""The LLM on the runtime: GGUF Llama models, tokenizer, sampling, concurrent generation."""
+"""The LLM on the runtime: GGUF decoder models (llama, qwen2, qwen3, gemma3, phi3), tokenizer, sampling, concurrent generation."""
 
 from ._engine import LanguageModel as LanguageModel
 from ._request import Timings as Timings

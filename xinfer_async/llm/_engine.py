@@ -36,7 +36,7 @@ class LanguageModel:
     An async context manager: ``async with model:`` closes it at the block's end (``aclose``).
 
     Attributes:
-        config: the ``LlamaConfig``.
+        config: the ``ModelConfig`` (``LlamaConfig``, its earlier name).
         tokenizer: the ``Tokenizer`` from the file's metadata.
         device: the device it runs on.
         slots: concurrent requests (each a slot with its own KV cache of ``ctx`` tokens; with

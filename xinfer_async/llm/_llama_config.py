@@ -236,7 +236,11 @@ def _hyperparameters(k: _Keys, names: set[str]) -> tuple[ModelConfig, list[str]]
     if arch.swa_pattern:
         sliding_window = k.int(p + "attention.sliding_window", 0, lo=0)
         if sliding_window:
-            swa_pattern = k.int(p + "attention.sliding_window_pattern", arch.swa_pattern)
+            # absent in Gemma 3 files: llama.cpp's built-in pattern for the family, no warning
+            key = p + "attention.sliding_window_pattern"
+            if key in k.meta and k.types[key].startswith("array"):
+                raise k.fail(f"metadata key {key!r} as a per-layer array is not supported (an integer period is)")
+            swa_pattern = k.int(key, None) or arch.swa_pattern
             if p + "rope.freq_base_swa" in k.meta:
                 rope_theta_swa = k.positive_float(p + "rope.freq_base_swa", arch.rope_theta_swa)
             else:

@@ -24,7 +24,7 @@ DEFAULT_MODEL = "smollm2-135m"
 async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any = None, slots: int = 4,
                ctx: int | None = None, chunk: int = 64, pull: bool = True,
                max_queued: int = 256, batching: bool | None = None, progress: bool = False) -> LanguageModel:
-    """Load a Llama-architecture GGUF model onto a device, ready for concurrent requests.
+    """Load a GGUF model of a supported family (``llm._arch``) onto a device, ready for concurrent requests.
 
     Args:
         name_or_path: a known model name (``"smollm2-135m"``, pulled into the cache when missing)
@@ -55,7 +55,7 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
 
     Raises:
         ValueError: an unknown model name (the message lists the known ones), bad sizes.
-        GGUFError: a malformed, truncated or unsupported file, or one that is not a Llama this runs
+        GGUFError: a malformed, truncated or unsupported file, or one that is not a model this runs
             (see ``load_gguf``); the message names the key or tensor and the value.
         DeviceError: the device cannot be opened.
     """
