@@ -148,7 +148,7 @@ def test_comparison_row_and_render():
     text = _llamacpp.render(dict(rows=[row], cuda=False, threads=2, repetitions=3, build_commit="0c1e570",
                                  loadavg=(0.5, 1.0, 1.5)))
     head, cols, _, line = text.splitlines()
-    assert "llama.cpp 0c1e570" in head and "2 threads each" in head and "load average 0.50 1.00 1.50" in head
+    assert "llama.cpp (build 0c1e570)" in head and "2 threads each" in head and "load average 0.50 1.00 1.50" in head
     assert "ours/llama.cpp" in cols and "torch tok/s" in cols
     assert line.split()[-4:] == ["62.0", "0.73", "1000", "0.04"]
 

@@ -229,7 +229,7 @@ def render(result: dict[str, Any]) -> str:
     cols = COLUMNS + (TORCH_COLUMNS if any(r.get("torch_tok_per_s") for r in rows) else [])
     where = "cuda, -ngl 99 -fa" if result["cuda"] else f"cpu, {result['threads']} threads each: ours OMP_NUM_THREADS, llama.cpp -t"
     load = result.get("loadavg")
-    head = (f"llama.cpp {result.get('build_commit') or '?'} on the same file ({where}); "
+    head = (f"llama.cpp (build {result.get('build_commit') or 'unknown'}) on the same file ({where}); "
             f"medians of {result['repetitions']} interleaved runs (ours, llama.cpp, ours, ...)"
             + (f"; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the start" if load else "")
             + "; ours/llama.cpp > 1: ours is faster")
