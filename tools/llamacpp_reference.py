@@ -1,12 +1,13 @@
 """llama.cpp's greedy tokens and logits on a tiny synthetic file of each family: the references of
-``tests/test_families_llamacpp.py``, written to ``tests/data/llamacpp_<family>.json``.
+``tests/test_families_llamacpp.py``, written to ``tests/data/llamacpp_<name>.json``.
 
 Usage: ``python tools/llamacpp_reference.py [--llama-src /work/llama.cpp-src] [--build DIR]
-[--families llama,qwen2,...] [--out tests/data]``
+[--references llama,llama3,qwen2,...] [--out tests/data]``
 
 Needs a cpu build of llama.cpp with its shared library (``../shared/vendor/README.md``'s recipe with
 ``-DBUILD_SHARED_LIBS=ON`` and the ``llama`` target; commit 0c1e570, the goldens' commit). The script
-compiles ``tools/llamacpp_reference.c`` against that build's ``libllama`` and, for each family:
+compiles ``tools/llamacpp_reference.c`` against that build's ``libllama`` and, for each of ``REFERENCES``
+(every family, and Llama 3.1's rope scaling):
 
 1. writes the file with ``write_synthetic_gguf(path, ModelConfig(**CONFIG), "f32", SEED)`` into a
    temporary folder (it is regenerated bit for bit from these arguments, so only its sha256 is kept);
@@ -15,7 +16,7 @@ compiles ``tools/llamacpp_reference.c`` against that build's ``libllama`` and, f
 2. runs the program: the prompt evaluated as one batch with every position's logits, then ``N_GEN``
    greedy tokens (llama.cpp's cpu backend, 2 threads, flash attention off, an f32 KV cache, the
    same reason: llama.cpp's default f16 cache rounds every key and value);
-3. writes ``llamacpp_<family>.json``: the config, dtype, seed, the file's sha256, llama.cpp's
+3. writes ``llamacpp_<name>.json``: the config, dtype, seed, the file's sha256, llama.cpp's
    settings and commit, the prompt, the greedy ids with each step's top-1 logit and top-1 minus top-2
    margin, and full logits rows as base64 of little-endian float32 (exact; 2.7 KB a row): the prompt
    positions ``rows()`` and the last greedy step (position ``PROMPT_LEN + N_GEN - 2``, decoded one
@@ -53,9 +54,10 @@ PROMPT_LEN = 12
 N_GEN = 16
 THREADS = 2
 KV_TYPE = "f32"
-#: family -> the synthetic shape its reference uses (2-3 layers, dim 64, vocab 512: ``_synthetic.SHAPES``)
-FAMILIES = {"llama": "tiny", "qwen2": "tiny-qwen2", "qwen3": "tiny-qwen3", "gemma3": "tiny-gemma3",
-            "phi3": "tiny-phi3"}
+#: reference name -> (family, the synthetic shape it uses: 2-3 layers, dim 64, vocab 512, ``_synthetic.SHAPES``);
+#: ``llama3``: a llama with Llama 3.1's rope scaling (``rope_freqs.weight``)
+REFERENCES = {"llama": ("llama", "tiny"), "llama3": ("llama", "tiny-llama3"), "qwen2": ("qwen2", "tiny-qwen2"),
+              "qwen3": ("qwen3", "tiny-qwen3"), "gemma3": ("gemma3", "tiny-gemma3"), "phi3": ("phi3", "tiny-phi3")}
 
 
 def rows(prompt_len: int) -> list[int]:
@@ -102,9 +104,10 @@ def compile_program(src: Path, build: Path, out: Path) -> Path:
     return out
 
 
-def reference(program: Path, family: str, shape: str, workdir: Path) -> dict:
+def reference(program: Path, name: str, workdir: Path) -> dict:
+    family, shape = REFERENCES[name]
     config = dataclasses.asdict(dataclasses.replace(SHAPES[shape], arch=family))
-    gguf = workdir / f"{family}.gguf"
+    gguf = workdir / f"{name}.gguf"
     sha = write_file(config, gguf)
     ids = prompt_ids(config["vocab_size"])
     keep = rows(len(ids))
@@ -112,7 +115,7 @@ def reference(program: Path, family: str, shape: str, workdir: Path) -> dict:
     out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     assert out["prompt_ids"] == ids and out["n_vocab"] == config["vocab_size"]
     logits = np.asarray(out["logits"], np.float32)
-    return dict(family=family, shape=shape, config=config, dtype=DTYPE, seed=SEED, sha256=sha,
+    return dict(name=name, family=family, shape=shape, config=config, dtype=DTYPE, seed=SEED, sha256=sha,
                 llama_cpp=dict(commit=LLAMA_CPP_COMMIT, backend="cpu", threads=THREADS, kv_type=KV_TYPE,
                                flash_attn=False, program="tools/llamacpp_reference.c"),
                 prompt_ids=ids, greedy_ids=out["greedy_ids"], greedy_top2=out["greedy_top2"],
@@ -126,18 +129,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--llama-src", type=Path, default=Path(os.environ.get("XINFER_LLAMA_SRC", "/work/llama.cpp-src")))
     p.add_argument("--build", type=Path, default=None, help="the build folder (default: LLAMA_SRC/build)")
-    p.add_argument("--families", default=",".join(FAMILIES))
+    p.add_argument("--references", default=",".join(REFERENCES), help="names of REFERENCES (default: all)")
     p.add_argument("--out", type=Path, default=ROOT / "tests" / "data")
     args = p.parse_args(argv)
     build = args.build or args.llama_src / "build"
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="llamacpp-ref-") as tmp:
         program = compile_program(args.llama_src, build, Path(tmp) / "llamacpp_reference")
-        for family in args.families.split(","):
-            ref = reference(program, family, FAMILIES[family], Path(tmp))
-            target = args.out / f"llamacpp_{family}.json"
+        for name in args.references.split(","):
+            ref = reference(program, name, Path(tmp))
+            target = args.out / f"llamacpp_{name}.json"
             target.write_text(json.dumps(ref, indent=1) + "\n")
-            print(f"{family}: {target} ({target.stat().st_size} bytes); greedy {ref['greedy_ids']}; "
+            print(f"{name}: {target} ({target.stat().st_size} bytes); greedy {ref['greedy_ids']}; "
                   f"smallest margin {min(ref['greedy_margins']):.4g}")
     return 0
 
