@@ -86,6 +86,7 @@ typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul
 typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_iq4_xs_c;
 typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_bf16_c;
 typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; int32_t ctx; float theta; } xi_rope_kv_store_c;
+typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; int32_t ctx; float theta; } xi_rope_kv_store_ff_c;
 typedef struct { int32_t rows; int32_t n; } xi_argmax_c;
 typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; float eps; } xi_qk_rmsnorm_c;
 typedef struct { int32_t rows; int32_t dim; float eps; } xi_rmsnorm_add_c;
@@ -176,6 +177,7 @@ int xi_k_rmsnorm_matmul_swiglu_iq4_nl(void *const *b, const void *c);
 int xi_k_rmsnorm_matmul_swiglu_iq4_xs(void *const *b, const void *c);
 int xi_k_rmsnorm_matmul_swiglu_bf16(void *const *b, const void *c);
 int xi_k_rope_kv_store(void *const *b, const void *c);
+int xi_k_rope_kv_store_ff(void *const *b, const void *c);
 int xi_k_argmax(void *const *b, const void *c);
 int xi_k_qk_rmsnorm(void *const *b, const void *c);
 int xi_k_rmsnorm_add(void *const *b, const void *c);

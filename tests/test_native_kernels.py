@@ -444,8 +444,17 @@ def _einval_cases():
         ("attention", 5, {"T": 2, "n_head": 2, "n_kv": 1, "head_dim": 4, "ctx": 4, "q_stride": 4, "scale": 1.0, "window": 0}),
         ("attention_batched", 6, {"T": 1, "n_head": 3, "n_kv": 2, "head_dim": 4, "rows": 4, "q_stride": 12, "scale": 1.0, "window": 0}),
         ("attention_batched", 6, {"T": 2, "n_head": 2, "n_kv": 1, "head_dim": 4, "rows": 4, "q_stride": 4, "scale": 1.0, "window": 0}),
+        ("attention", 5, {"T": 1, "n_head": 2, "n_kv": 1, "head_dim": 4, "ctx": 4, "q_stride": 8, "scale": 1.0, "window": -1}),
+        ("attention_batched", 6, {"T": 1, "n_head": 2, "n_kv": 1, "head_dim": 4, "rows": 4, "q_stride": 8, "scale": 1.0,
+                                  "window": -1}),
         ("kv_store", 3, {"T": 1, "width": -4, "ctx": 4, "src_stride": 4}),
         ("argmax", 2, {"rows": 1, "n": -1}),
+        ("qk_rmsnorm", 3, {"T": 1, "n_head": 2, "n_kv": 1, "head_dim": 4, "row_stride": 8, "eps": 1e-6}),
+        ("rmsnorm_add", 3, {"rows": -1, "dim": 4, "eps": 1e-6}),
+        ("geglu", 2, {"rows": 1, "n": -1}),
+        ("bias_add", 2, {"rows": -1, "n": 4}),
+        ("softcap", 1, {"n": 4, "cap": 0.0}),
+        ("rope_kv_store_ff", 6, {"T": 1, "n_head": 1, "n_kv": 1, "head_dim": 3, "row_stride": 9, "ctx": 1, "theta": 1e4}),
     ] + [
         (f"get_rows_{dt}", 3, {"T": 1, "dim": 48, "vocab": 1}) for dt in BLOCK_TYPES
     ] + [

@@ -24,10 +24,12 @@ def _naive_forward(model, ids) -> np.ndarray:
     def norm(x, w):
         return x / np.sqrt(np.mean(x * x) + c.rms_eps) * w
 
+    ff = W.get("rope_freqs.weight", np.ones(hd // 2))  # Llama 3 rope scaling: frequency i / ff[i]
+
     def rot(v, pos, theta):
         out = v.copy()
         for i in range(hd // 2):
-            a = pos * theta ** (-2.0 * i / hd)
+            a = pos * theta ** (-2.0 * i / hd) / ff[i]
             j0, j1 = (i, i + hd // 2) if neox else (2 * i, 2 * i + 1)
             out[j0] = v[j0] * np.cos(a) - v[j1] * np.sin(a)
             out[j1] = v[j0] * np.sin(a) + v[j1] * np.cos(a)
@@ -117,7 +119,8 @@ def test_tiny_model_against_float64_loops(tmp_path, qtype, tied):
     np.testing.assert_allclose(reference_logits(m, ids[:5]), got[:5], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("shape", ["tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-phi3", "tiny-gemma3-softcap"])
+@pytest.mark.parametrize("shape", ["tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-phi3",
+                                   "tiny-gemma3-softcap"])
 def test_each_family_against_float64_loops(tmp_path, shape):
     """The reference of each family (its declaration read by ReferenceLlama) against the loops above,
     on a tiny synthetic file (f16 weights) of 12 tokens: gemma3's window of 4 keys is crossed."""

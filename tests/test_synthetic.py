@@ -88,7 +88,8 @@ def test_synthetic_model_is_cached_and_validated(tmp_path):
     mtime = p.stat().st_mtime_ns
     assert synthetic_model("synthetic:tiny:q8_0", seed=5) == p and p.stat().st_mtime_ns == mtime
     assert not list(p.parent.glob("*.part"))
-    with pytest.raises(ValueError, match=r"^unknown synthetic shape 'nope'; known shapes: smollm2-135m, llama-3.2-1b, tiny$"):
+    with pytest.raises(ValueError, match=r"^unknown synthetic shape 'nope'; known shapes: smollm2-135m, llama-3.2-1b, tiny, gemma3-270m, "
+                                         r"tiny-llama3, tiny-qwen2, tiny-qwen3, tiny-gemma3, tiny-phi3$"):
         llm.resolve_model("synthetic:nope")
     with pytest.raises(ValueError, match=r"^dtype must be one of q4_1, q8_0, f16, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k, "
                                          r"iq4_nl, bf16, q4_k_m, q5_k_m, got 'q3_k'$"):
@@ -206,7 +207,7 @@ def test_non_finite_block_scales_of_the_new_types_are_refused(tmp_path, tensor, 
         load_gguf(p)
 
 
-FAMILIES = ["tiny", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-phi3"]
+FAMILIES = ["tiny", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-phi3"]
 
 
 @pytest.mark.parametrize("shape", FAMILIES)
@@ -223,9 +224,12 @@ def test_each_family_writes_its_names_and_keys(tmp_path, shape):
     assert (f"{c.arch}.attention.key_length" in keys) == (c.head_dim * c.n_head != c.dim)
     assert (f"{c.arch}.attention.sliding_window" in keys) == (c.sliding_window > 0)
     assert [t.name for t in r.tensors] == list(_synthetic.model_tensor_shapes(c))
+    assert ("rope_freqs.weight" in [t.name for t in r.tensors]) == c.rope_freqs
     m = load_gguf(p)
     assert m.config.arch == c.arch and m.config.head_dim == c.head_dim and m.config.sliding_window == c.sliding_window
     # the same shape as another family: that family's names
+    if c.rope_freqs:  # rope_freqs belongs to llama only
+        return
     q = write_synthetic_gguf(tmp_path / "q.gguf", shape, "q8_0", seed=1, arch="qwen2")
     assert load_gguf(q).config.arch == "qwen2" and "blk.0.attn_q.bias" in load_gguf(q).tensors
 
@@ -265,3 +269,16 @@ def test_each_family_runs_like_the_reference(tmp_path, devices, shape, dtype):
     np.testing.assert_allclose(got, ref, rtol=1e-3, atol=atol)
     # decoding (batched plans, one token a step) picks what the score plan ranks first
     assert greedy == [int(i) for i in again[5:11].argmax(-1)]
+
+
+def test_llama3_rope_factors_are_the_converters():
+    """llama.cpp conversion/llama.py for Llama 3.1 8B (theta 500000, head_dim 128): 1 for the 29
+    shortest wavelengths (< 8192 / 4), 8 for the 29 longest (> 8192), the smooth blend between."""
+    f = _synthetic.llama3_rope_factors(128, 500000.0)
+    assert f.shape == (64,) and f.dtype == np.float32
+    assert (f[:29] == 1).all() and (f[35:] == 8).all() and ((f[29:35] > 1) & (f[29:35] < 8)).all()
+    # the blend at pair 29: wavelength 2 pi 500000^(58/128), smooth = (8192 / wavelength - 1) / 3
+    w = 2 * np.pi * 500000.0 ** (58 / 128)
+    sm = (8192 / w - 1) / 3
+    assert f[29] == pytest.approx(1 / ((1 - sm) / 8 + sm), rel=1e-5)
+    assert np.all(np.diff(f) >= 0)

@@ -105,8 +105,8 @@ def load_gguf(path: str | os.PathLike, *, check_tokenizer: bool = True) -> GGUFM
             ``_gguf_reader.read_gguf``: counts, lengths and offsets past the end, unknown type ids,
             a bad alignment, tensors not aligned or not packed); or it holds anything unsupported
             (``_support.check_supported``, on the header alone, before any weight is read: the
-            architecture, the tokenizer model, each tensor type not in ``SUPPORTED_TYPES`` with a
-            count, a norm not F32/F16, all listed in one message); or it is not a model we can run (see
+            architecture, the tokenizer model, the rope scaling type, each tensor type not in
+            ``SUPPORTED_TYPES`` with a count, a norm not F32/F16, all listed in one message); or it is not a model we can run (see
             ``_llama_config.validate_model``: missing or mistyped keys, hyperparameters out of range,
             tensors missing, left over, of an unsupported type or shape, NaN/inf weights, tokenizer
             keys inconsistent with the vocabulary). The message names the file, the key or tensor and
@@ -119,10 +119,11 @@ def load_gguf(path: str | os.PathLike, *, check_tokenizer: bool = True) -> GGUFM
     if path.exists() and not path.is_file():
         raise GGUFError(f"{path}: not a regular file")
     f = read_gguf(path)
-    meta = {k: v if isinstance(v, str) else None for k, v in f.metadata.items()
-            if k in ("general.architecture", "tokenizer.ggml.model")}
-    check_supported(path, meta.get("general.architecture"), meta.get("tokenizer.ggml.model") if check_tokenizer else None,
-                    [(t.name, t.type_name, len(t.shape)) for t in f.tensors])
+    text = lambda key: f.metadata[key] if isinstance(f.metadata.get(key), str) else None  # noqa: E731
+    arch = text("general.architecture")
+    check_supported(path, arch, text("tokenizer.ggml.model") if check_tokenizer else None,
+                    [(t.name, t.type_name, len(t.shape)) for t in f.tensors],
+                    rope_scaling=text(f"{arch}.rope.scaling.type") if arch else None)
     config = validate_model(f)
     tensors = {
         t.name: GGUFTensor(name=t.name, dtype=SUPPORTED_TYPES[t.type_name], shape=t.shape, data=t.data,

@@ -9,7 +9,7 @@ stored) and each slot's KV cache (persistent state). ``forward(T, logits)`` buil
     for each block:
         qkv = rmsnorm(x) @ [Wq; Wk; Wv]^T [+ bias]      # rmsnorm_matmul (bias_add): (T, q_dim + 2 * kv_dim)
         [q, k heads = rmsnorm(head) * q_norm / k_norm]  # qk_rmsnorm
-        rope(q), rope(k) at pos; kv_cache[pos] = k, v   # rope_kv_store (the block's base; pos < 0: padding)
+        rope(q), rope(k) at pos; kv_cache[pos] = k, v   # rope_kv_store[_ff] (the block's base; pos < 0: padding)
         o = attention(q, k_cache, v_cache, pos) @ Wo^T  # attention (GQA, causal, [sliding window])
         x += o                 [x += rmsnorm(o) * post_attention_norm]      # matmul accumulate / rmsnorm_add
         act = act(rmsnorm(x) @ Wgate^T) * (rmsnorm(x) @ Wup^T)    # rmsnorm_matmul_swiglu / rmsnorm_matmul + geglu
@@ -138,6 +138,8 @@ class LlamaBuilder:
         self.out_norm, _ = self._weight("output_norm.weight")
         arch = cfg.architecture
         self._qkv_rows = self._qkv_order() if arch.rope == "neox" else None
+        # Llama 3 rope scaling: pair i of a head (adjacent or, permuted, rotate-half) divides by factor i
+        self.rope_ff = self._vector("rope_freqs.weight", ["rope_freqs.weight"]) if cfg.rope_freqs else None
         self.blocks = []
         for i in range(cfg.n_layer):
             p = f"blk.{i}."
@@ -210,7 +212,8 @@ class LlamaBuilder:
         cfg, arch = self.cfg, self.cfg.architecture
         dt = lambda name: self._tensor(name).dtype  # noqa: E731
         embd = dt("token_embd.weight")
-        names = {f"get_rows_{embd}", "get_rows_f32", "rope_kv_store", "attention", "argmax",
+        names = {f"get_rows_{embd}", "get_rows_f32", "rope_kv_store_ff" if cfg.rope_freqs else "rope_kv_store",
+                 "attention", "argmax",
                  f"rmsnorm_matmul_{embd if cfg.tied_embeddings else dt('output.weight')}"}
         names |= {n for n, on in (("attention_batched", batch_seqs), ("affine", arch.embed_scale_sqrt_dim),
                                   ("bias_add", arch.qkv_bias), ("qk_rmsnorm", arch.qk_norm),
@@ -301,8 +304,9 @@ class LlamaBuilder:
             f"matmul_{wd[1]}", [wd[0], src, (dst, RW)], dict(T=rows, N=n, K=kk, accumulate=acc))
         norm_mm = lambda wd, src, g, dst, n, rows=T: self._dispatch(  # noqa: E731  rmsnorm(src) * g, then @ w^T
             f"rmsnorm_matmul_{wd[1]}", [wd[0], src, g, (dst, RW)], dict(T=rows, N=n, K=dim, accumulate=0, eps=cfg.rms_eps))
+        ff = [] if self.rope_ff is None else [self.rope_ff]
         rope_kv = lambda b, dst_row, k_cache, v_cache, ctx: self._dispatch(  # noqa: E731
-            "rope_kv_store", [(qkv, RW), pos, dst_row, (k_cache, RW), (v_cache, RW)],
+            "rope_kv_store_ff" if ff else "rope_kv_store", [(qkv, RW), pos, dst_row, (k_cache, RW), (v_cache, RW)] + ff,
             dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, row_stride=qkv_w, ctx=ctx,
                  theta=b.theta))
 

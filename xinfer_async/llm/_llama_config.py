@@ -64,6 +64,9 @@ class ModelConfig:
         rope_theta_swa: the rope base of local layers (``{arch}.rope.freq_base_swa``, else the family's).
         logit_softcap: ``c`` of the final ``c * tanh(logits / c)`` (``{arch}.final_logit_softcapping``;
             0: none).
+        rope_freqs: the file has ``rope_freqs.weight`` (head_dim/2,): each rope pair's frequency divided
+            by its factor (Llama 3.1+ rope scaling, written by llama.cpp's converter; families with
+            ``Architecture.rope_freqs`` only).
     """
 
     n_layer: int
@@ -82,6 +85,7 @@ class ModelConfig:
     swa_pattern: int = 0
     rope_theta_swa: float = 10000.0
     logit_softcap: float = 0.0
+    rope_freqs: bool = False
 
     @property
     def architecture(self) -> Architecture:
@@ -122,6 +126,8 @@ def model_tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {"token_embd.weight": (c.vocab_size, c.dim), "output_norm.weight": (c.dim,)}
     if not c.tied_embeddings:
         out["output.weight"] = (c.vocab_size, c.dim)
+    if c.rope_freqs:
+        out["rope_freqs.weight"] = (c.head_dim // 2,)
     block = c.architecture.block_tensors(c.q_dim, c.kv_dim, c.dim, c.ffn_dim, c.head_dim)
     for i in range(c.n_layer):
         out.update({f"blk.{i}.{k}": v for k, v in block.items()})
@@ -266,7 +272,8 @@ def _hyperparameters(k: _Keys, names: set[str]) -> tuple[ModelConfig, list[str]]
                       ffn_dim=ffn_dim, vocab_size=vocab_size, rope_theta=rope_theta, rms_eps=rms_eps,
                       context_length=context_length, tied_embeddings="output.weight" not in names,
                       arch=arch_name, sliding_window=sliding_window, swa_pattern=swa_pattern,
-                      rope_theta_swa=rope_theta_swa if sliding_window else 10000.0, logit_softcap=logit_softcap)
+                      rope_theta_swa=rope_theta_swa if sliding_window else 10000.0, logit_softcap=logit_softcap,
+                      rope_freqs=arch.rope_freqs and "rope_freqs.weight" in names)
     return cfg, tokens
 
 
@@ -298,8 +305,7 @@ def _check_tensors(k: _Keys, cfg: ModelConfig, tensors: dict) -> None:
             raise k.fail(f"tensor {name!r} has shape {t.shape}, expected {shape}")
     for name in tensors:
         if name not in expected:
-            extra = " (Llama 3 rope scaling is not supported yet)" if name == "rope_freqs.weight" else ""
-            raise k.fail(f"unexpected tensor {name!r} (not part of a {cfg.arch} of block_count {cfg.n_layer}){extra}")
+            raise k.fail(f"unexpected tensor {name!r} (not part of a {cfg.arch} of block_count {cfg.n_layer})")
     for name in expected:
         if _non_finite(tensors[name]):
             raise k.fail(f"tensor {name!r} holds NaN or inf" + (

@@ -14,7 +14,8 @@ switching on the family's declaration (``config.architecture``); optional steps 
 - ``logits = (rmsnorm(x) * output_norm) @ output.T`` (``output`` = ``token_embd`` when tied) [softcap].
 
 RoPE: "norm" families rotate adjacent pairs ``(2i, 2i+1)`` of each head, "neox" families the pairs
-``(i, i + head_dim/2)``, both by ``pos * theta ** (-2i / head_dim)``. Query head ``h`` reads kv head
+``(i, i + head_dim/2)``, both by ``pos * theta ** (-2i / head_dim)`` (divided by ``rope_freqs[i]``
+when the file has that tensor: Llama 3 rope scaling). Query head ``h`` reads kv head
 ``h // (n_head // n_kv_head)``.
 """
 
@@ -71,20 +72,25 @@ def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return (x / np.sqrt(ms + np.float32(eps))).astype(np.float32) * weight
 
 
-def rope_tables(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+def rope_tables(positions: np.ndarray, head_dim: int, theta: float,
+                freq_factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin tables for RoPE.
 
     Args:
         positions: int (T,) token positions.
         head_dim: even head width.
         theta: base frequency (``rope_theta``).
+        freq_factors: float (head_dim // 2,) divisors of each pair's frequency (``rope_freqs.weight``,
+            Llama 3 rope scaling; llama.cpp's ``freq_factors``), or None.
 
     Returns:
-        (cos, sin), each float32 (T, head_dim // 2); column i is for the pair (2i, 2i+1), at angle
-        ``pos * theta ** (-2i / head_dim)`` (computed in float64, then rounded).
+        (cos, sin), each float32 (T, head_dim // 2); column i is for pair i, at angle
+        ``pos * theta ** (-2i / head_dim) / freq_factors[i]`` (computed in float64, then rounded).
     """
     i = np.arange(head_dim // 2, dtype=np.float64)
     freq = theta ** (-2.0 * i / head_dim)  # (head_dim/2,)
+    if freq_factors is not None:
+        freq = freq / np.asarray(freq_factors, dtype=np.float64)
     ang = np.asarray(positions, dtype=np.float64)[:, None] * freq[None, :]  # (T, head_dim/2)
     return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
 
@@ -183,6 +189,7 @@ class ReferenceLlama:
         self.token_embd = t["token_embd.weight"].dequantize()  # (vocab, dim)
         self.output_norm = t["output_norm.weight"].dequantize()  # (dim,)
         self.output = self.token_embd if cfg.tied_embeddings else t["output.weight"].dequantize()
+        self.rope_freqs = t["rope_freqs.weight"].dequantize() if cfg.rope_freqs else None  # (head_dim/2,)
         self.layers: list[_Layer] = []
         q, kv, ffn = cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
         opt = lambda name: t[name].dequantize() if name in t else None  # noqa: E731
@@ -226,7 +233,7 @@ class ReferenceLlama:
         if layer.q_norm is not None:  # per-head RMSNorm before rope
             q = rmsnorm(q, layer.q_norm, cfg.rms_eps)
             k = rmsnorm(k, layer.k_norm, cfg.rms_eps)
-        cos, sin = rope_tables(np.arange(T), hd, cfg.layer_rope_theta(il))
+        cos, sin = rope_tables(np.arange(T), hd, cfg.layer_rope_theta(il), self.rope_freqs)
         rot = rope_neox if cfg.architecture.rope == "neox" else rope
         q = rot(q, cos, sin)
         k = rot(k, cos, sin)

@@ -37,7 +37,7 @@ from ._llama_config import LlamaConfig, ModelConfig, llama_tensor_shapes, model_
 from ._tokenizer import _bytes_to_unicode
 
 __all__ = ["SHAPES", "PREFIX", "shape_config", "write_synthetic_gguf", "synthetic_model", "llama_tensor_shapes",
-           "model_tensor_shapes",
+           "model_tensor_shapes", "llama3_rope_factors",
            "encode_tensor", "tensor_types", "use_more_bits"]
 
 PREFIX = "synthetic:"
@@ -72,6 +72,10 @@ SHAPES: dict[str, LlamaConfig] = {
                                vocab_size=262144, rope_theta=1e6, rms_eps=1e-6, context_length=32768,
                                tied_embeddings=True, arch="gemma3", sliding_window=512, swa_pattern=6,
                                rope_theta_swa=10000.0),
+    # Llama 3.1's rope scaling (rope_freqs.weight: llama.cpp's converter, factor 8, low 1, high 4, 8192)
+    "tiny-llama3": ModelConfig(n_layer=2, dim=64, n_head=4, n_kv_head=2, head_dim=16, ffn_dim=128, vocab_size=512,
+                               rope_theta=500000.0, rms_eps=1e-5, context_length=256, tied_embeddings=True,
+                               rope_freqs=True),
     # for tests, one a family: a head_dim other than dim / n_head (gemma3, qwen3), a window of 4 keys
     # on layers 0 and 1 of 3 (gemma3, pattern 3)
     "tiny-qwen2": ModelConfig(n_layer=2, dim=64, n_head=4, n_kv_head=2, head_dim=16, ffn_dim=128, vocab_size=512,
@@ -193,6 +197,26 @@ def tensor_types(c: LlamaConfig, dtype: str) -> dict[str, str]:
             t = base
         out[name] = _fallback(t, k)
     return out
+
+
+def llama3_rope_factors(head_dim: int, theta: float, factor: float = 8.0, low_freq_factor: float = 1.0,
+                        high_freq_factor: float = 4.0, original_context: int = 8192) -> np.ndarray:
+    """``rope_freqs.weight`` as llama.cpp's converter writes it for ``rope_type: llama3`` (Llama 3.1+):
+    float32 (head_dim/2,) divisors of each pair's frequency: 1 for short wavelengths, ``factor`` for
+    long ones, a smooth blend between."""
+    freqs = 1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)))
+    low, high = original_context / low_freq_factor, original_context / high_freq_factor
+    out = []
+    for f in freqs.astype(np.float64):
+        wavelen = 2 * np.pi / f
+        if wavelen < high:
+            out.append(1.0)
+        elif wavelen > low:
+            out.append(factor)
+        else:
+            smooth = (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
 
 
 def _tokenizer_metadata(vocab: int) -> dict[str, tuple[str, object]]:
@@ -331,7 +355,10 @@ def write_synthetic_gguf(path: str | os.PathLike, shape: str | ModelConfig, dtyp
         bar = tqdm(total=len(shapes), desc=f"writing synthetic {name}", unit="tensor", leave=False)
     with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
         for index, (tname, tshape) in enumerate(shapes.items()):
-            data, raw = _random_tensor(tshape, types[tname], seed, index, pool, bias=tname.endswith(".bias"))
+            if tname == "rope_freqs.weight":
+                data, raw = llama3_rope_factors(c.head_dim, c.rope_theta), None
+            else:
+                data, raw = _random_tensor(tshape, types[tname], seed, index, pool, bias=tname.endswith(".bias"))
             w.add_tensor(tname, data, raw_dtype=raw)
             if bar is not None:
                 bar.update()

@@ -201,6 +201,16 @@ _declare("rope_kv_store", [("qkv", RW, "(T, row_stride)", _strided("T", "row_str
              "and k heads are rotated as `rope` does by pos[t]; then, rows with row[t] outside [0, ctx) skipped, "
              "k_cache[row[t]] = its (rotated) k heads and v_cache[row[t]] = its v heads: bit-identical to `rope` "
              "(q, n_head) + `rope` (k, n_kv) + `kv_store` (k) + `kv_store` (v) with pos = row")
+_declare("rope_kv_store_ff", [("qkv", RW, "(T, row_stride)", _strided("T", "row_stride", _qkv_width)),
+                              ("pos", R, "(T) i32", _f32(lambda c: c["T"])), ("row", R, "(T) i32", _f32(lambda c: c["T"])),
+                              ("k_cache", RW, "(ctx, n_kv*hd)", _kv_cache), ("v_cache", RW, "(ctx, n_kv*hd)", _kv_cache),
+                              ("freq_factors", R, "(head_dim/2)", _f32(lambda c: c["head_dim"] // 2))],
+         ["T", "n_head", "n_kv", "head_dim", "row_stride", "ctx", "theta:f32"], struct="rope_kv_store",
+         check=_all(_stride_ok("T", "row_stride", _qkv_width),
+                    lambda c: f"head_dim={c['head_dim']} must be even" if c["head_dim"] % 2 else None),
+         cuda=CudaLaunch(128, lambda c, sms: (max(1, c["T"]), cdiv((c["n_head"] + 2 * c["n_kv"]) * (c["head_dim"] // 2), 128), 1)),
+         doc="`rope_kv_store` with pair i's angle divided by freq_factors[i] (llama.cpp's rope freq_factors: "
+             "Llama 3 rope scaling, the file's `rope_freqs.weight`)")
 _declare("argmax", [("x", R, "(rows, n)", _f32(lambda c: c["rows"] * c["n"])),
                     ("out", W, "(rows) i32", _f32(lambda c: c["rows"]))],
          ["rows", "n"], check=lambda c: "n must be >= 1" if c["n"] < 1 and c["rows"] else None,
