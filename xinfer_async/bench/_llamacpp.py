@@ -16,7 +16,10 @@ them and parses their output. ``bench model`` interleaves the runs with its own 
 
 llama.cpp runs with the environment the user started ``bench`` with: the OpenMP defaults the
 package sets for itself (``_omp.configure``: ``OMP_WAIT_POLICY``, ``OMP_NUM_THREADS``) are taken out,
-so llama.cpp keeps its own defaults, as a user running it gets them.
+so llama.cpp keeps its own defaults, as a user running it gets them. Those spin: on a loaded machine
+(load ~20 on 2 cores) llama.cpp's tg128 of SmolLM2-135M ran for minutes where it takes seconds with
+``OMP_WAIT_POLICY=PASSIVE``; a variable the user sets reaches both sides (``OMP_WAIT_POLICY=PASSIVE
+xinfer-async bench model --compare llama.cpp ...`` measures llama.cpp's kernels rather than its waiting).
 """
 
 from __future__ import annotations
