@@ -47,13 +47,14 @@ __all__ = ["SHAPES", "PREFIX", "shape_config", "write_synthetic_gguf", "syntheti
            "encode_tensor", "tensor_types", "use_more_bits"]
 
 PREFIX = "synthetic:"
-#: one type for every matrix (the embedding q8_0, f16 for f16) ...
-PURE_DTYPES = ("q4_1", "q8_0", "f16", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl", "bf16")
+#: one type for every matrix (the embedding q8_0; f16 for f16, f32 for f32: a file with no rounding
+#: of its own, for comparisons of the arithmetic alone) ...
+PURE_DTYPES = ("q4_1", "q8_0", "f16", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl", "bf16", "f32")
 #: ... or llama.cpp's mixes (q8_0 is also llama.cpp's Q8_0 mix: every matrix and the output q8_0)
 MIXES = {"q4_k_m": "q4_k", "q5_k_m": "q5_k"}
 DTYPES = PURE_DTYPES + tuple(MIXES)
 #: llama.cpp's ``llama_ftype`` of each (``general.file_type``)
-_FTYPE = {"f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q4_k": 14, "q5_k": 16, "q6_k": 18,
+_FTYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q4_k": 14, "q5_k": 16, "q6_k": 18,
           "iq4_nl": 25, "bf16": 32, "q4_k_m": 15, "q5_k_m": 17}
 _GGUF_QUANTIZES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "bf16")
 WEIGHT_STD = 0.02
@@ -180,7 +181,7 @@ def _fallback(t: str, k: int) -> str:
 def tensor_types(c: LlamaConfig, dtype: str) -> dict[str, str]:
     """GGUF tensor name -> dtype label of a synthetic file, in file order.
 
-    A pure dtype: every matrix of that type, the embedding (and tied output) q8_0 (f16 for f16);
+    A pure dtype: every matrix of that type, the embedding (and tied output) q8_0 (f16 for f16, f32 for f32);
     norms f32. A mix (``q4_k_m``, ``q5_k_m``) follows llama.cpp's ``llama_tensor_get_type`` for a
     dense Llama: the output projection (or the tied embedding) q6_k, q8_0 when ``dim`` is not a
     multiple of 256; ``attn_v`` and ``ffn_down`` q6_k on the ``use_more_bits`` layers; every other
@@ -200,7 +201,7 @@ def tensor_types(c: LlamaConfig, dtype: str) -> dict[str, str]:
             continue
         k = shape[1]
         if dtype not in MIXES:
-            t = dtype if name not in ("token_embd.weight", "output.weight") else ("f16" if dtype == "f16" else "q8_0")
+            t = dtype if name not in ("token_embd.weight", "output.weight") or dtype in ("f16", "f32") else "q8_0"
             out[name] = t
             continue
         base = MIXES[dtype]
@@ -319,7 +320,7 @@ def write_synthetic_gguf(path: str | os.PathLike, shape: str | ModelConfig, dtyp
         dtype: encoding of the matrices: a type of ``PURE_DTYPES`` (``"q4_1"``, ``"q8_0"``,
             ``"f16"``, ``"q4_k"``, ...) or a llama.cpp mix (``"q4_k_m"``, ``"q5_k_m"``): see
             ``tensor_types``. With a pure type the embedding (``token_embd.weight``, also the tied
-            output projection) is q8_0 (f16 for f16), as llama.cpp's quantized files have it; norms
+            output projection) is q8_0 (f16 for f16, f32 for f32), as llama.cpp's quantized files have it; norms
             are f32.
         seed: the weights are a function of (shape, dtype, seed) only.
         threads: worker threads (default: ``os.cpu_count()``).
