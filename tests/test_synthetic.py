@@ -170,7 +170,7 @@ def test_synthetic_model_is_cached_and_validated(tmp_path):
                                          r"tiny-llama3, tiny-qwen2, tiny-qwen3, tiny-gemma3, tiny-phi3$"):
         llm.resolve_model("synthetic:nope")
     with pytest.raises(ValueError, match=r"^dtype must be one of q4_1, q8_0, f16, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k, "
-                                         r"iq4_nl, bf16, q4_k_m, q5_k_m, got 'q3_k'$"):
+                                         r"iq4_nl, bf16, f32, q4_k_m, q5_k_m, got 'q3_k'$"):
         synthetic_model("synthetic:tiny:q3_k")
 
 
