@@ -51,7 +51,9 @@ def _row(text: str) -> np.ndarray:
 
 
 def _device_params():
-    return ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+    ok, reason = cuda_status()
+    return ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+        not ok, reason=f"cuda backend not usable here: {reason}")])]
 
 
 @pytest.fixture(scope="module", params=sorted(REFS))
@@ -83,8 +85,6 @@ def test_references_pin_llamacpp_and_the_reference_settings(reference):
 
 @pytest.mark.parametrize("device", _device_params())
 async def test_family_matches_llamacpp(reference, device):
-    if device == "cuda" and not cuda_status()[0]:
-        pytest.skip(f"cuda backend not usable here: {cuda_status()[1]}")
     ref, path = reference
     model = await llm.load(path, device=device, slots=1, ctx=64)
     try:
