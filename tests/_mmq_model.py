@@ -17,11 +17,11 @@ uses the device's expf, so that one step is compared to ulps, not bits."""
 from __future__ import annotations
 
 import numpy as np
+from _q8dot_model import BLOCK_BYTES, weight_codes  # the GGUF blocks' codes and scales, as the cpu int8 model reads them
 
 F32 = np.float32
 #: blocks of 32 a segment (XI_MMQ_SEG_BLOCKS in shaders/xi_mmq.cuh): K alone sets the segments
 SEG_BLOCKS = 16
-BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}
 
 
 def round_half_away(v):
@@ -74,20 +74,6 @@ def rmsnorm_h(x, norm, eps):
     """h = (x * inv) * norm float32 (T, K), inv = ``rmsnorm_inv``."""
     inv = rmsnorm_inv(x, eps)
     return ((np.asarray(x, F32) * inv[:, None]).astype(F32) * np.asarray(norm, F32)[None, :]).astype(F32)
-
-
-def weight_codes(wq, dt, N, K):
-    """GGUF block bytes of an (N, K) matrix -> (codes int64 (N, K/32, 32) in element order, q4_0's
-    minus 8; dw float32 (N, K/32); mw float32 (N, K/32) for q4_1, else None)."""
-    blk = np.ascontiguousarray(wq).view(np.uint8).reshape(N, K // 32, BLOCK_BYTES[dt])
-    dw = blk[..., 0:2].copy().view(np.float16)[..., 0].astype(F32)
-    if dt == "q8_0":
-        return blk[..., 2:].copy().view(np.int8).astype(np.int64), dw, None
-    nib = blk[..., 2:18] if dt == "q4_0" else blk[..., 4:20]
-    codes = np.concatenate([nib & 15, nib >> 4], -1).astype(np.int64)
-    if dt == "q4_0":
-        return codes - 8, dw, None
-    return codes, dw, blk[..., 2:4].copy().view(np.float16)[..., 0].astype(F32)
 
 
 def matmul(wq, dt, h, y=None):

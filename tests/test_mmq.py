@@ -93,7 +93,7 @@ def _segment_parallel(wq, dt, h):
     order, then the segment sums in order (what a segment-parallel kernel computes)."""
     T, K = h.shape
     nb = K // 32
-    from _mmq_model import weight_codes
+    from _q8dot_model import weight_codes
 
     N = np.asarray(wq).view(np.uint8).size // (nb * {"q4_0": 18, "q4_1": 20, "q8_0": 34}[dt])
     q, d, s = quantize_q8_1(h)
