@@ -34,11 +34,11 @@
 // bytes of a group of 8 blocks (32 elements a block): a warp step, 4 lanes a block
 __host__ __device__ constexpr int xi_mvp_group_bytes(int type) { return 8 * xi_block_bytes(type); }
 
-// Dynamic shared bytes: the warps' stages (8 warps x S stages x NR regions x CG groups) and, where
-// K <= XI_MVP_XK, the staged token (K floats of h, K / 8 block sums). backends/cuda/_launch.py
-// repeats this (mvp_shared).
-__host__ __device__ constexpr int xi_mvp_shared(int type, int k, int nr, int s, int cg) {
-    return XI_MVP_WARPS * s * nr * cg * xi_mvp_group_bytes(type) + (k <= XI_MVP_XK ? k * 4 + k / 2 : 0);
+// Dynamic shared bytes: the warps' stages (8 warps x S stages x NR regions x CG groups) and, at
+// T == 1 where K <= XI_MVP_XK, the staged token (K floats of h, K / 8 block sums).
+// backends/cuda/_launch.py repeats this (mvp_shared).
+__host__ __device__ constexpr int xi_mvp_shared(int type, int k, int t, int nr, int s, int cg) {
+    return XI_MVP_WARPS * s * nr * cg * xi_mvp_group_bytes(type) + (t == 1 && k <= XI_MVP_XK ? k * 4 + k / 2 : 0);
 }
 
 __device__ __forceinline__ void xi_mvp_cp16(void *s, const void *g) {
@@ -102,13 +102,15 @@ __device__ __forceinline__ float xi_mvp_tok_inv(const float4 *hs, int K, float e
 }
 
 // The vector path (see the top of the file). smem: the dynamic shared memory (xi_mvp_shared bytes).
-template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, bool XS>
+template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, bool XS, int TT>
 __device__ __forceinline__ void xi_mvp(const XiMvcArgs &a, uint8_t *smem) {
     typedef XiMv<TYPE> M;
     constexpr int GB = xi_mvp_group_bytes(TYPE), NR = GLU ? 2 * R : R, CGB = CG * GB, CW = CGB / 16, NCP = (CW + 31) / 32;
     static_assert(GB % 16 == 0, "a group of 8 blocks is whole 16-byte words");
-    __shared__ float inv_s;
+    static_assert(!XS || TT == 1, "the token is staged at T == 1 only");
+    __shared__ float inv_s[TT];
     const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5, s = lane & 3, bl = lane >> 2;
+    const int tg0 = blockIdx.y * TT, tn = a.T - tg0 < TT ? a.T - tg0 : TT;  // this CTA's tokens
     const int nb = a.K >> 5, gpr = nb >> 3, cpt = (gpr + CG - 1) / CG;  // groups a row, chunks a tile
     const size_t_ rb = (size_t_)gpr * GB;
     const int ntile = (a.N + R - 1) / R, gw = blockIdx.x * XI_MVP_WARPS + wi, GW = gridDim.x * XI_MVP_WARPS;
@@ -144,7 +146,9 @@ __device__ __forceinline__ void xi_mvp(const XiMvcArgs &a, uint8_t *smem) {
     for (int c = 0; c < S - 1; c++) issue();
 
     // the token, once a CTA, while the first chunks are in flight
-    float inv = 1.0f;
+    float inv[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) inv[t] = 1.0f;
     if (XS) {
         const float4 *x4 = reinterpret_cast<const float4 *>(a.x);
         for (int i = tid; i < (a.K >> 2); i += 256) hs[xi_mvp_pos4(i)] = __ldg(x4 + i);
@@ -152,12 +156,12 @@ __device__ __forceinline__ void xi_mvp(const XiMvcArgs &a, uint8_t *smem) {
         if (NORM) {
             if (wi == 0) {
                 const float v = xi_mvp_tok_inv(hs, a.K, a.eps);
-                if (lane == 0) inv_s = v;
+                if (lane == 0) inv_s[0] = v;
             }
             __syncthreads();
-            inv = inv_s;
+            inv[0] = inv_s[0];
             const float4 *g4 = reinterpret_cast<const float4 *>(a.norm);
-            for (int i = tid; i < (a.K >> 2); i += 256) hs[xi_mvp_pos4(i)] = xi_blk_norm(hs[xi_mvp_pos4(i)], inv, __ldg(g4 + i));
+            for (int i = tid; i < (a.K >> 2); i += 256) hs[xi_mvp_pos4(i)] = xi_blk_norm(hs[xi_mvp_pos4(i)], inv[0], __ldg(g4 + i));
             __syncthreads();
         }
         if (TYPE == XI_Q4_1) {
@@ -167,20 +171,23 @@ __device__ __forceinline__ void xi_mvp(const XiMvcArgs &a, uint8_t *smem) {
             }
             __syncthreads();
         }
-    } else if (NORM) {
-        if (wi == 0) {
-            const float v = xi_tok_inv(a.x, a.K, a.eps);
-            if (lane == 0) inv_s = v;
+    } else if (NORM) {  // warp t: token t's scale
+        if (wi < tn) {
+            const float v = xi_tok_inv(a.x + (size_t_)(tg0 + wi) * a.K, a.K, a.eps);
+            if (lane == 0) inv_s[wi] = v;
         }
         __syncthreads();
-        inv = inv_s;
+#pragma unroll
+        for (int t = 0; t < TT; t++) inv[t] = t < tn ? inv_s[t] : 1.0f;
     }
 
     // compute cursor: chunk cc of tile ct, from stage cs
     int ct = gw, cc = 0, cs = 0;
-    float acc[NR];
+    float acc[TT][NR];
 #pragma unroll
-    for (int q = 0; q < NR; q++) acc[q] = 0.0f;
+    for (int t = 0; t < TT; t++)
+#pragma unroll
+        for (int q = 0; q < NR; q++) acc[t][q] = 0.0f;
     for (int c = 0; c < nchunk; c++) {
         issue();
         xi_mvp_wait<S - 1>();
@@ -190,32 +197,67 @@ __device__ __forceinline__ void xi_mvp(const XiMvcArgs &a, uint8_t *smem) {
 #pragma unroll 2
         for (int j = 0; j < ng; j++) {
             const int b = (g0 + j) * 8 + bl;
-            float4 lo, hi;
-            float xs;
-            xi_mvp_x<TYPE, NORM, XS>(a, hs, xsum, inv, b, s, lo, hi, xs);
+            if (TT == 1) {
+                float4 lo, hi;
+                float xs;
+                xi_mvp_x<TYPE, NORM, XS>(a, hs, xsum, inv[0], b, s, lo, hi, xs);
 #pragma unroll
-            for (int q = 0; q < NR; q++) {
-                uint32_t rw[M::NW];
-                M::template raw<3>(src + q * CGB + j * GB, bl, s, rw);
-                float qv[8], d, m;
-                M::dec(rw, qv, d, m);
-                acc[q] += xi_blk_part<TYPE>(qv, d, m, lo, hi, xs);
+                for (int q = 0; q < NR; q++) {
+                    uint32_t rw[M::NW];
+                    M::template raw<3>(src + q * CGB + j * GB, bl, s, rw);
+                    float qv[8], d, m;
+                    M::dec(rw, qv, d, m);
+                    acc[0][q] += xi_blk_part<TYPE>(qv, d, m, lo, hi, xs);
+                }
+            } else {  // decode once, then every token (xi_mvc's expressions)
+                float qv[NR][8], d[NR], m[NR];
+#pragma unroll
+                for (int q = 0; q < NR; q++) {
+                    uint32_t rw[M::NW];
+                    M::template raw<3>(src + q * CGB + j * GB, bl, s, rw);
+                    M::dec(rw, qv[q], d[q], m[q]);
+                }
+                float4 glo, ghi;
+                if (NORM) {
+                    glo = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 4 * s));
+                    ghi = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 16 + 4 * s));
+                }
+#pragma unroll
+                for (int t = 0; t < TT; t++) {
+                    if (t < tn) {
+                        const float *xt = a.x + (size_t_)(tg0 + t) * a.K;
+                        float4 lo = __ldg(reinterpret_cast<const float4 *>(xt + b * 32 + 4 * s));
+                        float4 hi = __ldg(reinterpret_cast<const float4 *>(xt + b * 32 + 16 + 4 * s));
+                        if (NORM) {
+                            lo = xi_blk_norm(lo, inv[t], glo);
+                            hi = xi_blk_norm(hi, inv[t], ghi);
+                        }
+                        const float xs = TYPE == XI_Q4_1 ? xi_blk_sum(lo, hi) : 0.0f;
+#pragma unroll
+                        for (int q = 0; q < NR; q++) acc[t][q] += xi_blk_part<TYPE>(qv[q], d[q], m[q], lo, hi, xs);
+                    }
+                }
             }
         }
         if (cc == cpt - 1) {  // the tile's rows are summed: write them
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                const float sg = xi_warp_sum(acc[r]);
-                const float su = GLU ? xi_warp_sum(acc[NR - R + r]) : 0.0f;
-                const int n = ct * R + r;
-                if (lane == 0 && n < a.N) {
-                    float *yo = a.y + n;
-                    if (GLU) *yo = sg / (1.0f + expf(-sg)) * su;
-                    else *yo = a.accumulate ? *yo + sg : sg;
-                }
-            }
+            for (int t = 0; t < TT; t++) {
+                if (t < tn) {
 #pragma unroll
-            for (int q = 0; q < NR; q++) acc[q] = 0.0f;
+                    for (int r = 0; r < R; r++) {
+                        const float sg = xi_warp_sum(acc[t][r]);
+                        const float su = GLU ? xi_warp_sum(acc[t][NR - R + r]) : 0.0f;
+                        const int n = ct * R + r;
+                        if (lane == 0 && n < a.N) {
+                            float *yo = a.y + (size_t_)(tg0 + t) * a.N + n;
+                            if (GLU) *yo = sg / (1.0f + expf(-sg)) * su;
+                            else *yo = a.accumulate ? *yo + sg : sg;
+                        }
+                    }
+                }
+#pragma unroll
+                for (int q = 0; q < NR; q++) acc[t][q] = 0.0f;
+            }
         }
         cs = cs + 1 == S ? 0 : cs + 1;
         if (++cc == cpt) { cc = 0; ct += GW; }
@@ -224,27 +266,40 @@ __device__ __forceinline__ void xi_mvp(const XiMvcArgs &a, uint8_t *smem) {
     xi_mvp_wait<0>();
 }
 
-// The kernel body (blocks of 256 threads, T == 1; grid: any, backends/cuda/_launch.py's mvp_launch
-// gives at most a wave). xi_prefetch_rows of the CTA's first tiles into L2, the wait for the previous
-// kernel, then the vector path, or where K, x, norm or w rules it out, xi_mv1 / xi_mvc_scalar over
-// the same rows (the sums xi_mv1_block would make).
+// The kernel body (blocks of 256 threads; grid (any, ceil(T / XI_MVP_TT)): backends/cuda/_launch.py's
+// mvp_launch gives at most a wave). T == 1: the token staged (K <= XI_MVP_XK); 1 < T: up to
+// XI_MVP_TT tokens a CTA, read from global memory (L1), each weight group decoded once for them all.
+// xi_prefetch_rows of the CTA's first tiles into L2, the wait for the previous kernel, then the
+// vector path, or where K, x, norm or w rules it out, the sums xi_mv1 (T == 1) or xi_mvc_scalar
+// make over the same rows (as xi_mvc_kernel falls back).
+#define XI_MVP_TT 8
 template <int TYPE, int R, int S, int CG, bool NORM, bool GLU>
 __device__ __forceinline__ void xi_mvp_kernel(const XiMvcArgs &a) {
     extern __shared__ uint4 xi_mvp_dyn[];
-    if (a.T == 1) xi_prefetch_rows<TYPE, GLU>(a, (long long)blockIdx.x * XI_MVP_WARPS * R, XI_MVP_WARPS * R);
+    if (blockIdx.y == 0) xi_prefetch_rows<TYPE, GLU>(a, (long long)blockIdx.x * XI_MVP_WARPS * R, XI_MVP_WARPS * R);
     xi_grid_begin();
-    if (a.T != 1 || blockIdx.y > 0) return;  // one token only (the launcher never gives more)
+    const int tg0 = blockIdx.y * XI_MVP_TT;
+    if (tg0 >= a.T) return;
     const bool vec32 = (a.K & 31) == 0 && (((size_t_)a.x) & 15) == 0 && (!NORM || (((size_t_)a.norm) & 15) == 0);
+    uint8_t *smem = reinterpret_cast<uint8_t *>(xi_mvp_dyn);
     if (vec32 && (a.K & 255) == 0 && (((size_t_)a.w) & 15) == 0) {
-        uint8_t *smem = reinterpret_cast<uint8_t *>(xi_mvp_dyn);
-        if (a.K <= XI_MVP_XK) xi_mvp<TYPE, R, S, CG, NORM, GLU, true>(a, smem);
-        else xi_mvp<TYPE, R, S, CG, NORM, GLU, false>(a, smem);
-    } else if (vec32 && (((size_t_)a.w) & (XiQ<TYPE>::ALIGN - 1)) == 0) {
-        for (int n0 = blockIdx.x * XI_MVP_WARPS + (threadIdx.x >> 5); n0 < a.N; n0 += gridDim.x * XI_MVP_WARPS)
-            xi_mv1<TYPE, 1, NORM, GLU>(a, n0);
+        if (a.T > 1) xi_mvp<TYPE, R, S, CG, NORM, GLU, false, XI_MVP_TT>(a, smem);
+        else if (a.K <= XI_MVP_XK) xi_mvp<TYPE, R, S, CG, NORM, GLU, true, 1>(a, smem);
+        else xi_mvp<TYPE, R, S, CG, NORM, GLU, false, 1>(a, smem);
+    } else if (vec32 && (((size_t_)a.w) & (XiQ<TYPE>::ALIGN - 1)) == 0) {  // xi_mv1's sums a token at a time
+        const int tn = a.T - tg0 < XI_MVP_TT ? a.T - tg0 : XI_MVP_TT;
+        for (int t = tg0; t < tg0 + tn; t++) {
+            XiMvcArgs b = a;
+            b.x = a.x + (size_t_)t * a.K;
+            b.y = a.y + (size_t_)t * a.N;
+            b.T = 1;
+            for (int n0 = blockIdx.x * XI_MVP_WARPS + (threadIdx.x >> 5); n0 < a.N; n0 += gridDim.x * XI_MVP_WARPS)
+                xi_mv1<TYPE, 1, NORM, GLU>(b, n0);
+        }
     } else {
+        const int tn = a.T - tg0 < XI_MVP_TT ? a.T - tg0 : XI_MVP_TT;
         for (int c0 = blockIdx.x * 8; c0 < a.N; c0 += gridDim.x * 8)
-            xi_mvc_scalar<TYPE, NORM, GLU>(a, c0, a.N - c0 < 8 ? a.N - c0 : 8, 0, 1);
+            xi_mvc_scalar<TYPE, NORM, GLU>(a, c0, a.N - c0 < 8 ? a.N - c0 : 8, tg0, tn);
     }
 }
 
