@@ -151,26 +151,34 @@ __device__ __forceinline__ void xi_mvp(const XiMvcArgs &a, uint8_t *smem) {
     for (int t = 0; t < TT; t++) inv[t] = 1.0f;
     if (XS) {
         const float4 *x4 = reinterpret_cast<const float4 *>(a.x);
-        for (int i = tid; i < (a.K >> 2); i += 256) hs[xi_mvp_pos4(i)] = __ldg(x4 + i);
-        __syncthreads();
-        if (NORM) {
+        if (NORM) {  // x staged, warp 0 sums its squares from there
+            for (int i = tid; i < (a.K >> 2); i += 256) hs[xi_mvp_pos4(i)] = __ldg(x4 + i);
+            __syncthreads();
             if (wi == 0) {
                 const float v = xi_mvp_tok_inv(hs, a.K, a.eps);
                 if (lane == 0) inv_s[0] = v;
             }
             __syncthreads();
             inv[0] = inv_s[0];
-            const float4 *g4 = reinterpret_cast<const float4 *>(a.norm);
-            for (int i = tid; i < (a.K >> 2); i += 256) hs[xi_mvp_pos4(i)] = xi_blk_norm(hs[xi_mvp_pos4(i)], inv[0], __ldg(g4 + i));
-            __syncthreads();
         }
-        if (TYPE == XI_Q4_1) {
-            for (int j = tid; j < (a.K >> 3); j += 256) {
-                const int b = j >> 2, q = j & 3, p = (b & 1) << 2;
-                xsum[j] = xi_blk_sum(hs[b * 8 + (q ^ p)], hs[b * 8 + ((q + 4) ^ p)]);
+        // a thread a (block, lane quarter), as xi_mvt.cuh stages: the h values xi_mv1 computes, and the
+        // block sum from the same registers (the expressions xi_mv1 evaluates, whatever the compiler fuses)
+        const float4 *g4 = reinterpret_cast<const float4 *>(a.norm);
+        for (int j = tid; j < (a.K >> 3); j += 256) {
+            const int b = j >> 2, q = j & 3, ilo = b * 8 + (q ^ ((b & 1) << 2)), ihi = b * 8 + ((q + 4) ^ ((b & 1) << 2));
+            float4 lo, hi;
+            if (NORM) {
+                lo = xi_blk_norm(hs[ilo], inv[0], __ldg(g4 + b * 8 + q));
+                hi = xi_blk_norm(hs[ihi], inv[0], __ldg(g4 + b * 8 + 4 + q));
+            } else {
+                lo = __ldg(x4 + b * 8 + q);
+                hi = __ldg(x4 + b * 8 + 4 + q);
             }
-            __syncthreads();
+            hs[ilo] = lo;
+            hs[ihi] = hi;
+            if (TYPE == XI_Q4_1) xsum[j] = xi_blk_sum(lo, hi);
         }
+        __syncthreads();
     } else if (NORM) {  // warp t: token t's scale
         if (wi < tn) {
             const float v = xi_tok_inv(a.x + (size_t_)(tg0 + wi) * a.K, a.K, a.eps);
