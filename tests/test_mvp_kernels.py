@@ -79,6 +79,18 @@ def test_where_it_does_not_run(dt, N, K, T, glu, why):
     assert not _launch.mvp_weight(dt, N, K, T, glu, 100 * 1024, cc), why
 
 
+def test_xinfer_mvp_switch(monkeypatch):
+    assert _launch.mvp_enabled({}) and _launch.mvp_enabled({"XINFER_MVP": "1"})
+    assert not _launch.mvp_enabled({"XINFER_MVP": "0"})
+    with pytest.raises(ValueError, match="XINFER_MVP='yes' is not one of '', '0', '1'"):
+        _launch.mvp_enabled({"XINFER_MVP": "yes"})
+    c = dict(T=1, N=4096, K=4096, accumulate=0)
+    for env, suffix in (("1", "_p"), ("0", "")):
+        monkeypatch.setenv("XINFER_MVP", env)
+        fam = _launch.FAMILIES["matmul"]({"dt": "q4_1", "kind": "matmul"}, sms=132, stage_max=100 * 1024, cc=(9, 0))
+        assert fam.launch(c)[3] == suffix
+
+
 def test_entries():
     for dt in _launch.MVP_TYPES:
         assert _launch.matmul_entries(dt)[-1] == "_p"

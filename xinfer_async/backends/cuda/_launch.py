@@ -275,8 +275,22 @@ def mvp_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: t
     return wbytes >= MVP_MIN_BYTES and mvp_shared(dt, k, t, glu) <= stage_max
 
 
+def mvp_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the pipelined kernel may run (``mvp_weight``): ``XINFER_MVP`` unset or ``1``; ``0``
+    turns it off (an A/B switch: its rows give the same bits as the kernels it replaces).
+
+    Raises:
+        ValueError: XINFER_MVP is set to something else.
+    """
+    v = environ.get("XINFER_MVP", "").strip()
+    if v not in ("", "0", "1"):
+        raise ValueError(f"XINFER_MVP={v!r} is not one of '', '0', '1'")
+    return v != "0"
+
+
 def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
-                  cc: tuple[int, int] = (9, 0), mmq: str = "") -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+                  cc: tuple[int, int] = (9, 0), mmq: str = "", mvp: bool = True
+                  ) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, dynamic shared bytes, entry suffix) of a matrix kernel (``kind``: ``matmul``,
     ``rmsnorm_matmul`` or ``rmsnorm_matmul_swiglu``) of type ``dt`` for the constants:
 
@@ -285,8 +299,8 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
     - ``tc_weight``: the tensor-core kernel (shaders/xi_tc.cuh), ``_tc`` at T <= 8 (8 tokens a block)
       and ``_tct`` above (32, 16 with GLU): a block of ``tc_segs`` warps a tile of 16 rows; shared:
       the segment sums (``tc_launch``; at T == 1 also h split for the one-token body);
-    - ``mvp_weight`` (T <= MVP_MAX_T, large weights): ``_p``, the pipelined kernel
-      (shaders/xi_mvp.cuh, ``mvp_launch``);
+    - ``mvp`` (``mvp_enabled``: XINFER_MVP unset or 1) and ``mvp_weight`` (T <= MVP_MAX_T, large
+      weights): ``_p``, the pipelined kernel (shaders/xi_mvp.cuh, ``mvp_launch``);
     - else T > 8: ``_t``, the register-tiled kernel (shaders/xi_mvt.cuh), 8 warps of ``mvt_rows``
       rows by 8 tokens a block, tokens staged in ``mvt_stage_bytes`` (``stage_max``: the device's);
     - else the first entry (shaders/xi_mvc.cuh), 256 threads (``_matmul_grid``, ``_fused_grid``)."""
@@ -295,7 +309,7 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
         return mmq_launch(c, dt, glu, mmq, sms)
     if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
-    if mvp_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
+    if mvp and mvp_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
         return mvp_launch(c, dt, glu, sms, cc)
     if t > _MVT_MIN_T:
         return _tiled_grid(c, glu), (256, 1, 1), mvt_stage_bytes(dt, c["K"], stage_max), "_t"
@@ -359,13 +373,14 @@ class Family:
 
 def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
     """matmul_DT, rmsnorm_matmul_DT, rmsnorm_matmul_swiglu_DT (``params``: ``dt``, ``kind``):
-    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ, read when the kernel is loaded); the ``_t``
+    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ) and ``mvp_enabled()`` (XINFER_MVP), read when
+    the kernel is loaded; the ``_t``
     entry stages tokens in up to ``stage_max`` dynamic shared bytes, the tiled integer entries opt in
     to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
     them directly), and ``_p`` (MVP_TYPES) to ``stage_max`` (``mvp_weight`` keeps it within).
 
     Raises:
-        ValueError: XINFER_MMQ is set to an unknown value."""
+        ValueError: XINFER_MMQ or XINFER_MVP is set to an unknown value."""
     dt, kind = params["dt"], params["kind"]
     opt_in = {"_t": stage_max} if stage_max > 48 * 1024 else {}
     if mmq_usable(dt, stage_max, cc):
@@ -374,7 +389,7 @@ def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) 
         opt_in["_p"] = stage_max  # mvp_weight keeps its shared bytes within stage_max
     return Family(matmul_entries(dt),
                   functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc,
-                                    mmq=mmq_mode()),
+                                    mmq=mmq_mode(), mvp=mvp_enabled()),
                   opt_in)
 
 
