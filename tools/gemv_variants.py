@@ -349,7 +349,7 @@ def mvp_main(argv) -> int:
                 results.append(dict(kind=kind, dt=dt, N=N, K=K, T=T, variant=label, us=us, gbs=wb / us / 1e3,
                                     read_us=read_us, chosen=label == pick, grid=list(g), shared=g.shared_bytes))
         for label, row in table.items():
-            g1 = row[1][2]
+            g1 = next(iter(row.values()))[2]  # the first T it ran at (a variant past stage_max skips T == 1)
             cells = "  ".join(f"T={T}: {us:7.2f} us {wb / us / 1e3:6.0f} GB/s {100 * read_us / us:4.0f}%{'*' if ch else ' '}"
                               for T, (us, ch, _) in row.items())
             print(f"  {label:10s} grid {g1[0]:5d} shm {g1.shared_bytes:6d}  {cells}")
