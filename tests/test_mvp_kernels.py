@@ -191,9 +191,11 @@ def _same_bits(a, b, what):
 @pytest.mark.cuda
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dt", _launch.MVP_TYPES)
-async def test_mvp_equals_the_old_entry_and_float64(cuda_dev, monkeypatch, rng, dt, kind):
-    """Every T of TS, accumulate on and off: ``_p`` gives the old entry's bits, and both are within
-    1e-5 of sum |w| |h| of float64; x unaligned (xoff 1) takes both to the element-by-element path."""
+async def test_mvp_equals_the_old_entry_alone_and_float64(cuda_dev, monkeypatch, rng, dt, kind):
+    """At every T of TS, accumulate on and off, ``_p`` gives each token the bits the old entry gives it
+    alone (T == 1: xi_mv1, whose order every vector path keeps; x unaligned (xoff 1): both take the
+    element-by-element path), and where the old entry at that T sums in the same order (its stage
+    holds a row), its bits at that T too; all within 1e-5 of sum |w| |h| of float64."""
     glu = kind == "rmsnorm_matmul_swiglu"
     for N, K in SHAPES:
         wq, w64 = _weights(rng, dt, 2 * N if glu else N, K)
@@ -201,15 +203,19 @@ async def test_mvp_equals_the_old_entry_and_float64(cuda_dev, monkeypatch, rng, 
         for T in TS:
             x = (rng.standard_normal((T, K)) * rng.uniform(0.1, 10, (T, 1))).astype(F32)
             for y0, xoff in [(None, 0)] + ([] if glu else [(rng.standard_normal((T, N)).astype(F32), 0)]) + [(None, 1)]:
-                got = {}
-                for mvp in (True, False):
-                    _force(monkeypatch, mvp)
-                    got[mvp] = await _launch_kind(cuda_dev, kind, dt, wq, x, norm, N, y0, xoff)
                 what = f"{kind}_{dt} N={N} K={K} T={T} accumulate={y0 is not None} xoff={xoff}"
-                assert np.isfinite(got[True]).all(), f"{what}: non-finite (NaN left: a row not written)"
-                _same_bits(got[True], got[False], f"{what}: _p vs the old entry")
+                _force(monkeypatch, True)
+                got = await _launch_kind(cuda_dev, kind, dt, wq, x, norm, N, y0, xoff)
+                assert np.isfinite(got).all(), f"{what}: non-finite (NaN left: a row not written)"
+                _force(monkeypatch, False)
+                alone = np.concatenate([await _launch_kind(cuda_dev, kind, dt, wq, x[t:t + 1], norm, N,
+                                                           None if y0 is None else y0[t:t + 1], xoff) for t in range(T)])
+                _same_bits(got, alone, f"{what}: _p vs the old entry a token at a time")
+                if T > 1 and _launch.mvc_rows(dt, N, K, T, glu) > 0:
+                    same_t = await _launch_kind(cuda_dev, kind, dt, wq, x, norm, N, y0, xoff)
+                    _same_bits(got, same_t, f"{what}: _p vs the old entry at T={T}")
                 ref, bound = _reference(kind, w64, x, norm, N, y0)
-                err = np.abs(got[True] - ref)
+                err = np.abs(got - ref)
                 assert (err <= bound).all(), f"{what}: max err / bound {(err / bound).max():.3g}"
 
 
