@@ -1,7 +1,8 @@
-// The pipelined one-token matrix kernel (entries `_p` of matmul_DT, rmsnorm_matmul_DT and
-// rmsnorm_matmul_swiglu_DT for f16, q8_0, q4_0, q4_1; backends/cuda/_launch.py's mvp_weight picks it):
-// y (1, N) from w (N, K) DT rows and one token x (K) f32, with xi_mvc.cuh's optional rmsnorm on the
-// way in (NORM) and SwiGLU on the way out (GLU: gate rows [0, N), up rows [N, 2N)).
+// The pipelined matrix kernel for decode, T <= 8 tokens (entries `_p` of matmul_DT, rmsnorm_matmul_DT
+// and rmsnorm_matmul_swiglu_DT for f16, q8_0, q4_0, q4_1; backends/cuda/_launch.py's mvp_weight picks
+// it): y (T, N) from w (N, K) DT rows and x (T, K) f32, with xi_mvc.cuh's optional rmsnorm on the way
+// in (NORM) and SwiGLU on the way out (GLU: gate rows [0, N), up rows [N, 2N)). At T > 1 each lane
+// decodes a weight block once for all the CTA's tokens (xi_mvc decodes it once a token).
 //
 // Why: xi_mv1 (xi_mvc.cuh) reads a row's weights as 4-byte words straight into registers, a few
 // 8-block steps at a time, then decodes them: a warp has ~1 KB in flight and waits a whole memory
@@ -12,7 +13,7 @@
 //   registers held): while it decodes a chunk, the next S - 1 chunks are in flight (S - 1 chunks of
 //   NR x CG groups of 8 blocks, ~2-5 KB a warp, 16 warps an SM); only __syncwarp, no CTA barrier
 //   in the loop;
-// - the CTA stages the token once (its rmsnorm h = (x * inv) * norm, inv summed once by warp 0, and
+// - at T == 1 the CTA stages the token once (its rmsnorm h = (x * inv) * norm, inv summed once by warp 0, and
 //   q4_1's per-lane block sums) in shared memory, where K <= XI_MVP_XK; each lane then reads h
 //   as two float4s a block, shared by the R rows it decodes together (the L1/shared data path is
 //   the next limit after memory: fewer x reads a weight byte);
@@ -21,10 +22,11 @@
 // Numerics: lane l sums blocks l/4, l/4 + 8, ... of each row in that order with xi_mvc.cuh's
 // expressions (xi_blk_norm, xi_blk_sum, xi_blk_part, the warp sum, the SwiGLU and accumulate
 // expressions), and inv as xi_tok_inv sums it, so every row's result is bit-identical to xi_mv1's
-// (T == 1) and xi_mvc's (T <= 8) and xi_mvt's (T > 8): a batched step still equals the rows alone.
+// (T == 1), and to xi_mvc's (T <= 8) and xi_mvt's (T > 8) where they keep that order (a row within
+// their stage): a batched step still equals the rows alone (tests/test_mvp_kernels.py).
 // Vector path: K % 256 == 0 (whole 8-block groups, 16-byte aligned rows), w, x, norm 16-byte
-// aligned; else xi_mv1 a warp a row (w aligned to its type, K % 32 == 0, x, norm 16-byte aligned)
-// or xi_mvc_scalar, in the same grid-stride order.
+// aligned; else xi_mv1 a warp a row, a token at a time (w aligned to its type, K % 32 == 0, x, norm
+// 16-byte aligned), or xi_mvc_scalar.
 #pragma once
 #include "xi_mvc.cuh"
 
