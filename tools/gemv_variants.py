@@ -354,6 +354,16 @@ def mvp_main(argv) -> int:
                               for T, (us, ch, _) in row.items())
             print(f"  {label:10s} grid {g1[0]:5d} shm {g1.shared_bytes:6d}  {cells}")
         be.free(big)
+    print("\nsummary, us a launch (GB/s): old entry / _p / the best variant, and the read ceiling")
+    for kind, dt, N, K in MVP_SHAPES:
+        rs = [r for r in results if (r["kind"], r["dt"], r["N"], r["K"]) == (kind, dt, N, K)]
+        cells = []
+        for T in MVP_T:
+            at = {r["variant"]: r for r in rs if r["T"] == T}
+            best = min((r for v, r in at.items() if v != "old"), key=lambda r: r["us"])
+            cells.append(f"T={T}: {at['old']['us']:.1f} / {at['_p']['us']:.1f} / {best['variant']} {best['us']:.1f} "
+                         f"({at['_p']['gbs']:.0f} GB/s)")
+        print(f"  {kind}_{dt} {N}x{K}: read {rs[0]['read_us']:.1f}  " + "  ".join(cells))
     print(f"\ncorrectness: {fails} failures (bit-identity with the old entry at T = {MVP_T}, float64 where small)")
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "gemv_mvp.json"), "w") as f:
