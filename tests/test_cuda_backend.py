@@ -410,11 +410,17 @@ def test_errors(be):
     assert "nope" in info.value.log
     assert "affine" in be.load_kernel("affine").name
     mm = be.load_kernel("matmul_q4_1")
-    # T <= 8: the staged kernel (shaders/xi_mvc.cuh): 8 rows (12 KB of a 32 KB stage) and 8 tokens a block
-    grid, block, shared = mm.launch_config(dict(T=6, N=4096, K=4096, accumulate=0))
-    assert grid == (512, 1, 1) and block == (256, 1, 1) and shared == 0
+    # T <= 8, a weight under _launch.MVP_MIN_BYTES: the staged kernel (shaders/xi_mvc.cuh): 2 rows (N spread
+    # over ~2 blocks an SM) and 8 tokens a block
+    grid, block, shared = mm.launch_config(dict(T=6, N=512, K=4096, accumulate=0))
+    assert grid == (256, 1, 1) and block == (256, 1, 1) and shared == 0
+    g = mm.launch_grid(dict(T=6, N=512, K=4096, accumulate=0))
+    assert g == (256, 1, 1) and g.block == (256, 1, 1) and g.function == mm.function
+    # larger: the pipelined entry matmul_q4_1_p (shaders/xi_mvp.cuh), 2 rows a warp, at most 2 blocks an SM,
+    # 3 stages of 2 x 8 groups of 160 bytes a warp (no staged token at T > 1)
     g = mm.launch_grid(dict(T=6, N=4096, K=4096, accumulate=0))
-    assert g == (512, 1, 1) and g.block == (256, 1, 1) and g.function == mm.function
+    assert g.function == mm.entries["_p"] and g == (min(256, 2 * be.multiprocessors), 1, 1)
+    assert g.block == (256, 1, 1) and g.shared_bytes == 8 * 3 * 2 * 8 * 160
     # T > 8: the register-tiled entry matmul_q4_1_t (shaders/xi_mvt.cuh): 32 rows and 8 tokens a block
     g = mm.launch_grid(dict(T=12, N=4096, K=4096, accumulate=0))
     assert g == (128, 2, 1) and g.block == (256, 1, 1) and g.function == mm.entries["_t"] != mm.function

@@ -222,8 +222,75 @@ def mmq_usable(dt: str, stage_max: int, cc: tuple[int, int]) -> bool:
     return dt in MMQ_TYPES and cc >= (8, 0) and mmq_shared(dt, MMQ_TN) <= stage_max
 
 
+#: the weight types of the pipelined matrix kernel (shaders/xi_mvp.cuh, entry ``_p``)
+MVP_TYPES = ("f16", "q8_0", "q4_0", "q4_1")
+_MVP_WARPS, _MVP_XK, _MVP_TT = 8, 8192, 8  # XI_MVP_WARPS, XI_MVP_XK, XI_MVP_TT
+_MVP_GROUP = {"f16": 512, "q8_0": 272, "q4_0": 144, "q4_1": 160}  # bytes of 8 blocks of 32 (xi_mvp_group_bytes)
+#: where ``_p`` runs (``mvp_weight``): at most this many tokens, weights (both halves with GLU) of at
+#: least this many bytes (smaller ones keep xi_mv1 / xi_mvc, fast on SmolLM2-135M). First guesses,
+#: to be set from tools/gemv_variants.py's ``--mvp`` table on the H200.
+MVP_MAX_T, MVP_MIN_BYTES = 8, 2 << 20
+#: shared memory an SM has, by compute capability major (CTAs an SM of ``_p``: ``mvp_ctas_per_sm``)
+_SMEM_PER_SM = {8: 164 * 1024, 9: 228 * 1024, 10: 228 * 1024}
+
+
+def mvp_params(dt: str, glu: bool) -> tuple[int, int, int]:
+    """(R rows a warp, S stages, CG groups of 8 blocks a region's chunk) of the ``_p`` entries
+    (XI_MVP_R, XI_MVP_S, XI_MVP_CG in shaders/xi_mvp.cuh): R = 2 (1 with GLU: a gate and an up
+    row), S = 3, CG for ~1-1.3 KB a chunk (8 q4_0 / q4_1 groups, 4 of q8_0, 2 of f16)."""
+    return (1 if glu else 2), 3, {"q8_0": 4, "f16": 2}.get(dt, 8)
+
+
+def mvp_shared(dt: str, k: int, t: int, glu: bool, params: tuple[int, int, int] | None = None) -> int:
+    """Dynamic shared bytes of the pipelined kernel (``xi_mvp_shared``): 8 warps x S stages x NR
+    regions (R, 2R with GLU) x CG groups, and at T == 1 where K <= 8192 the staged token (4.5 K)."""
+    r, s, cg = params or mvp_params(dt, glu)
+    return _MVP_WARPS * s * r * (2 if glu else 1) * cg * _MVP_GROUP[dt] + (k * 4 + k // 2 if t == 1 and k <= _MVP_XK else 0)
+
+
+def mvp_ctas_per_sm(shared: int, cc: tuple[int, int]) -> int:
+    """CTAs of ``_p`` an SM holds: 2 (``__launch_bounds__(256, 2)``: registers), fewer where the
+    shared bytes (plus 1 KB the CTA reserves) do not fit the SM's."""
+    return max(1, min(2, _SMEM_PER_SM.get(cc[0], 100 * 1024) // (shared + 1024)))
+
+
+def mvp_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 0),
+               params: tuple[int, int, int] | None = None) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+    """(grid, block, shared bytes, entry suffix) of the pipelined kernel: 256 threads, tiles of R
+    rows a warp, at most one wave of CTAs (the warps stride over the tiles), ceil(T / 8) CTA rows."""
+    r, s, cg = params or mvp_params(dt, glu)
+    shared = mvp_shared(dt, c["K"], c["T"], glu, (r, s, cg))
+    ctas = min(_cdiv(_cdiv(c["N"], r), _MVP_WARPS), sms * mvp_ctas_per_sm(shared, cc))
+    return (ctas, _cdiv(c["T"], _MVP_TT), 1), (256, 1, 1), shared, "_p"
+
+
+def mvp_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: tuple[int, int]) -> bool:
+    """Whether a product runs the pipelined kernel (``_p``, shaders/xi_mvp.cuh): a type of
+    MVP_TYPES on compute capability 8.0+ (cp.async), T <= MVP_MAX_T, K a multiple of 256, a weight
+    of at least MVP_MIN_BYTES, its shared bytes within ``stage_max``. Its rows' results are
+    bit-identical to the other entries' (xi_mv1, xi_mvc, xi_mvt), so the choice never changes a result."""
+    if dt not in MVP_TYPES or cc < (8, 0) or t > MVP_MAX_T or k % 256:
+        return False
+    wbytes = n * (2 if glu else 1) * (k // 32) * _MVP_GROUP[dt] // 8
+    return wbytes >= MVP_MIN_BYTES and mvp_shared(dt, k, t, glu) <= stage_max
+
+
+def mvp_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the pipelined kernel may run (``mvp_weight``): ``XINFER_MVP`` unset or ``1``; ``0``
+    turns it off (an A/B switch: its rows give the same bits as the kernels it replaces).
+
+    Raises:
+        ValueError: XINFER_MVP is set to something else.
+    """
+    v = environ.get("XINFER_MVP", "").strip()
+    if v not in ("", "0", "1"):
+        raise ValueError(f"XINFER_MVP={v!r} is not one of '', '0', '1'")
+    return v != "0"
+
+
 def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
-                  cc: tuple[int, int] = (9, 0), mmq: str = "") -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+                  cc: tuple[int, int] = (9, 0), mmq: str = "", mvp: bool = True
+                  ) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, dynamic shared bytes, entry suffix) of a matrix kernel (``kind``: ``matmul``,
     ``rmsnorm_matmul`` or ``rmsnorm_matmul_swiglu``) of type ``dt`` for the constants:
 
@@ -232,6 +299,8 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
     - ``tc_weight``: the tensor-core kernel (shaders/xi_tc.cuh), ``_tc`` at T <= 8 (8 tokens a block)
       and ``_tct`` above (32, 16 with GLU): a block of ``tc_segs`` warps a tile of 16 rows; shared:
       the segment sums (``tc_launch``; at T == 1 also h split for the one-token body);
+    - ``mvp`` (``mvp_enabled``: XINFER_MVP unset or 1) and ``mvp_weight`` (T <= MVP_MAX_T, large
+      weights): ``_p``, the pipelined kernel (shaders/xi_mvp.cuh, ``mvp_launch``);
     - else T > 8: ``_t``, the register-tiled kernel (shaders/xi_mvt.cuh), 8 warps of ``mvt_rows``
       rows by 8 tokens a block, tokens staged in ``mvt_stage_bytes`` (``stage_max``: the device's);
     - else the first entry (shaders/xi_mvc.cuh), 256 threads (``_matmul_grid``, ``_fused_grid``)."""
@@ -240,6 +309,8 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
         return mmq_launch(c, dt, glu, mmq, sms)
     if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
+    if mvp and mvp_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
+        return mvp_launch(c, dt, glu, sms, cc)
     if t > _MVT_MIN_T:
         return _tiled_grid(c, glu), (256, 1, 1), mvt_stage_bytes(dt, c["K"], stage_max), "_t"
     grid = _matmul_grid(c, dt) if kind == "matmul" else _fused_grid(c, dt, glu)
@@ -279,8 +350,9 @@ def attention_launch(c: dict, sms: int) -> tuple[tuple[int, int, int], tuple[int
 
 def matmul_entries(dt: str) -> tuple[str, ...]:
     """The entry suffixes of a matrix kernel's shader: ``""``, ``"_t"`` (and ``"_tc"``, ``"_tct"``;
-    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``)."""
-    return ("", "_t") + (("_tc", "_tct") if dt in TC_TYPES else ()) + (("_mmq", "_mmqs", "_q1") if dt in MMQ_TYPES else ())
+    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``; ``"_p"``)."""
+    return ("", "_t") + (("_tc", "_tct") if dt in TC_TYPES else ()) + (("_mmq", "_mmqs", "_q1") if dt in MMQ_TYPES else ()) \
+        + (("_p",) if dt in MVP_TYPES else ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,20 +373,23 @@ class Family:
 
 def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
     """matmul_DT, rmsnorm_matmul_DT, rmsnorm_matmul_swiglu_DT (``params``: ``dt``, ``kind``):
-    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ, read when the kernel is loaded); the ``_t``
+    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ) and ``mvp_enabled()`` (XINFER_MVP), read when
+    the kernel is loaded; the ``_t``
     entry stages tokens in up to ``stage_max`` dynamic shared bytes, the tiled integer entries opt in
     to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
-    them directly).
+    them directly), and ``_p`` (MVP_TYPES) to ``stage_max`` (``mvp_weight`` keeps it within).
 
     Raises:
-        ValueError: XINFER_MMQ is set to an unknown value."""
+        ValueError: XINFER_MMQ or XINFER_MVP is set to an unknown value."""
     dt, kind = params["dt"], params["kind"]
     opt_in = {"_t": stage_max} if stage_max > 48 * 1024 else {}
     if mmq_usable(dt, stage_max, cc):
         opt_in.update({"_mmq": mmq_shared(dt, MMQ_TN), "_mmqs": mmq_shared(dt, MMQ_TN_SMALL)})
+    if dt in MVP_TYPES and stage_max > 48 * 1024:
+        opt_in["_p"] = stage_max  # mvp_weight keeps its shared bytes within stage_max
     return Family(matmul_entries(dt),
                   functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc,
-                                    mmq=mmq_mode()),
+                                    mmq=mmq_mode(), mvp=mvp_enabled()),
                   opt_in)
 
 
