@@ -61,6 +61,9 @@ def test_shared_bytes():
 def test_llama_8b_products_run_it_in_one_wave(kind, dt, N, K, T):
     c = dict(T=T, N=N, K=K, accumulate=0, eps=EPS)
     grid, block, shared, suffix = _launch.matmul_launch(c, dt, kind, stage_max=100 * 1024, sms=132, cc=(9, 0))
+    if T > _launch.MVP_MAX_T:  # measured slower than xi_mvc there (the comment on MVP_MAX_T)
+        assert suffix != "_p"
+        return
     assert suffix == "_p" and block == (256, 1, 1) and grid[1] == 1
     assert shared == _launch.mvp_shared(dt, K, T, kind.endswith("swiglu")) <= 100 * 1024
     per_sm = _launch.mvp_ctas_per_sm(shared, (9, 0))
@@ -70,7 +73,7 @@ def test_llama_8b_products_run_it_in_one_wave(kind, dt, N, K, T):
 
 
 @pytest.mark.parametrize("dt,N,K,T,glu,why", [
-    ("q4_1", 4096, 4000, 1, False, "K % 256"), ("q4_1", 4096, 4096, 9, False, "T > 8"),
+    ("q4_1", 4096, 4000, 1, False, "K % 256"), ("q4_1", 4096, 4096, _launch.MVP_MAX_T + 1, False, "T > MVP_MAX_T"),
     ("q4_1", 576, 1536, 1, False, "SmolLM2-135M's down: below MVP_MIN_BYTES"), ("q4_1", 1536, 576, 1, True, "K % 256"),
     ("f32", 4096, 4096, 1, False, "f32"), ("q4_k", 4096, 4096, 1, False, "a K-quant"),
     ("q4_1", 4096, 4096, 1, False, "cc 7.5: no cp.async")])

@@ -227,9 +227,11 @@ MVP_TYPES = ("f16", "q8_0", "q4_0", "q4_1")
 _MVP_WARPS, _MVP_XK, _MVP_TT = 8, 8192, 8  # XI_MVP_WARPS, XI_MVP_XK, XI_MVP_TT
 _MVP_GROUP = {"f16": 512, "q8_0": 272, "q4_0": 144, "q4_1": 160}  # bytes of 8 blocks of 32 (xi_mvp_group_bytes)
 #: where ``_p`` runs (``mvp_weight``): at most this many tokens, weights (both halves with GLU) of at
-#: least this many bytes (smaller ones keep xi_mv1 / xi_mvc, fast on SmolLM2-135M). First guesses,
-#: to be set from tools/gemv_variants.py's ``--mvp`` table on the H200.
-MVP_MAX_T, MVP_MIN_BYTES = 8, 2 << 20
+#: least this many bytes (smaller ones keep xi_mv1 / xi_mvc, fast on SmolLM2-135M). Set from
+#: tools/gemv_variants.py's ``--mvp`` table on the H200 (2026-12-01): at T = 1 ``_p`` beats xi_mv1 on
+#: the 8B shapes (qkv 25.2 -> 14.6 us, down 29.9 -> 24.3, gate/up 50.6 -> 36.5, output q8_0 275 -> 181;
+#: wo 4096x4096 7.8 -> 8.2), at T = 2..8 it mostly loses to xi_mvc (down at T = 8: 128 -> 188 us).
+MVP_MAX_T, MVP_MIN_BYTES = 1, 2 << 20
 #: shared memory an SM has, by compute capability major (CTAs an SM of ``_p``: ``mvp_ctas_per_sm``)
 _SMEM_PER_SM = {8: 164 * 1024, 9: 228 * 1024, 10: 228 * 1024}
 
