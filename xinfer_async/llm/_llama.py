@@ -34,7 +34,7 @@ import numpy as np
 
 from ..hal import Access, GGUFError, TensorDesc
 from ..model import Binding, Dispatch, Fill, IODesc, ModelContext, ModelSession
-from ..ops._attention_split import count_ints, workspace_floats
+from ..ops._attention_split import SPLIT_T_MAX, count_ints, workspace_floats
 from ._gguf import GGUFModel, ModelConfig
 
 F32 = 4
@@ -187,8 +187,9 @@ class LlamaBuilder:
                 blk.post_attn_norm = self._weight(p + "post_attention_norm.weight")[0]
                 blk.post_ffw_norm = self._weight(p + "post_ffw_norm.weight")[0]
             if batch_seqs:
-                blk.bk_cache = s.scratch(batch_seqs * ctx * self.kv_dim * kv_bytes, persistent=True, name=f"{p}bk_cache")
-                blk.bv_cache = s.scratch(batch_seqs * ctx * self.kv_dim * kv_bytes, persistent=True, name=f"{p}bv_cache")
+                rows_bytes = batch_seqs * ctx * self.kv_dim * kv_bytes
+                blk.bk_cache = s.scratch(rows_bytes, persistent=True, name=f"{p}bk_cache")
+                blk.bv_cache = s.scratch(rows_bytes, persistent=True, name=f"{p}bv_cache")
             self.blocks.append(blk)
         if not 1 <= chunk <= ctx:
             raise ValueError(f"chunk={chunk} must be in [1, ctx={ctx}]")
@@ -316,7 +317,7 @@ class LlamaBuilder:
         L = self._layouts[T]
         tokens, pos, last, x, qkv, att, act = (L[k] for k in ("tokens", "pos", "last", "x", "qkv", "att", "act"))
         row, first, klast = L["row"], L["first"], L["klast"]
-        part, count = L["att_part"], L["att_count"]  # zeroed once here; each launch leaves count at zero
+        part, count = L["att_part"], L["att_count"]  # count zeroed first; each attention launch leaves it zero
         tmp, gu = L.get("tmp"), L.get("gu")
         rows = self.batch_seqs * self.ctx
         if batched and not self.batch_seqs:
@@ -329,14 +330,16 @@ class LlamaBuilder:
             cmds = [get_rows(tmp), self._dispatch("affine", [tmp, (x, W_)], dict(n=T * dim, a=math.sqrt(dim), b=0.0))]
         else:
             cmds = [get_rows(x)]
-        cmds.insert(0, Fill(count, 0.0))
+        if T <= SPLIT_T_MAX:  # split-K attention's counters (cuda; above SPLIT_T_MAX tokens it never splits)
+            cmds.insert(0, Fill(count, 0.0))
         mm = lambda wd, src, dst, n, kk, acc, rows=T: self._dispatch(  # noqa: E731
             f"matmul_{wd[1]}", [wd[0], src, (dst, RW)], dict(T=rows, N=n, K=kk, accumulate=acc))
         norm_mm = lambda wd, src, g, dst, n, rows=T: self._dispatch(  # noqa: E731  rmsnorm(src) * g, then @ w^T
             f"rmsnorm_matmul_{wd[1]}", [wd[0], src, g, (dst, RW)], dict(T=rows, N=n, K=dim, accumulate=0, eps=cfg.rms_eps))
         ff = [] if self.rope_ff is None else [self.rope_ff]
         rope_kv = lambda b, dst_row, k_cache, v_cache, ctx: self._dispatch(  # noqa: E731
-            ("rope_kv_store_ff" if ff else "rope_kv_store") + self._kv_sfx, [(qkv, RW), pos, dst_row, (k_cache, RW), (v_cache, RW)] + ff,
+            ("rope_kv_store_ff" if ff else "rope_kv_store") + self._kv_sfx,
+            [(qkv, RW), pos, dst_row, (k_cache, RW), (v_cache, RW)] + ff,
             dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, row_stride=qkv_w, ctx=ctx,
                  theta=b.theta))
 
