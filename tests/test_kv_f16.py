@@ -1,6 +1,6 @@
 """The f16 KV cache (``kv_dtype="f16"``, ``XINFER_KV_CACHE=f16``: llm/_llama.py) end to end:
 
-* a synthetic model (f32 weights, Llama 3 rope scaling, 700 tokens: several attention segments)
+* a synthetic model (f32 weights, Llama 3 rope scaling, 700 tokens: rows of up to 2 attention segments)
   against the float64 loops of tests/test_reference.py, with the f32 and the f16 cache on each
   device present; the distances are printed and bounded: the f16 cache's by the rounding of k and v
   (2^-11 relative) carried to the logits;

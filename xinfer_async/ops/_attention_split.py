@@ -15,8 +15,10 @@ inference" (2023).
 
 from __future__ import annotations
 
-#: keys of a segment, at least (XI_ATT_SEG_KEYS: a chunk of 32 keys for each of the 8 warps of a block)
-SEG_KEYS = 256
+#: keys of a segment, at least (XI_ATT_SEG_KEYS: two chunks of 32 keys for each of the 8 warps of a
+#: block; a segment ends in a merge of the 8 warps' states through shared memory, which a block that
+#: walks every segment of its row (T > SPLIT_T_MAX) pays once a segment)
+SEG_KEYS = 512
 #: segments of a row, at most (XI_ATT_SEGS_MAX): past SEG_KEYS * SEGS_MAX keys the segments grow
 SEGS_MAX = 32
 #: tokens of a launch that may spread a row over several blocks (XI_ATT_SPLIT_T_MAX): decode and small
