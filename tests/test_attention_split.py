@@ -73,10 +73,11 @@ def test_workspace_bindings_are_declared_for_the_split_tokens():
         spec = kernel_spec(name)
         part, count = spec.bindings[-2:]
         assert (part.name, count.name) == ("part", "count")
-        for T in (1, 5, 8, 64):
+        for T in (1, 5, 8, 9, 64):
             c = dict(T=T, n_head=9, n_kv=3, head_dim=64, ctx=10, rows=10, q_stride=576, scale=1.0, window=0)
-            assert part.nbytes(c) == 4 * min(T, SPLIT_T_MAX) * 9 * SEGS_MAX * 66 == 4 * workspace_floats(T, 9, 64)
-            assert count.nbytes(c) == 4 * count_ints(T, 9)
+            split = T <= SPLIT_T_MAX  # above, no launch splits: no workspace
+            assert part.nbytes(c) == 4 * workspace_floats(T, 9, 64) == (4 * T * 9 * SEGS_MAX * 66 if split else 0)
+            assert count.nbytes(c) == 4 * count_ints(T, 9) == (4 * T * 9 if split else 0)
 
 
 # -- the kernels, on each device present ---------------------------------------------------------------

@@ -9,7 +9,7 @@ stored) and each slot's KV cache (persistent state). ``forward(T, logits)`` buil
     for each block:
         qkv = rmsnorm(x) @ [Wq; Wk; Wv]^T [+ bias]      # rmsnorm_matmul (bias_add): (T, q_dim + 2 * kv_dim)
         [q, k heads = rmsnorm(head) * q_norm / k_norm]  # qk_rmsnorm
-        rope(q), rope(k) at pos; kv_cache[pos] = k, v   # rope_kv_store[_ff] (the block's base; pos < 0: padding)
+        rope(q), rope(k) at pos; kv_cache[pos] = k, v   # rope_kv_store[_ff][_f16] (the block's base; pos < 0: padding)
         o = attention(q, k_cache, v_cache, pos) @ Wo^T  # attention (GQA, causal, [sliding window])
         x += o                 [x += rmsnorm(o) * post_attention_norm]      # matmul accumulate / rmsnorm_add
         act = act(rmsnorm(x) @ Wgate^T) * (rmsnorm(x) @ Wup^T)    # rmsnorm_matmul_swiglu / rmsnorm_matmul + geglu
@@ -38,6 +38,9 @@ from ..ops._attention_split import SPLIT_T_MAX, count_ints, workspace_floats
 from ._gguf import GGUFModel, ModelConfig
 
 F32 = 4
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+RW, W_ = Access.READ_WRITE, Access.WRITE
+
 #: the KV-cache element types: bytes an element, and the suffix of the kernels that read and write them
 KV_DTYPES = {"f32": (4, ""), "f16": (2, "_f16")}
 
@@ -57,8 +60,6 @@ def kv_cache_dtype(value: str | None = None, environ: Mapping[str, str] = os.env
     if v not in KV_DTYPES:
         raise ValueError(f"{src}={v!r} is not a KV-cache type; use one of {', '.join(map(repr, KV_DTYPES))}")
     return v
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-RW, W_ = Access.READ_WRITE, Access.WRITE
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,11 +43,12 @@ def segments(p: int) -> int:
 
 
 def workspace_floats(T: int, n_head: int, head_dim: int) -> int:
-    """float32 elements of the ``part`` workspace: (min(T, SPLIT_T_MAX), n_head, SEGS_MAX, head_dim + 2),
-    a segment's (max, sum, r[head_dim])."""
-    return max(0, min(T, SPLIT_T_MAX)) * n_head * SEGS_MAX * (head_dim + 2)
+    """float32 elements of the ``part`` workspace: (T, n_head, SEGS_MAX, head_dim + 2), a segment's
+    (max, sum, r[head_dim]), where T <= SPLIT_T_MAX; 0 above (a launch of more tokens never splits)."""
+    return T * n_head * SEGS_MAX * (head_dim + 2) if 0 < T <= SPLIT_T_MAX else 0
 
 
 def count_ints(T: int, n_head: int) -> int:
-    """int32 elements of the ``count`` workspace: (min(T, SPLIT_T_MAX), n_head), zero before a launch."""
-    return max(0, min(T, SPLIT_T_MAX)) * n_head
+    """int32 elements of the ``count`` workspace: (T, n_head), zero before a launch, where T <=
+    SPLIT_T_MAX; 0 above."""
+    return T * n_head if 0 < T <= SPLIT_T_MAX else 0

@@ -93,10 +93,10 @@ _window_ok = lambda c: f"window={c['window']} must be >= 0" if c["window"] < 0 e
 _part = _f32(lambda c: workspace_floats(c["T"], c["n_head"], c["head_dim"]))
 _count = _f32(lambda c: count_ints(c["T"], c["n_head"]))
 #: the split-K workspace of the attention kernels (ops/_attention_split.py; the cpu kernels leave it be)
-_SPLIT = [("part", RW, "(min(T, 8), n_head, 32, hd + 2) workspace", _part),
-          ("count", RW, "(min(T, 8), n_head) i32, zero before the launch", _count)]
+_SPLIT = [("part", RW, "(T, n_head, 32, hd + 2) workspace (T <= 8, else none)", _part),
+          ("count", RW, "(T, n_head) i32 (T <= 8, else none), zero before the launch", _count)]
 _SPLIT_DOC = ("; part and count: the cuda split-K workspace (ops/_attention_split.py: count zero before the launch "
-              "and after it; the result does not depend on it)")
+              "and after it; the result does not depend on it); `_f16`: k and v f16, converted exactly to f32 as read")
 _KV_DTYPES = (DType.f32, DType.f16)  # the KV-cache types (``kv_dtype`` of llm/_llama.py)
 
 
@@ -222,7 +222,8 @@ _declare("rope_kv_store", [("qkv", RW, "(T, row_stride)", _strided("T", "row_str
          doc="row t starts at t*row_stride and holds n_head q heads, n_kv k heads, n_kv v heads; if pos[t] >= 0 its q "
              "and k heads are rotated as `rope` does by pos[t]; then, rows with row[t] outside [0, ctx) skipped, "
              "k_cache[row[t]] = its (rotated) k heads and v_cache[row[t]] = its v heads: bit-identical to `rope` "
-             "(q, n_head) + `rope` (k, n_kv) + `kv_store` (k) + `kv_store` (v) with pos = row")
+             "(q, n_head) + `rope` (k, n_kv) + `kv_store` (k) + `kv_store` (v) with pos = row; `_f16`: the caches f16, the "
+             "stored values rounded to nearest even")
 _declare("rope_kv_store_ff", [("qkv", RW, "(T, row_stride)", _strided("T", "row_stride", _qkv_width)),
                               ("pos", R, "(T) i32", _f32(lambda c: c["T"])), ("row", R, "(T) i32", _f32(lambda c: c["T"])),
                               ("k_cache", RW, "(ctx, n_kv*hd)", _kv_cache), ("v_cache", RW, "(ctx, n_kv*hd)", _kv_cache),
