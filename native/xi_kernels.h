@@ -93,6 +93,10 @@ typedef struct { int32_t rows; int32_t dim; float eps; } xi_rmsnorm_add_c;
 typedef struct { int32_t rows; int32_t n; } xi_geglu_c;
 typedef struct { int32_t rows; int32_t n; } xi_bias_add_c;
 typedef struct { int32_t n; float cap; } xi_softcap_c;
+typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t ctx; int32_t q_stride; float scale; int32_t window; } xi_attention_f16_c;
+typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t rows; int32_t q_stride; float scale; int32_t window; } xi_attention_batched_f16_c;
+typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; int32_t ctx; float theta; } xi_rope_kv_store_f16_c;
+typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; int32_t ctx; float theta; } xi_rope_kv_store_ff_f16_c;
 
 /* kernels: b[i] = address of binding i, c = constants struct; 0, XI_EINVAL or XI_ENOMEM */
 int xi_k_affine(void *const *b, const void *c);
@@ -184,5 +188,9 @@ int xi_k_rmsnorm_add(void *const *b, const void *c);
 int xi_k_geglu(void *const *b, const void *c);
 int xi_k_bias_add(void *const *b, const void *c);
 int xi_k_softcap(void *const *b, const void *c);
+int xi_k_attention_f16(void *const *b, const void *c);
+int xi_k_attention_batched_f16(void *const *b, const void *c);
+int xi_k_rope_kv_store_f16(void *const *b, const void *c);
+int xi_k_rope_kv_store_ff_f16(void *const *b, const void *c);
 
 #endif

@@ -24,7 +24,7 @@ if not AVAILABLE:
 
 import trio  # noqa: E402
 
-from _kernel_refs import attention_ref  # noqa: E402
+from _kernel_refs import att_workspace, attention_ref  # noqa: E402
 from xinfer_async.hal import DeviceOutOfMemoryError, KernelCompileError  # noqa: E402
 from xinfer_async.hal._commands import (CopyCmd, DispatchCmd, FillCmd, GemmCmd, ReplayCmd,  # noqa: E402
                                        TimestampCmd, UploadCmd)
@@ -165,7 +165,7 @@ def test_attention(be, q, n_head, n_kv, hd, ctx, pos):
     qm, k, v = f32(T, n_head, hd), f32(ctx, n_kv, hd), f32(ctx, n_kv, hd)
     pos = np.array(pos, np.int32)
     scale = 1 / np.sqrt(hd)
-    out = run(be, q, "attention", [qm, k, v, pos, np.full((T, n_head, hd), 7, np.float32)],
+    out = run(be, q, "attention", [qm, k, v, pos, np.full((T, n_head, hd), 7, np.float32), *att_workspace(T, n_head, hd)],
               dict(T=T, n_head=n_head, n_kv=n_kv, head_dim=hd, ctx=ctx, q_stride=n_head * hd, scale=scale, window=0))[4]
     # online softmax over up to 8192 keys in f32: each rescale adds ~2^-24, the sums ~sqrt(ctx) * 2^-24
     np.testing.assert_allclose(out, attention_ref(qm, k, v, pos, n_head, n_kv, hd, scale), rtol=1e-4, atol=1e-5)
@@ -450,12 +450,12 @@ def test_errors(be):
     # block; the entry by head_dim (xi_attention.cuh's XI_ATT_ENTRIES)
     att = be.load_kernel("attention_batched")
     few, many = be.multiprocessors // 3 - 1, be.multiprocessors // 3 + 1
-    g = att.launch_grid(dict(T=few, n_head=9, n_kv=3, head_dim=64))
+    g = att.launch_grid(dict(T=few, n_head=9, n_kv=3, head_dim=64, rows=64, window=0))
     assert g == (few, 3, 3) and g.block == (256, 1, 1) and g.function == att.entries[""]
-    assert att.launch_grid(dict(T=many, n_head=9, n_kv=3, head_dim=64)) == (many, 3, 1)
-    g = att.launch_grid(dict(T=many, n_head=28, n_kv=4, head_dim=128))
+    assert att.launch_grid(dict(T=many, n_head=9, n_kv=3, head_dim=64, rows=64, window=0)) == (many, 3, 1)
+    g = att.launch_grid(dict(T=many, n_head=28, n_kv=4, head_dim=128, rows=64, window=0))
     assert g == (many, 4, 2) and g.function == att.entries["_d4"] != att.function
-    assert att.launch_grid(dict(T=1, n_head=8, n_kv=8, head_dim=256)).function == att.entries["_d8"]
+    assert att.launch_grid(dict(T=1, n_head=8, n_kv=8, head_dim=256, rows=64, window=0)).function == att.entries["_d8"]
 
 
 # ---- fences ------------------------------------------------------------------------------------

@@ -49,6 +49,34 @@ static inline float xi_h2f(uint16_t h)
 #endif
 }
 
+/* float -> IEEE half bits, rounded to nearest even (numpy's astype(float16)); portable bit conversion. */
+static inline uint16_t xi_f2h_bits(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu)); /* nan: quiet */
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* inf, or rounds to it (>= 65520) */
+    if (ax < 0x38800000u) { /* below 2^-14: a subnormal half (or zero), ulp 2^-24; the scaling is exact */
+        float a;
+        memcpy(&a, &ax, 4);
+        return (uint16_t)(sign | (uint32_t)nearbyintf(a * 16777216.0f));
+    }
+    const uint32_t rem = ax & 0x1fffu;
+    uint32_t h = ((((ax >> 23) - 112u) << 10) | ((ax >> 13) & 0x3ffu));
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry into the exponent is right */
+    return (uint16_t)(sign | h);
+}
+
+static inline uint16_t xi_f2h(float f)
+{
+#ifdef __F16C__
+    return (uint16_t)_cvtss_sh(f, 0); /* 0: round to nearest even */
+#else
+    return xi_f2h_bits(f);
+#endif
+}
+
 static inline uint16_t xi_rd16(const uint8_t *p)
 {
     uint16_t v;
@@ -68,6 +96,9 @@ XI_SHARED void xi_rmsnorm_rows(const float *x, const float *w, float *y, long ro
 XI_SHARED void xi_swiglu_rows(const float *gate, const float *up, float *y, long rows, long n, long in_stride);
 XI_SHARED void xi_kv_store_rows(const float *src, float *cache, const int32_t *pos, long T, long width, long ctx,
                                 long src_stride);
+/* the same into an f16 cache (IEEE half bits, xi_f2h: rounded to nearest even) */
+XI_SHARED void xi_kv_store_rows_f16(const float *src, uint16_t *cache, const int32_t *pos, long T, long width,
+                                    long ctx, long src_stride);
 /* y (T, N) = (accumulate ? y : 0) + w (N, K) @ x (T, K)^T, w of type DT: the body of matmul_DT */
 XI_SHARED void xi_matmul_rows_f32(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_matmul_rows_f16(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);

@@ -9,7 +9,7 @@ stored) and each slot's KV cache (persistent state). ``forward(T, logits)`` buil
     for each block:
         qkv = rmsnorm(x) @ [Wq; Wk; Wv]^T [+ bias]      # rmsnorm_matmul (bias_add): (T, q_dim + 2 * kv_dim)
         [q, k heads = rmsnorm(head) * q_norm / k_norm]  # qk_rmsnorm
-        rope(q), rope(k) at pos; kv_cache[pos] = k, v   # rope_kv_store[_ff] (the block's base; pos < 0: padding)
+        rope(q), rope(k) at pos; kv_cache[pos] = k, v   # rope_kv_store[_ff][_f16] (the block's base; pos < 0: padding)
         o = attention(q, k_cache, v_cache, pos) @ Wo^T  # attention (GQA, causal, [sliding window])
         x += o                 [x += rmsnorm(o) * post_attention_norm]      # matmul accumulate / rmsnorm_add
         act = act(rmsnorm(x) @ Wgate^T) * (rmsnorm(x) @ Wup^T)    # rmsnorm_matmul_swiglu / rmsnorm_matmul + geglu
@@ -27,17 +27,39 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+import os
+from typing import Any, Mapping
 
 import numpy as np
 
 from ..hal import Access, GGUFError, TensorDesc
-from ..model import Binding, Dispatch, IODesc, ModelContext, ModelSession
+from ..model import Binding, Dispatch, Fill, IODesc, ModelContext, ModelSession
+from ..ops._attention_split import SPLIT_T_MAX, count_ints, workspace_floats
 from ._gguf import GGUFModel, ModelConfig
 
 F32 = 4
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 RW, W_ = Access.READ_WRITE, Access.WRITE
+
+#: the KV-cache element types: bytes an element, and the suffix of the kernels that read and write them
+KV_DTYPES = {"f32": (4, ""), "f16": (2, "_f16")}
+
+
+def kv_cache_dtype(value: str | None = None, environ: Mapping[str, str] = os.environ) -> str:
+    """The KV-cache element type: ``value``, else ``$XINFER_KV_CACHE``, else ``"f32"``.
+
+    ``"f16"`` halves the cache's bytes (and the attention's reads at long contexts): k and v are
+    rounded to the nearest f16 as they are stored, and read back exactly as f32 (all arithmetic stays
+    f32). Its accuracy against the f32 cache: tests/test_kv_f16.py.
+
+    Raises:
+        ValueError: a value other than ``"f32"`` / ``"f16"`` (named, with where it came from).
+    """
+    src = "kv_dtype" if value is not None else "XINFER_KV_CACHE"
+    v = value if value is not None else (environ.get("XINFER_KV_CACHE", "").strip().lower() or "f32")
+    if v not in KV_DTYPES:
+        raise ValueError(f"{src}={v!r} is not a KV-cache type; use one of {', '.join(map(repr, KV_DTYPES))}")
+    return v
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,14 +134,19 @@ class LlamaBuilder:
         batch_seqs: 0, or the sequences of the batched decode path: one more KV cache per layer of
             ``batch_seqs * ctx`` rows (sequence s owns rows ``[s*ctx, (s+1)*ctx)``) and the plans
             of ``prepare_batched``.
+        kv_dtype: the KV cache's element type, ``"f32"`` or ``"f16"`` (None: ``kv_cache_dtype()``,
+            ``$XINFER_KV_CACHE``, else f32).
 
     Raises:
         GGUFError: a tensor is missing or has an unexpected shape.
-        ValueError: ``ctx`` out of range.
+        ValueError: ``ctx`` out of range, an unknown ``kv_dtype``.
     """
 
-    def __init__(self, gguf_model: GGUFModel, device: Any, ctx: int, chunk: int = 64, batch_seqs: int = 0):
+    def __init__(self, gguf_model: GGUFModel, device: Any, ctx: int, chunk: int = 64, batch_seqs: int = 0,
+                 kv_dtype: str | None = None):
         cfg = gguf_model.config
+        self.kv_dtype = kv_cache_dtype(kv_dtype)
+        kv_bytes, self._kv_sfx = KV_DTYPES[self.kv_dtype]
         if not 1 <= ctx <= cfg.context_length:
             raise ValueError(f"ctx={ctx} must be in [1, {cfg.context_length}] (the model's context length)")
         self.cfg: ModelConfig = cfg
@@ -147,8 +174,8 @@ class LlamaBuilder:
                 self._weight(p + "attn_norm.weight")[0], self._fused(p, self._qkv_parts(), self._qkv_rows),
                 self._weight(p + "attn_output.weight"), self._weight(p + "ffn_norm.weight")[0],
                 self._fused(p, self._gu_parts()), self._weight(p + "ffn_down.weight"),
-                s.scratch(ctx * self.kv_dim * F32, persistent=True, name=f"{p}k_cache"),
-                s.scratch(ctx * self.kv_dim * F32, persistent=True, name=f"{p}v_cache"),
+                s.scratch(ctx * self.kv_dim * kv_bytes, persistent=True, name=f"{p}k_cache"),
+                s.scratch(ctx * self.kv_dim * kv_bytes, persistent=True, name=f"{p}v_cache"),
                 theta=cfg.layer_rope_theta(i), window=cfg.layer_window(i),
             )
             if arch.qkv_bias:
@@ -161,8 +188,9 @@ class LlamaBuilder:
                 blk.post_attn_norm = self._weight(p + "post_attention_norm.weight")[0]
                 blk.post_ffw_norm = self._weight(p + "post_ffw_norm.weight")[0]
             if batch_seqs:
-                blk.bk_cache = s.scratch(batch_seqs * ctx * self.kv_dim * F32, persistent=True, name=f"{p}bk_cache")
-                blk.bv_cache = s.scratch(batch_seqs * ctx * self.kv_dim * F32, persistent=True, name=f"{p}bv_cache")
+                rows_bytes = batch_seqs * ctx * self.kv_dim * kv_bytes
+                blk.bk_cache = s.scratch(rows_bytes, persistent=True, name=f"{p}bk_cache")
+                blk.bv_cache = s.scratch(rows_bytes, persistent=True, name=f"{p}bv_cache")
             self.blocks.append(blk)
         if not 1 <= chunk <= ctx:
             raise ValueError(f"chunk={chunk} must be in [1, ctx={ctx}]")
@@ -209,13 +237,13 @@ class LlamaBuilder:
     def _kernel_names(self, batch_seqs: int) -> set[str]:
         """The kernels ``forward`` dispatches, from the family and the tensors' types (as ``_weight``
         and ``_fused`` choose them)."""
-        cfg, arch = self.cfg, self.cfg.architecture
+        cfg, arch, kv = self.cfg, self.cfg.architecture, self._kv_sfx
         dt = lambda name: self._tensor(name).dtype  # noqa: E731
         embd = dt("token_embd.weight")
-        names = {f"get_rows_{embd}", "get_rows_f32", "rope_kv_store_ff" if cfg.rope_freqs else "rope_kv_store",
-                 "attention", "argmax",
+        names = {f"get_rows_{embd}", "get_rows_f32", ("rope_kv_store_ff" if cfg.rope_freqs else "rope_kv_store") + kv,
+                 "attention" + kv, "argmax",
                  f"rmsnorm_matmul_{embd if cfg.tied_embeddings else dt('output.weight')}"}
-        names |= {n for n, on in (("attention_batched", batch_seqs), ("affine", arch.embed_scale_sqrt_dim),
+        names |= {n for n, on in (("attention_batched" + kv, batch_seqs), ("affine", arch.embed_scale_sqrt_dim),
                                   ("bias_add", arch.qkv_bias), ("qk_rmsnorm", arch.qk_norm),
                                   ("rmsnorm_add", arch.post_norms), ("softcap", cfg.logit_softcap > 0),
                                   ("geglu", arch.activation == "gelu_tanh")) if on}
@@ -261,7 +289,9 @@ class LlamaBuilder:
         cfg, kvd, arch = self.cfg, self.kv_dim, self.cfg.architecture
         sizes = dict(tokens=T, pos=T, last=1, row=T, first=T, klast=T, x=T * cfg.dim, qkv=T * (cfg.q_dim + 2 * kvd),
                      att=T * cfg.q_dim, act=T * cfg.ffn_dim, hl=cfg.dim,
-                     logits=T * cfg.vocab_size, logits_last=cfg.vocab_size, argmax=T)
+                     logits=T * cfg.vocab_size, logits_last=cfg.vocab_size, argmax=T,
+                     att_part=max(1, workspace_floats(T, cfg.n_head, cfg.head_dim)),  # attention's split-K
+                     att_count=max(1, count_ints(T, cfg.n_head)))  # workspace (ops/_attention_split.py)
         if arch.post_norms or arch.embed_scale_sqrt_dim:
             sizes["tmp"] = T * cfg.dim  # a projection's output before its post-norm; the unscaled embeddings
         if arch.activation == "gelu_tanh":
@@ -288,6 +318,7 @@ class LlamaBuilder:
         L = self._layouts[T]
         tokens, pos, last, x, qkv, att, act = (L[k] for k in ("tokens", "pos", "last", "x", "qkv", "att", "act"))
         row, first, klast = L["row"], L["first"], L["klast"]
+        part, count = L["att_part"], L["att_count"]  # count zeroed first; each attention launch leaves it zero
         tmp, gu = L.get("tmp"), L.get("gu")
         rows = self.batch_seqs * self.ctx
         if batched and not self.batch_seqs:
@@ -300,13 +331,16 @@ class LlamaBuilder:
             cmds = [get_rows(tmp), self._dispatch("affine", [tmp, (x, W_)], dict(n=T * dim, a=math.sqrt(dim), b=0.0))]
         else:
             cmds = [get_rows(x)]
+        if T <= SPLIT_T_MAX:  # split-K attention's counters (cuda; above SPLIT_T_MAX tokens it never splits)
+            cmds.insert(0, Fill(count, 0.0))
         mm = lambda wd, src, dst, n, kk, acc, rows=T: self._dispatch(  # noqa: E731
             f"matmul_{wd[1]}", [wd[0], src, (dst, RW)], dict(T=rows, N=n, K=kk, accumulate=acc))
         norm_mm = lambda wd, src, g, dst, n, rows=T: self._dispatch(  # noqa: E731  rmsnorm(src) * g, then @ w^T
             f"rmsnorm_matmul_{wd[1]}", [wd[0], src, g, (dst, RW)], dict(T=rows, N=n, K=dim, accumulate=0, eps=cfg.rms_eps))
         ff = [] if self.rope_ff is None else [self.rope_ff]
         rope_kv = lambda b, dst_row, k_cache, v_cache, ctx: self._dispatch(  # noqa: E731
-            "rope_kv_store_ff" if ff else "rope_kv_store", [(qkv, RW), pos, dst_row, (k_cache, RW), (v_cache, RW)] + ff,
+            ("rope_kv_store_ff" if ff else "rope_kv_store") + self._kv_sfx,
+            [(qkv, RW), pos, dst_row, (k_cache, RW), (v_cache, RW)] + ff,
             dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, row_stride=qkv_w, ctx=ctx,
                  theta=b.theta))
 
@@ -330,13 +364,15 @@ class LlamaBuilder:
             if batched:
                 cmds += [
                     rope_kv(b, row, b.bk_cache, b.bv_cache, rows),
-                    self._dispatch("attention_batched", [qkv, b.bk_cache, b.bv_cache, first, klast, (att, W_)],
+                    self._dispatch("attention_batched" + self._kv_sfx,
+                                   [qkv, b.bk_cache, b.bv_cache, first, klast, (att, W_), (part, RW), (count, RW)],
                                    dict(heads, rows=rows, window=b.window)),
                 ]
             else:
                 cmds += [
                     rope_kv(b, pos, b.k_cache, b.v_cache, self.ctx),
-                    self._dispatch("attention", [qkv, b.k_cache, b.v_cache, pos, (att, W_)],
+                    self._dispatch("attention" + self._kv_sfx,
+                                   [qkv, b.k_cache, b.v_cache, pos, (att, W_), (part, RW), (count, RW)],
                                    dict(heads, ctx=self.ctx, window=b.window)),
                 ]
             cmds += residual(b.wo, att, qd, b.post_attn_norm)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..hal import Access, DType
+from ._attention_split import count_ints, workspace_floats
 from ._spec import BindingSpec, Consts, CudaLaunch, KernelSpec, cdiv, flat, per_row
 
 R, W, RW = Access.READ, Access.WRITE, Access.READ_WRITE
@@ -89,27 +90,48 @@ _gqa_ok = lambda c: (f"n_head={c['n_head']} is not a multiple of n_kv={c['n_kv']
                      if c["n_kv"] == 0 or c["n_head"] % c["n_kv"] else None)
 _ATTENTION = CudaLaunch(family="attention")
 _window_ok = lambda c: f"window={c['window']} must be >= 0" if c["window"] < 0 else None  # noqa: E731
-_declare("attention", [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
-                       ("k", R, "(ctx, n_kv, hd)", _kv), ("v", R, "(ctx, n_kv, hd)", _kv),
-                       ("pos", R, "(T) i32", _f32(lambda c: c["T"])),
-                       ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))],
-         ["T", "n_head", "n_kv", "head_dim", "ctx", "q_stride", "scale:f32", "window"],
-         check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok, _window_ok), cuda=_ATTENTION,
-         doc="query row t (starting at t*q_stride) attends keys 0..pos[t] inclusive (window > 0: only keys j with "
-             "pos[t] - j < window, a sliding window); query head h reads kv head h / (n_head / n_kv); softmax with "
-             "max subtracted; pos[t] < 0 gives a zero row")
-_kv_rows = _f32(lambda c: c["rows"] * c["n_kv"] * c["head_dim"])
-_declare("attention_batched", [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
-                               ("k", R, "(rows, n_kv, hd)", _kv_rows), ("v", R, "(rows, n_kv, hd)", _kv_rows),
-                               ("first", R, "(T) i32", _f32(lambda c: c["T"])),
-                               ("last", R, "(T) i32", _f32(lambda c: c["T"])),
-                               ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))],
-         ["T", "n_head", "n_kv", "head_dim", "rows", "q_stride", "scale:f32", "window"],
-         check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok, _window_ok), cuda=_ATTENTION,
-         doc="query row t attends key rows first[t]..last[t] inclusive (last clamped to rows - 1; window > 0: first "
-             "raised to last - window + 1); first[t] < 0 or last[t] < first[t] gives a zero row; otherwise the math and accumulation order of `attention` with "
-             "pos = last - first over the cache starting at row first[t] (bit-identical): one launch serves several "
-             "sequences' caches stacked in one allocation")
+_part = _f32(lambda c: workspace_floats(c["T"], c["n_head"], c["head_dim"]))
+_count = _f32(lambda c: count_ints(c["T"], c["n_head"]))
+#: the split-K workspace of the attention kernels (ops/_attention_split.py; the cpu kernels leave it be)
+_SPLIT = [("part", RW, "(T, n_head, 32, hd + 2) workspace (T <= 8, else none)", _part),
+          ("count", RW, "(T, n_head) i32 (T <= 8, else none), zero before the launch", _count)]
+_SPLIT_DOC = ("; part and count: the cuda split-K workspace (ops/_attention_split.py: count zero before the launch "
+              "and after it; the result does not depend on it); `_f16`: k and v f16, converted exactly to f32 as read")
+_KV_DTYPES = (DType.f32, DType.f16)  # the KV-cache types (``kv_dtype`` of llm/_llama.py)
+
+
+def _kv_bytes(dt: DType, rows: str):
+    return lambda c: dt.nbytes(max(0, c[rows] * c["n_kv"] * c["head_dim"]))
+
+
+def _declare_attention(dt: DType) -> None:
+    """attention[_f16] and attention_batched[_f16]: the cache of ``dt`` (f16: converted to f32 as loaded)."""
+    sfx, kvd = ("" if dt is DType.f32 else f"_{dt.label}"), f"{dt.label} " if dt is not DType.f32 else ""
+    _declare("attention" + sfx, [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
+                                 ("k", R, f"(ctx, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "ctx")),
+                                 ("v", R, f"(ctx, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "ctx")),
+                                 ("pos", R, "(T) i32", _f32(lambda c: c["T"])),
+                                 ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))] + _SPLIT,
+             ["T", "n_head", "n_kv", "head_dim", "ctx", "q_stride", "scale:f32", "window"], struct="attention",
+             check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok, _window_ok), cuda=_ATTENTION,
+             doc="query row t (starting at t*q_stride) attends keys 0..pos[t] inclusive (window > 0: only keys j with "
+                 "pos[t] - j < window, a sliding window); query head h reads kv head h / (n_head / n_kv); softmax with "
+                 "max subtracted; pos[t] < 0 gives a zero row" + _SPLIT_DOC)
+    _declare("attention_batched" + sfx, [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
+                                         ("k", R, f"(rows, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "rows")),
+                                         ("v", R, f"(rows, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "rows")),
+                                         ("first", R, "(T) i32", _f32(lambda c: c["T"])),
+                                         ("last", R, "(T) i32", _f32(lambda c: c["T"])),
+                                         ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))] + _SPLIT,
+             ["T", "n_head", "n_kv", "head_dim", "rows", "q_stride", "scale:f32", "window"], struct="attention_batched",
+             check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok, _window_ok), cuda=_ATTENTION,
+             doc="query row t attends key rows first[t]..last[t] inclusive (last clamped to rows - 1; window > 0: first "
+                 "raised to last - window + 1); first[t] < 0 or last[t] < first[t] gives a zero row; otherwise the math and accumulation order of `attention` with "
+                 "pos = last - first over the cache starting at row first[t] (bit-identical): one launch serves several "
+                 "sequences' caches stacked in one allocation" + _SPLIT_DOC)
+
+
+_declare_attention(DType.f32)
 _declare("kv_store", [("src", R, "(T, width)", _strided("T", "src_stride", lambda c: c["width"])),
                       ("cache", RW, "(ctx, width)", _f32(lambda c: c["ctx"] * c["width"])),
                       ("pos", R, "(T) i32", _f32(lambda c: c["T"]))],
@@ -200,7 +222,8 @@ _declare("rope_kv_store", [("qkv", RW, "(T, row_stride)", _strided("T", "row_str
          doc="row t starts at t*row_stride and holds n_head q heads, n_kv k heads, n_kv v heads; if pos[t] >= 0 its q "
              "and k heads are rotated as `rope` does by pos[t]; then, rows with row[t] outside [0, ctx) skipped, "
              "k_cache[row[t]] = its (rotated) k heads and v_cache[row[t]] = its v heads: bit-identical to `rope` "
-             "(q, n_head) + `rope` (k, n_kv) + `kv_store` (k) + `kv_store` (v) with pos = row")
+             "(q, n_head) + `rope` (k, n_kv) + `kv_store` (k) + `kv_store` (v) with pos = row; `_f16`: the caches f16, the "
+             "stored values rounded to nearest even")
 _declare("rope_kv_store_ff", [("qkv", RW, "(T, row_stride)", _strided("T", "row_stride", _qkv_width)),
                               ("pos", R, "(T) i32", _f32(lambda c: c["T"])), ("row", R, "(T) i32", _f32(lambda c: c["T"])),
                               ("k_cache", RW, "(ctx, n_kv*hd)", _kv_cache), ("v_cache", RW, "(ctx, n_kv*hd)", _kv_cache),
@@ -242,6 +265,23 @@ _declare("bias_add", [("y", RW, "(rows, n)", _f32(lambda c: c["rows"] * c["n"]))
 _declare("softcap", [("x", RW, "(n)", _f32(lambda c: c["n"]))], ["n", "cap:f32"],
          check=lambda c: f"cap={c['cap']} must be > 0" if not c["cap"] > 0 else None,
          cuda=flat(lambda c: c["n"]), doc="x = cap * tanh(x / cap)")
+
+
+# -- the f16 KV cache (``kv_dtype="f16"`` of llm/_llama.py): its attention and its stores ---------------
+_declare_attention(DType.f16)
+for _ff in (False, True):
+    _kv16 = (lambda c: DType.f16.nbytes(c["ctx"] * c["n_kv"] * c["head_dim"]))
+    _declare("rope_kv_store_ff_f16" if _ff else "rope_kv_store_f16",
+             [("qkv", RW, "(T, row_stride)", _strided("T", "row_stride", _qkv_width)),
+              ("pos", R, "(T) i32", _f32(lambda c: c["T"])), ("row", R, "(T) i32", _f32(lambda c: c["T"])),
+              ("k_cache", RW, "(ctx, n_kv*hd) f16", _kv16), ("v_cache", RW, "(ctx, n_kv*hd) f16", _kv16)]
+             + ([("freq_factors", R, "(head_dim/2)", _f32(lambda c: c["head_dim"] // 2))] if _ff else []),
+             ["T", "n_head", "n_kv", "head_dim", "row_stride", "ctx", "theta:f32"], struct="rope_kv_store",
+             check=_all(_stride_ok("T", "row_stride", _qkv_width),
+                        lambda c: f"head_dim={c['head_dim']} must be even" if c["head_dim"] % 2 else None),
+             cuda=CudaLaunch(128, lambda c, sms: (max(1, c["T"]), cdiv((c["n_head"] + 2 * c["n_kv"]) * (c["head_dim"] // 2), 128), 1)),
+             doc=("`rope_kv_store_ff`" if _ff else "`rope_kv_store`") + " into f16 caches: the stored k and v rounded to "
+                 "the nearest f16 (ties to even, numpy's astype(float16)); q and the qkv row as the f32 kernel leaves them")
 
 
 def kernel_spec(name: str) -> KernelSpec:

@@ -10,6 +10,8 @@ import functools
 import os
 from typing import Callable, Mapping
 
+from ...ops._attention_split import SPLIT_T_MAX, segments
+
 
 def _cdiv(a: int, b: int) -> int:
     return max(1, -(-a // b))
@@ -321,16 +323,38 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
 
 #: query heads a block of the attention kernels, at most (XI_ATT_GMAX in shaders/xi_attention.cuh)
 ATT_GMAX = 4
+#: blocks a split-K attention launch aims at, per SM (2 blocks of 256 threads fit an SM; 4 waves hide
+#: the tail of the uneven rows)
+ATT_SPLIT_BLOCKS_PER_SM = 8
+
+
+def attention_split(c: dict, sms: int) -> int:
+    """Split-K blocks a row of an attention launch (``S``: grid.y = n_kv * S): 1 where T > SPLIT_T_MAX
+    (the rows fill the device) or where no row of the cache can have two segments (``ctx`` / ``rows``
+    at most SEG_KEYS keys: the single-pass kernel as it was); else enough blocks for about
+    ``ATT_SPLIT_BLOCKS_PER_SM * sms`` in all, at most the segments of the longest row
+    (``_attention_split.segments``). A row's bits do not depend on it (ops/_attention_split.py)."""
+    t, n_kv = max(1, c["T"]), max(1, c["n_kv"])
+    keys = c["ctx"] if "ctx" in c else c["rows"]
+    if c["window"] > 0:
+        keys = min(keys, c["window"])
+    most = segments(keys - 1)
+    if t > SPLIT_T_MAX or most <= 1:
+        return 1
+    heads = t * n_kv * _cdiv(max(1, c["n_head"] // n_kv), ATT_GMAX)
+    return max(1, min(most, _cdiv(ATT_SPLIT_BLOCKS_PER_SM * sms, heads)))
 
 
 def attention_grid(c: dict, sms: int) -> tuple[int, int, int]:
-    """attention / attention_batched (shaders/xi_attention.cuh): a block per (token, kv head, share of
-    that kv head's query heads). Where the tokens' kv heads fill the SMs (T * n_kv >= sms), a block
-    runs up to ``ATT_GMAX`` query heads of its kv head, so each key's k/v rows are read once for them
-    all; below, a head a block, for more blocks in flight. Either way the result is bit-identical."""
+    """attention / attention_batched (shaders/xi_attention.cuh): a block per (token, kv head x split-K
+    share ``attention_split``, share of that kv head's query heads). Where the blocks fill the SMs
+    (T * n_kv * S >= sms), a block runs up to ``ATT_GMAX`` query heads of its kv head, so each key's
+    k/v rows are read once for them all; below, a head a block, for more blocks in flight. Either way
+    the result is bit-identical."""
     t, n_kv = max(1, c["T"]), max(1, c["n_kv"])
     group = max(1, c["n_head"] // n_kv)
-    return (t, n_kv, _cdiv(group, ATT_GMAX) if t * n_kv >= sms else group)
+    split = attention_split(c, sms)
+    return (t, n_kv * split, _cdiv(group, ATT_GMAX) if t * n_kv * split >= sms else group)
 
 
 #: the entries of an attention kernel, by head_dim at most
@@ -396,7 +420,7 @@ def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) 
 
 
 def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
-    """attention, attention_batched: ``attention_launch``."""
+    """attention, attention_batched (and their ``_f16``): ``attention_launch``."""
     return Family(attention_entries(), functools.partial(attention_launch, sms=sms), {})
 
 
