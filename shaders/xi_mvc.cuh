@@ -16,26 +16,38 @@
 // rows run one token at a time -- where a weight row fits the stage (xi_mvc_rows > 0 at T > 1:
 // row bytes <= 32736, half that with GLU; e.g. q4_1 K <= 52377, f16 K <= 16368). Longer rows run
 // other kernels at T > 1 (xi_quant.cuh's xi_matmul, or xi_mvc_scalar), which sum in other orders.
+//
+// The formats of xi_kquant.cuh (q5_0, q5_1, iq4_nl, the K-quants, iq4_xs, bf16) run here too, through
+// their XiMv (a lane's 8 weights of a 32-element group, dequantized as gguf rounds them), and at
+// T == 1 they run the staged kernel as well (xi_mvc_staged1): their lanes' loads are small and
+// scattered (4-10 words a group), which the 16-byte staging loads turn into one coalesced pass.
 #pragma once
-#include "xi_quant.cuh"
+#include "xi_kquant.cuh"
 
 #define XI_MVC_BYTES 32768   // staged weight bytes a CTA (8 16-byte loads a thread)
 #define XI_MVC_SPREAD 264    // 1 < T <= 8: rows spread so ~2 CTAs per SM (132 SMs) have work
 #define XI_MVC_TG 8          // tokens a CTA (grid.y = ceil(T / XI_MVC_TG)): one a warp
 
+// Whether T == 1 runs the staged kernel (where a row fits its stage, xi_mvc_rows > 0) rather than
+// xi_mv1: the types of xi_kquant.cuh. backends/cuda/_launch.py repeats this rule (STAGED1_TYPES).
+__host__ __device__ constexpr bool xi_mvc_staged1(int type) { return type >= XI_Q5_0; }
+
 __host__ __device__ constexpr long long xi_row_bytes_of(int type, int k) {
-    return type == XI_F32 ? 4LL * k : type == XI_F16 ? 2LL * k : (long long)(k / 32) * xi_block_bytes(type);
+    return type == XI_F32 ? 4LL * k : type == XI_F16 ? 2LL * k
+         : type >= XI_Q5_0 ? (long long)(k / xk_block_elems(type)) * xk_block_bytes(type)
+         : (long long)(k / 32) * xi_block_bytes(type);
 }
+
 
 // Rows a CTA owns: the largest of 16, 8, 4, 2, 1 under the stage (half of it each for the two
 // GLU regions) and under the want: T == 1: 8 (a row a warp), 16 when N >= 16384; 1 < T <= 8: N
-// spread over ~2 CTAs per SM; T > 8: 8; GLU at most 8. 0: one row does not fit the stage (matmul_DT then runs its
+// spread over ~2 CTAs per SM; T > 8: 8; GLU and the xi_mvc_staged1 types at most 8 (16 spills). 0: one row does not fit the stage (matmul_DT then runs its
 // older kernels). backends/cuda/_launch.py repeats this rule for the grid.
 __host__ __device__ inline int xi_mvc_rows(int type, int n, int k, int t, int glu) {
     const long long rb = xi_row_bytes_of(type, k), fit = ((XI_MVC_BYTES >> glu) - 32) / (rb > 0 ? rb : 1);
     const long long want = t == 1 ? (n >= 16384 ? 16 : 8) : t <= 8 ? (n + XI_MVC_SPREAD - 1) / XI_MVC_SPREAD : 8;
     long long r = want < fit ? want : fit;
-    if (glu && r > 8) r = 8;  // registers: two accumulators a row
+    if ((glu || xi_mvc_staged1(type)) && r > 8) r = 8;  // registers: two accumulators a row; xi_kquant.cuh's wider raw words
     return r >= 16 ? 16 : r >= 8 ? 8 : r >= 4 ? 4 : r >= 2 ? 2 : (int)r;
 }
 
@@ -294,20 +306,23 @@ __device__ __forceinline__ void xi_mv1_block(const XiMvcArgs &a) {
     if (n0 < a.N) xi_mv1<TYPE, R, NORM, GLU, U>(a, n0);
 }
 
-// T == 1 rows a warp (R of xi_mv1_block): 2 for f32/f16 and for N >= 16384 (not with GLU), else 1.
+// T == 1 rows a warp (R of xi_mv1_block): 2 for f32/f16 and for N >= 16384 (not with GLU, nor for the
+// xi_mvc_staged1 types, which run xi_mv1 only where a row does not fit the stage), else 1.
 // backends/cuda/_launch.py repeats this rule for the grid.
 __host__ __device__ constexpr int xi_mv1_rows(int type, int n, int glu) {
-    return glu ? 1 : (type == XI_F32 || type == XI_F16 || n >= 16384) ? 2 : 1;
+    return glu || xi_mvc_staged1(type) ? 1 : (type == XI_F32 || type == XI_F16 || n >= 16384) ? 2 : 1;
 }
 
-// The kernel body, blocks of 256 threads. T == 1: xi_mv1_block with xi_mv1_rows rows a warp. T > 1:
+// The kernel body, blocks of 256 threads. T == 1: xi_mv1_block with xi_mv1_rows rows a warp (for the
+// xi_mvc_staged1 types only where a row does not fit the stage; else as T > 1). T > 1:
 // grid (ceil(N / rows), ceil(T / XI_MVC_TG)) with rows = xi_mvc_rows(TYPE, N, K, T, GLU), or N rows
 // when that is 0 (fused kernels only; matmul_DT runs its older kernels then).
 template <int TYPE, bool NORM, bool GLU>
 __device__ __forceinline__ void xi_mvc_kernel(const XiMvcArgs &a) {
     __shared__ uint4 stage[XI_MVC_BYTES / 16];
-    if (a.T == 1) {
-        if (!GLU && xi_mv1_rows(TYPE, a.N, GLU) == 2) xi_mv1_block<TYPE, GLU ? 1 : 2, NORM, GLU>(a);
+    if (a.T == 1 && !(xi_mvc_staged1(TYPE) && xi_mvc_rows(TYPE, a.N, a.K, 1, GLU) > 0)) {
+        if constexpr (xi_mvc_staged1(TYPE)) xi_mv1_block<TYPE, 1, NORM, GLU, 1>(a);  // a row past the stage: rare
+        else if (!GLU && xi_mv1_rows(TYPE, a.N, GLU) == 2) xi_mv1_block<TYPE, GLU ? 1 : 2, NORM, GLU>(a);
         else xi_mv1_block<TYPE, 1, NORM, GLU>(a);
         return;
     }
@@ -323,7 +338,7 @@ __device__ __forceinline__ void xi_mvc_kernel(const XiMvcArgs &a) {
         return;
     }
     switch (rows) {
-        case 16: if constexpr (!GLU) { xi_mvc<TYPE, 16, NORM, GLU>(a, stage); break; }
+        case 16: if constexpr (!GLU && !xi_mvc_staged1(TYPE)) { xi_mvc<TYPE, 16, NORM, GLU>(a, stage); break; }
         case 8: xi_mvc<TYPE, 8, NORM, GLU>(a, stage); break;
         case 4: xi_mvc<TYPE, 4, NORM, GLU>(a, stage); break;
         case 2: xi_mvc<TYPE, 2, NORM, GLU>(a, stage); break;
@@ -341,6 +356,6 @@ __device__ __forceinline__ void xi_matmul_any(const uint8_t *__restrict__ w, con
         xi_mvc_kernel<TYPE, false, false>(a);
     } else {
         xi_grid_begin();
-        xi_matmul<TYPE>(w, x, y, c);
+        xi_matmul_t4<TYPE>(w, x, y, c);  // xi_matmul at T > 1
     }
 }

@@ -17,32 +17,53 @@ def _cdiv(a: int, b: int) -> int:
 
 _BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}  # 32 elements
 _ELEM_BYTES = {"f32": 4, "f16": 2}
+#: the types of shaders/xi_kquant.cuh in the tuned kernels: (elements, bytes) a block (xk_block_elems,
+#: xk_block_bytes); at T == 1 they run the staged kernel too (``xi_mvc_staged1``)
+STAGED1_TYPES = {"q5_0": (32, 22), "q5_1": (32, 24), "iq4_nl": (32, 18), "q2_k": (256, 84), "q3_k": (256, 110),
+                 "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210), "iq4_xs": (256, 136), "bf16": (1, 2)}
 _MVC_BYTES, _MVC_SPREAD, _MVC_TG = 32768, 264, 8  # XI_MVC_BYTES, XI_MVC_SPREAD, XI_MVC_TG
+
+
+def row_bytes(dt: str, k: int) -> int:
+    """Bytes of a weight row of ``k`` elements of ``dt`` (``xi_row_bytes_of``)."""
+    if dt in _ELEM_BYTES:
+        return k * _ELEM_BYTES[dt]
+    if dt in STAGED1_TYPES:
+        qk, nb = STAGED1_TYPES[dt]
+        return (k // qk) * nb
+    return (k // 32) * _BLOCK_BYTES[dt]
 
 
 def mvc_rows(dt: str, n: int, k: int, t: int = 1, glu: bool = False) -> int:
     """Output rows a CTA owns in the staged matrix kernel (``xi_mvc_rows`` in shaders/xi_mvc.cuh):
     the largest of 16, 8, 4, 2, 1 under the stage (half each for GLU's two regions) and under the
     want: T == 1: 8 (a row a warp), 16 when N >= 16384; 1 < T <= 8: N spread over ~2 CTAs per SM;
-    T > 8: 8; GLU at most 8. 0: one row does not fit the stage."""
-    row_bytes = k * _ELEM_BYTES[dt] if dt in _ELEM_BYTES else (k // 32) * _BLOCK_BYTES[dt]
-    fit = ((_MVC_BYTES >> int(glu)) - 32) // max(1, row_bytes)
+    T > 8: 8; GLU and ``STAGED1_TYPES`` at most 8. 0: one row does not fit the stage."""
+    fit = ((_MVC_BYTES >> int(glu)) - 32) // max(1, row_bytes(dt, k))
     want = (16 if n >= 16384 else 8) if t == 1 else -(-n // _MVC_SPREAD) if t <= 8 else 8
-    r = min(want, fit, 8 if glu else 16)
+    r = min(want, fit, 8 if glu or dt in STAGED1_TYPES else 16)
     return next((b for b in (16, 8, 4, 2, 1) if r >= b), 0)
 
 
 def mv1_rows(dt: str, n: int, glu: bool) -> int:
-    """Rows a warp at T == 1 (``xi_mv1_rows``): 2 for f32/f16 and N >= 16384 (not with GLU), else 1."""
-    return 1 if glu else 2 if dt in ("f32", "f16") or n >= 16384 else 1
+    """Rows a warp at T == 1 (``xi_mv1_rows``): 2 for f32/f16 and N >= 16384 (not with GLU nor for
+    ``STAGED1_TYPES``), else 1."""
+    return 1 if glu or dt in STAGED1_TYPES else 2 if dt in ("f32", "f16") or n >= 16384 else 1
+
+
+def _one_token_grid(c: dict, dt: str, glu: bool) -> tuple[int, int, int]:
+    """T == 1: ``STAGED1_TYPES`` where a row fits the stage: ``mvc_rows`` rows a block (the staged
+    kernel); else ``mv1_rows`` rows a warp (xi_mv1)."""
+    rows = mvc_rows(dt, c["N"], c["K"], 1, glu) if dt in STAGED1_TYPES else 0
+    return (_cdiv(c["N"], rows), 1, 1) if rows else (_cdiv(c["N"], 8 * mv1_rows(dt, c["N"], glu)), 1, 1)
 
 
 def _matmul_grid(c: dict, dt: str) -> tuple[int, int, int]:
-    """matmul_DT (shaders/xi_mvc.cuh), blocks of 8 warps: T == 1: ``mv1_rows`` rows a warp; T > 1:
+    """matmul_DT (shaders/xi_mvc.cuh), blocks of 8 warps: T == 1: ``_one_token_grid``; T > 1:
     ``mvc_rows`` output rows and 8 tokens a block, or where one row does not fit the stage,
     xi_quant.cuh's warp per row and 4 tokens a block row."""
     if c["T"] == 1:
-        return (_cdiv(c["N"], 8 * mv1_rows(dt, c["N"], False)), 1, 1)
+        return _one_token_grid(c, dt, False)
     rows = mvc_rows(dt, c["N"], c["K"], c["T"])
     if rows:
         return (_cdiv(c["N"], rows), _cdiv(c["T"], _MVC_TG), 1)
@@ -53,7 +74,7 @@ def _fused_grid(c: dict, dt: str, glu: bool) -> tuple[int, int, int]:
     """rmsnorm_matmul_DT / rmsnorm_matmul_swiglu_DT: as matmul_DT at T == 1; T > 1: ``mvc_rows`` rows
     (or one row where a row does not fit the stage: the element-by-element path) and 8 tokens a block."""
     if c["T"] == 1:
-        return (_cdiv(c["N"], 8 * mv1_rows(dt, c["N"], glu)), 1, 1)
+        return _one_token_grid(c, dt, glu)
     return (_cdiv(c["N"], mvc_rows(dt, c["N"], c["K"], c["T"], glu) or 1), _cdiv(c["T"], _MVC_TG), 1)
 
 
