@@ -151,3 +151,58 @@ async def test_rows_past_the_stage(devices, rng, dt, kind):
         check(y, ref[:t], bound[:t], f"{devices.name} {kind}_{dt} K={K} T={t}")
     np.testing.assert_array_equal(got[0].view(np.uint32), got[2][:1].view(np.uint32),
                                   err_msg=f"{devices.name} {kind}_{dt} K={K}: token 0 at T=1 vs T=17")
+
+
+@pytest.mark.parametrize("kind", ["matmul", "rmsnorm_matmul"])
+@pytest.mark.parametrize("dt", list(TYPES))
+async def test_one_token_wide_weight(devices, rng, dt, kind):
+    """N >= 16384 (an output layer): at T == 1 the staged kernel takes up to 32 rows a block (cuda:
+    32 for most types at K = 1280, 16 for q6_k, 8 for bf16); within the bound of float64 at T = 1 and
+    2, and token 0 bit-identical in both."""
+    K, N = 1280, 16391
+    raw, exact = weights(rng, dt, N, K)
+    x, norm = activations(rng, 3, K)[:2], rng.standard_normal(K).astype(np.float32)
+    got = await run_all(devices, kind, dt, raw, x, norm, N, [1, 2])
+    ref, bound = reference(kind, x, norm, exact, N)
+    for t, y in zip([1, 2], got):
+        check(y, ref[:t], bound[:t], f"{devices.name} {kind}_{dt} N={N} T={t}")
+    np.testing.assert_array_equal(got[0].view(np.uint32), got[1][:1].view(np.uint32),
+                                  err_msg=f"{devices.name} {kind}_{dt} N={N}: token 0 at T=1 vs T=2")
+
+
+@pytest.mark.parametrize("kind", ["matmul", "rmsnorm_matmul_swiglu"])
+@pytest.mark.parametrize("dt", ["q4_k", "q6_k", "q5_0"])
+async def test_tiled_entry_from_two_tokens(devices, rng, dt, kind, monkeypatch):
+    """XINFER_KQ_TILED_MIN_T=1 (cuda: the ``_t`` entry at every T > 1, read when the kernel loads):
+    the same float64 bound and the same bits whatever T as the default launch policy."""
+    monkeypatch.setenv("XINFER_KQ_TILED_MIN_T", "1")
+    K, N, T = 768, 37, 8
+    raw, exact = weights(rng, dt, 2 * N if kind == "rmsnorm_matmul_swiglu" else N, K)
+    x, norm = activations(rng, T, K), rng.standard_normal(K).astype(np.float32)
+    got = await run_all(devices, kind, dt, raw, x, norm, N, [1, 2, 5, 8])
+    ref, bound = reference(kind, x, norm, exact, N)
+    for t, y in zip([1, 2, 5, 8], got):
+        check(y, ref[:t], bound[:t], f"{devices.name} {kind}_{dt} T={t}")
+        np.testing.assert_array_equal(y.view(np.uint32), got[-1][:t].view(np.uint32),
+                                      err_msg=f"{devices.name} {kind}_{dt}: T={t} vs T=8")
+
+
+def test_launch_policy_of_the_kquant_types():
+    """Pure launch arithmetic (no device): the staged entry at T == 1 with up to 32 rows a block where
+    N >= 16384, 8 at T > 1; rows past the stage at T == 1 take xi_mv1's grid (a row a warp); the
+    tiled entry above 8 tokens, or above XINFER_KQ_TILED_MIN_T; a bad value is refused by name."""
+    from xinfer_async.backends.cuda._launch import kq_tiled_min_t, matmul_launch
+
+    c = {"T": 1, "N": 262144, "K": 640, "accumulate": 0}
+    assert matmul_launch(c, "q6_k", "matmul") == ((262144 // 32, 1, 1), (256, 1, 1), 0, "")
+    assert matmul_launch(c, "q4_1", "matmul")[0] == (262144 // 16, 1, 1)  # xi_mv1: 2 rows a warp
+    assert matmul_launch(dict(c, T=5), "q6_k", "matmul")[0] == (262144 // 8, 1, 1)
+    assert matmul_launch(dict(c, N=100, K=long_k("q4_k", False)), "q4_k", "matmul")[0] == (13, 1, 1)
+    assert matmul_launch(dict(c, T=9), "q4_k", "matmul")[3] == "_t"
+    assert matmul_launch(dict(c, T=2), "q4_k", "matmul")[3] == ""
+    assert matmul_launch(dict(c, T=2), "q4_k", "matmul", kq_min_t=1)[3] == "_t"
+    assert matmul_launch(dict(c, T=2), "q4_1", "matmul", kq_min_t=1)[3] == ""  # the knob is the K types'
+    assert kq_tiled_min_t({}) == 8 and kq_tiled_min_t({"XINFER_KQ_TILED_MIN_T": " 3 "}) == 3
+    for bad in ("0", "9", "x", "-1"):
+        with pytest.raises(ValueError, match=f"XINFER_KQ_TILED_MIN_T='{bad}' is not an integer from 1 to 8"):
+            kq_tiled_min_t({"XINFER_KQ_TILED_MIN_T": bad})

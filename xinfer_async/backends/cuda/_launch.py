@@ -36,13 +36,16 @@ def row_bytes(dt: str, k: int) -> int:
 
 def mvc_rows(dt: str, n: int, k: int, t: int = 1, glu: bool = False) -> int:
     """Output rows a CTA owns in the staged matrix kernel (``xi_mvc_rows`` in shaders/xi_mvc.cuh):
-    the largest of 16, 8, 4, 2, 1 under the stage (half each for GLU's two regions) and under the
-    want: T == 1: 8 (a row a warp), 16 when N >= 16384; 1 < T <= 8: N spread over ~2 CTAs per SM;
-    T > 8: 8; GLU and ``STAGED1_TYPES`` at most 8. 0: one row does not fit the stage."""
+    the largest of 32, 16, 8, 4, 2, 1 under the stage (half each for GLU's two regions) and under
+    the want: T == 1: 8 (a row a warp), 16 when N >= 16384 (32 for ``STAGED1_TYPES``); 1 < T <= 8:
+    N spread over ~2 CTAs per SM; T > 8: 8; at most 16, 8 with GLU and for ``STAGED1_TYPES`` at
+    T > 1. 0: one row does not fit the stage."""
+    s1 = dt in STAGED1_TYPES
     fit = ((_MVC_BYTES >> int(glu)) - 32) // max(1, row_bytes(dt, k))
-    want = (16 if n >= 16384 else 8) if t == 1 else -(-n // _MVC_SPREAD) if t <= 8 else 8
-    r = min(want, fit, 8 if glu or dt in STAGED1_TYPES else 16)
-    return next((b for b in (16, 8, 4, 2, 1) if r >= b), 0)
+    want = ((32 if s1 else 16) if n >= 16384 else 8) if t == 1 else -(-n // _MVC_SPREAD) if t <= 8 else 8
+    cap = 8 if glu else (32 if t == 1 else 8) if s1 else 16
+    r = min(want, fit, cap)
+    return next((b for b in (32, 16, 8, 4, 2, 1) if r >= b), 0)
 
 
 def mv1_rows(dt: str, n: int, glu: bool) -> int:
@@ -243,8 +246,27 @@ def mmq_usable(dt: str, stage_max: int, cc: tuple[int, int]) -> bool:
     return dt in MMQ_TYPES and cc >= (8, 0) and mmq_shared(dt, MMQ_TN) <= stage_max
 
 
+def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
+    """Tokens above which the ``STAGED1_TYPES`` run the tiled ``_t`` entry (xi_mvt.cuh: each weight
+    decoded once for 8 tokens) instead of the staged one (xi_mvc.cuh: decoded once a token): 8, as
+    for every type (``XI_MVT_MIN_T``), unless ``XINFER_KQ_TILED_MIN_T`` says 1..8 -- a knob for
+    measuring on the H200 (their decode costs several times q4_1's a weight); every entry gives a
+    row the same bits, so it changes speed only.
+
+    Raises:
+        ValueError: XINFER_KQ_TILED_MIN_T is set to something other than an integer 1..8.
+    """
+    v = environ.get("XINFER_KQ_TILED_MIN_T", "").strip()
+    if not v:
+        return _MVT_MIN_T
+    if not v.isdigit() or not 1 <= int(v) <= _MVT_MIN_T:
+        raise ValueError(f"XINFER_KQ_TILED_MIN_T={v!r} is not an integer from 1 to {_MVT_MIN_T}")
+    return int(v)
+
+
 def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
-                  cc: tuple[int, int] = (9, 0), mmq: str = "") -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+                  cc: tuple[int, int] = (9, 0), mmq: str = "",
+                  kq_min_t: int = _MVT_MIN_T) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, dynamic shared bytes, entry suffix) of a matrix kernel (``kind``: ``matmul``,
     ``rmsnorm_matmul`` or ``rmsnorm_matmul_swiglu``) of type ``dt`` for the constants:
 
@@ -253,15 +275,16 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
     - ``tc_weight``: the tensor-core kernel (shaders/xi_tc.cuh), ``_tc`` at T <= 8 (8 tokens a block)
       and ``_tct`` above (32, 16 with GLU): a block of ``tc_segs`` warps a tile of 16 rows; shared:
       the segment sums (``tc_launch``; at T == 1 also h split for the one-token body);
-    - else T > 8: ``_t``, the register-tiled kernel (shaders/xi_mvt.cuh), 8 warps of ``mvt_rows``
-      rows by 8 tokens a block, tokens staged in ``mvt_stage_bytes`` (``stage_max``: the device's);
+    - else T > 8 (for ``STAGED1_TYPES``: T > ``kq_min_t``, ``kq_tiled_min_t``): ``_t``, the
+      register-tiled kernel (shaders/xi_mvt.cuh), 8 warps of ``mvt_rows`` rows by 8 tokens a block,
+      tokens staged in ``mvt_stage_bytes`` (``stage_max``: the device's);
     - else the first entry (shaders/xi_mvc.cuh), 256 threads (``_matmul_grid``, ``_fused_grid``)."""
     glu, t = kind == "rmsnorm_matmul_swiglu", c["T"]
     if mmq and mmq_usable(dt, stage_max, cc):
         return mmq_launch(c, dt, glu, mmq, sms)
     if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
-    if t > _MVT_MIN_T:
+    if t > (kq_min_t if dt in STAGED1_TYPES else _MVT_MIN_T):
         return _tiled_grid(c, glu), (256, 1, 1), mvt_stage_bytes(dt, c["K"], stage_max), "_t"
     grid = _matmul_grid(c, dt) if kind == "matmul" else _fused_grid(c, dt, glu)
     return grid, (256, 1, 1), 0, ""
@@ -322,20 +345,21 @@ class Family:
 
 def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
     """matmul_DT, rmsnorm_matmul_DT, rmsnorm_matmul_swiglu_DT (``params``: ``dt``, ``kind``):
-    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ, read when the kernel is loaded); the ``_t``
+    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ) and ``kq_tiled_min_t()`` (XINFER_KQ_TILED_MIN_T),
+    read when the kernel is loaded; the ``_t``
     entry stages tokens in up to ``stage_max`` dynamic shared bytes, the tiled integer entries opt in
     to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
     them directly).
 
     Raises:
-        ValueError: XINFER_MMQ is set to an unknown value."""
+        ValueError: XINFER_MMQ or XINFER_KQ_TILED_MIN_T is set to an unknown value."""
     dt, kind = params["dt"], params["kind"]
     opt_in = {"_t": stage_max} if stage_max > 48 * 1024 else {}
     if mmq_usable(dt, stage_max, cc):
         opt_in.update({"_mmq": mmq_shared(dt, MMQ_TN), "_mmqs": mmq_shared(dt, MMQ_TN_SMALL)})
     return Family(matmul_entries(dt),
                   functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc,
-                                    mmq=mmq_mode()),
+                                    mmq=mmq_mode(), kq_min_t=kq_tiled_min_t()),
                   opt_in)
 
 
