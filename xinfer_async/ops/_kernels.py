@@ -142,17 +142,12 @@ _declare("kv_store", [("src", R, "(T, width)", _strided("T", "src_stride", lambd
 WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1,
                  DType.q5_0, DType.q5_1, DType.q2_k, DType.q3_k, DType.q4_k, DType.q5_k, DType.q6_k,
                  DType.iq4_nl, DType.iq4_xs, DType.bf16)
-#: the weight types of the tuned cuda matrix kernels (the ``matmul`` launcher family of
-#: ``backends/cuda/_launch.py``: shaders/xi_mvc.cuh, xi_mvt.cuh, xi_tc.cuh); the others run the simple
-#: kernels of shaders/xi_kquant.cuh (a warp an output row, 8 rows a block)
-CUDA_WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1)
-_KQ_ROWS = CudaLaunch(256, lambda c, sms: (cdiv(c["N"], 8), 1, 1))
 
 
 def _matrix_launch(dt: DType, kind: str) -> CudaLaunch:
-    if dt in CUDA_WEIGHT_DTYPES:
-        return CudaLaunch(family="matmul", params=(("dt", dt.label), ("kind", kind)))
-    return _KQ_ROWS
+    """The ``matmul`` launcher family of ``backends/cuda/_launch.py`` (shaders/xi_mvc.cuh, xi_mvt.cuh,
+    xi_tc.cuh; the formats of shaders/xi_kquant.cuh through their decoders there), every weight type."""
+    return CudaLaunch(family="matmul", params=(("dt", dt.label), ("kind", kind)))
 
 
 def _blocks(dt: DType, key: str):

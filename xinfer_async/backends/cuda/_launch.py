@@ -19,32 +19,56 @@ def _cdiv(a: int, b: int) -> int:
 
 _BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}  # 32 elements
 _ELEM_BYTES = {"f32": 4, "f16": 2}
+#: the types of shaders/xi_kquant.cuh in the tuned kernels: (elements, bytes) a block (xk_block_elems,
+#: xk_block_bytes); at T == 1 they run the staged kernel too (``xi_mvc_staged1``)
+STAGED1_TYPES = {"q5_0": (32, 22), "q5_1": (32, 24), "iq4_nl": (32, 18), "q2_k": (256, 84), "q3_k": (256, 110),
+                 "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210), "iq4_xs": (256, 136), "bf16": (1, 2)}
 _MVC_BYTES, _MVC_SPREAD, _MVC_TG = 32768, 264, 8  # XI_MVC_BYTES, XI_MVC_SPREAD, XI_MVC_TG
+
+
+def row_bytes(dt: str, k: int) -> int:
+    """Bytes of a weight row of ``k`` elements of ``dt`` (``xi_row_bytes_of``)."""
+    if dt in _ELEM_BYTES:
+        return k * _ELEM_BYTES[dt]
+    if dt in STAGED1_TYPES:
+        qk, nb = STAGED1_TYPES[dt]
+        return (k // qk) * nb
+    return (k // 32) * _BLOCK_BYTES[dt]
 
 
 def mvc_rows(dt: str, n: int, k: int, t: int = 1, glu: bool = False) -> int:
     """Output rows a CTA owns in the staged matrix kernel (``xi_mvc_rows`` in shaders/xi_mvc.cuh):
-    the largest of 16, 8, 4, 2, 1 under the stage (half each for GLU's two regions) and under the
-    want: T == 1: 8 (a row a warp), 16 when N >= 16384; 1 < T <= 8: N spread over ~2 CTAs per SM;
-    T > 8: 8; GLU at most 8. 0: one row does not fit the stage."""
-    row_bytes = k * _ELEM_BYTES[dt] if dt in _ELEM_BYTES else (k // 32) * _BLOCK_BYTES[dt]
-    fit = ((_MVC_BYTES >> int(glu)) - 32) // max(1, row_bytes)
-    want = (16 if n >= 16384 else 8) if t == 1 else -(-n // _MVC_SPREAD) if t <= 8 else 8
-    r = min(want, fit, 8 if glu else 16)
-    return next((b for b in (16, 8, 4, 2, 1) if r >= b), 0)
+    the largest of 32, 16, 8, 4, 2, 1 under the stage (half each for GLU's two regions) and under
+    the want: T == 1: 8 (a row a warp), 16 when N >= 16384 (32 for ``STAGED1_TYPES``); 1 < T <= 8:
+    N spread over ~2 CTAs per SM; T > 8: 8; at most 16, 8 with GLU and for ``STAGED1_TYPES`` at
+    T > 1. 0: one row does not fit the stage."""
+    s1 = dt in STAGED1_TYPES
+    fit = ((_MVC_BYTES >> int(glu)) - 32) // max(1, row_bytes(dt, k))
+    want = ((32 if s1 else 16) if n >= 16384 else 8) if t == 1 else -(-n // _MVC_SPREAD) if t <= 8 else 8
+    cap = 8 if glu else (32 if t == 1 else 8) if s1 else 16
+    r = min(want, fit, cap)
+    return next((b for b in (32, 16, 8, 4, 2, 1) if r >= b), 0)
 
 
 def mv1_rows(dt: str, n: int, glu: bool) -> int:
-    """Rows a warp at T == 1 (``xi_mv1_rows``): 2 for f32/f16 and N >= 16384 (not with GLU), else 1."""
-    return 1 if glu else 2 if dt in ("f32", "f16") or n >= 16384 else 1
+    """Rows a warp at T == 1 (``xi_mv1_rows``): 2 for f32/f16 and N >= 16384 (not with GLU nor for
+    ``STAGED1_TYPES``), else 1."""
+    return 1 if glu or dt in STAGED1_TYPES else 2 if dt in ("f32", "f16") or n >= 16384 else 1
+
+
+def _one_token_grid(c: dict, dt: str, glu: bool) -> tuple[int, int, int]:
+    """T == 1: ``STAGED1_TYPES`` where a row fits the stage: ``mvc_rows`` rows a block (the staged
+    kernel); else ``mv1_rows`` rows a warp (xi_mv1)."""
+    rows = mvc_rows(dt, c["N"], c["K"], 1, glu) if dt in STAGED1_TYPES else 0
+    return (_cdiv(c["N"], rows), 1, 1) if rows else (_cdiv(c["N"], 8 * mv1_rows(dt, c["N"], glu)), 1, 1)
 
 
 def _matmul_grid(c: dict, dt: str) -> tuple[int, int, int]:
-    """matmul_DT (shaders/xi_mvc.cuh), blocks of 8 warps: T == 1: ``mv1_rows`` rows a warp; T > 1:
+    """matmul_DT (shaders/xi_mvc.cuh), blocks of 8 warps: T == 1: ``_one_token_grid``; T > 1:
     ``mvc_rows`` output rows and 8 tokens a block, or where one row does not fit the stage,
     xi_quant.cuh's warp per row and 4 tokens a block row."""
     if c["T"] == 1:
-        return (_cdiv(c["N"], 8 * mv1_rows(dt, c["N"], False)), 1, 1)
+        return _one_token_grid(c, dt, False)
     rows = mvc_rows(dt, c["N"], c["K"], c["T"])
     if rows:
         return (_cdiv(c["N"], rows), _cdiv(c["T"], _MVC_TG), 1)
@@ -55,7 +79,7 @@ def _fused_grid(c: dict, dt: str, glu: bool) -> tuple[int, int, int]:
     """rmsnorm_matmul_DT / rmsnorm_matmul_swiglu_DT: as matmul_DT at T == 1; T > 1: ``mvc_rows`` rows
     (or one row where a row does not fit the stage: the element-by-element path) and 8 tokens a block."""
     if c["T"] == 1:
-        return (_cdiv(c["N"], 8 * mv1_rows(dt, c["N"], glu)), 1, 1)
+        return _one_token_grid(c, dt, glu)
     return (_cdiv(c["N"], mvc_rows(dt, c["N"], c["K"], c["T"], glu) or 1), _cdiv(c["T"], _MVC_TG), 1)
 
 
@@ -292,9 +316,27 @@ def mvp_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     return v != "0"
 
 
+def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
+    """Tokens above which the ``STAGED1_TYPES`` run the tiled ``_t`` entry (xi_mvt.cuh: each weight
+    decoded once for 8 tokens) instead of the staged one (xi_mvc.cuh: decoded once a token): 8, as
+    for every type (``XI_MVT_MIN_T``), unless ``XINFER_KQ_TILED_MIN_T`` says 1..8 -- a knob for
+    measuring on the H200 (their decode costs several times q4_1's a weight); every entry gives a
+    row the same bits, so it changes speed only.
+
+    Raises:
+        ValueError: XINFER_KQ_TILED_MIN_T is set to something other than an integer 1..8.
+    """
+    v = environ.get("XINFER_KQ_TILED_MIN_T", "").strip()
+    if not v:
+        return _MVT_MIN_T
+    if not v.isdigit() or not 1 <= int(v) <= _MVT_MIN_T:
+        raise ValueError(f"XINFER_KQ_TILED_MIN_T={v!r} is not an integer from 1 to {_MVT_MIN_T}")
+    return int(v)
+
+
 def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
-                  cc: tuple[int, int] = (9, 0), mmq: str = "", mvp: bool = True
-                  ) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+                  cc: tuple[int, int] = (9, 0), mmq: str = "", mvp: bool = True,
+                  kq_min_t: int = _MVT_MIN_T) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, dynamic shared bytes, entry suffix) of a matrix kernel (``kind``: ``matmul``,
     ``rmsnorm_matmul`` or ``rmsnorm_matmul_swiglu``) of type ``dt`` for the constants:
 
@@ -305,8 +347,9 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
       the segment sums (``tc_launch``; at T == 1 also h split for the one-token body);
     - ``mvp`` (``mvp_enabled``: XINFER_MVP unset or 1) and ``mvp_weight`` (T <= MVP_MAX_T, large
       weights): ``_p``, the pipelined kernel (shaders/xi_mvp.cuh, ``mvp_launch``);
-    - else T > 8: ``_t``, the register-tiled kernel (shaders/xi_mvt.cuh), 8 warps of ``mvt_rows``
-      rows by 8 tokens a block, tokens staged in ``mvt_stage_bytes`` (``stage_max``: the device's);
+    - else T > 8 (for ``STAGED1_TYPES``: T > ``kq_min_t``, ``kq_tiled_min_t``): ``_t``, the
+      register-tiled kernel (shaders/xi_mvt.cuh), 8 warps of ``mvt_rows`` rows by 8 tokens a block,
+      tokens staged in ``mvt_stage_bytes`` (``stage_max``: the device's);
     - else the first entry (shaders/xi_mvc.cuh), 256 threads (``_matmul_grid``, ``_fused_grid``)."""
     glu, t = kind == "rmsnorm_matmul_swiglu", c["T"]
     if mmq and mmq_usable(dt, stage_max, cc):
@@ -315,7 +358,7 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
         return tc_launch(c, glu)
     if mvp and mvp_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
         return mvp_launch(c, dt, glu, sms, cc)
-    if t > _MVT_MIN_T:
+    if t > (kq_min_t if dt in STAGED1_TYPES else _MVT_MIN_T):
         return _tiled_grid(c, glu), (256, 1, 1), mvt_stage_bytes(dt, c["K"], stage_max), "_t"
     grid = _matmul_grid(c, dt) if kind == "matmul" else _fused_grid(c, dt, glu)
     return grid, (256, 1, 1), 0, ""
@@ -399,14 +442,14 @@ class Family:
 
 def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
     """matmul_DT, rmsnorm_matmul_DT, rmsnorm_matmul_swiglu_DT (``params``: ``dt``, ``kind``):
-    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ) and ``mvp_enabled()`` (XINFER_MVP), read when
-    the kernel is loaded; the ``_t``
+    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ), ``mvp_enabled()`` (XINFER_MVP) and
+    ``kq_tiled_min_t()`` (XINFER_KQ_TILED_MIN_T), read when the kernel is loaded; the ``_t``
     entry stages tokens in up to ``stage_max`` dynamic shared bytes, the tiled integer entries opt in
     to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
     them directly), and ``_p`` (MVP_TYPES) to ``stage_max`` (``mvp_weight`` keeps it within).
 
     Raises:
-        ValueError: XINFER_MMQ or XINFER_MVP is set to an unknown value."""
+        ValueError: XINFER_MMQ, XINFER_MVP or XINFER_KQ_TILED_MIN_T is set to an unknown value."""
     dt, kind = params["dt"], params["kind"]
     opt_in = {"_t": stage_max} if stage_max > 48 * 1024 else {}
     if mmq_usable(dt, stage_max, cc):
@@ -415,7 +458,7 @@ def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) 
         opt_in["_p"] = stage_max  # mvp_weight keeps its shared bytes within stage_max
     return Family(matmul_entries(dt),
                   functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc,
-                                    mmq=mmq_mode(), mvp=mvp_enabled()),
+                                    mmq=mmq_mode(), mvp=mvp_enabled(), kq_min_t=kq_tiled_min_t()),
                   opt_in)
 
 
