@@ -266,7 +266,7 @@ class CUDABackend(Backend):
 
                 self._gemm_handle()  # its workspace serves both (one stream orders them)
                 self._cublaslt = LtHandle(self._cublas_ws, _CUBLAS_WORKSPACE)
-            return LtGemm(self._cublaslt, m, n, k)
+            return self._cublaslt.gemm_for(m, n, k)
         g = Gemm(dtype, m, n, k, trans_b)
         self._gemm_handle()
         return g

@@ -158,7 +158,16 @@ class LtHandle:
         self._alpha = ffi.new("float *", 1.0)
         self._beta = ffi.new("float *", 0.0)
         self._algos: dict[tuple[int, int], tuple] = {}
+        self._gemms: dict[tuple[int, int, int], LtGemm] = {}
         self._owned: list = []  # descriptors and layouts, destroyed on close
+
+    def gemm_for(self, m: int, n: int, k: int) -> LtGemm:
+        """The ``LtGemm`` of ``(m, n, k)``, made once (its descriptors and algorithm check reused by every
+        plan and slot that records it)."""
+        key = (m, n, k)
+        if key not in self._gemms:
+            self._gemms[key] = LtGemm(self, m, n, k)
+        return self._gemms[key]
 
     def describe(self, m: int, n: int, k: int):
         """A matmul descriptor and the layouts ``(a, b, c)`` of ``C (m, n) f32 = A (m, k) @ B (n, k)^T``
