@@ -26,18 +26,35 @@ __device__ __forceinline__ float xi_f16_row_scale(float amax) {
     return s;
 }
 
+// dst (n) f16 bits = f16(elem(i)): a thread 8 consecutive elements, one 16-byte store (n is a
+// multiple of the block size, so of 8); a dst not 16-byte aligned goes an element at a time.
+template <typename Elem>
+__device__ __forceinline__ void xi_store_f16(uint16_t *__restrict__ dst, long long n, Elem elem) {
+    if ((((size_t_)dst) & 15) == 0 && (n & 7) == 0) {
+        XI_FOR(j, n >> 3) {
+            uint32_t p[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                p[q] = (uint32_t)xi_f2h(elem(8 * j + 2 * q)) | ((uint32_t)xi_f2h(elem(8 * j + 2 * q + 1)) << 16);
+            reinterpret_cast<uint4 *>(dst)[j] = make_uint4(p[0], p[1], p[2], p[3]);
+        }
+    } else {
+        XI_FOR(i, n) dst[i] = xi_f2h(elem(i));
+    }
+}
+
 // src (n / 32 blocks) TYPE (xi_quant.cuh) -> dst (n) f16 bits: f16(the f32 value dequantize_DT gives)
 template <int TYPE>
 __device__ __forceinline__ void xi_dequantize_f16(const uint8_t *__restrict__ src, uint16_t *__restrict__ dst,
                                                   xi_dequantize_f16_c c) {
-    XI_FOR(i, c.n) dst[i] = xi_f2h(XiQ<TYPE>::elem(src, (int)i));
+    xi_store_f16(dst, c.n, [&](long long i) { return XiQ<TYPE>::elem(src, (int)i); });
 }
 
 // the same for the types of xi_kquant.cuh
 template <int TYPE>
 __device__ __forceinline__ void xk_dequantize_f16(const uint8_t *__restrict__ src, uint16_t *__restrict__ dst,
                                                   xi_dequantize_f16_c c) {
-    XI_FOR(i, c.n) dst[i] = xi_f2h(xk_elem<TYPE>(src, i));
+    xi_store_f16(dst, c.n, [&](long long i) { return xk_elem<TYPE>(src, i); });
 }
 
 #define XI_DEQUANTIZE_F16(NAME, TYPE)                                                                           \

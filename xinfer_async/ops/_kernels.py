@@ -252,7 +252,7 @@ _F16_SCALE = ("; the row's f16 values are h * s[r], s[r] the largest power of tw
 for _dt in GEMM_WEIGHT_DTYPES:
     _declare(f"dequantize_f16_{_dt.label}", [("src", R, "(n / block)", (lambda d: lambda c: d.nbytes(c["n"]))(_dt)),
                                              ("dst", W, "(n) f16", lambda c: 2 * max(0, c["n"]))],
-             ["n"], check=_blocks(_dt, "n"), struct="dequantize_f16", cuda=flat(lambda c: c["n"]),
+             ["n"], check=_blocks(_dt, "n"), struct="dequantize_f16", cuda=flat(lambda c: c["n"] // 8),
              doc="float16 (round to nearest even) of the float32 values `dequantize_DT` gives")
 _declare("to_f16", [("x", R, "(rows, dim)", _f32(lambda c: c["rows"] * c["dim"])),
                     ("y", W, "(rows, dim) f16", lambda c: 2 * c["rows"] * c["dim"]),
