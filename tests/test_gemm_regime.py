@@ -131,7 +131,7 @@ async def test_dequantize_f16_is_gguf_rounded_to_f16(devices, rng, dt):
     import gguf
 
     qt = getattr(gguf.GGMLQuantizationType, dt.upper())
-    N, K = 37, 256
+    N, K = 137, 512  # 70,144 values: several of the C kernel's chunks of 16,384, the last partial
     w = (rng.standard_normal((N, K)) * rng.uniform(0.01, 100, (N, 1))).astype(np.float32)
     q = np.ascontiguousarray(gguf.quants.quantize(w, qt))
     want = gguf.quants.dequantize(q, qt).reshape(N, K).astype(np.float16).view(np.uint16)
@@ -324,3 +324,46 @@ async def test_builder_gemm_regime_matches_kernels_and_rows_stand_alone(devices,
     assert (got.argmax(1) == want.argmax(1)).mean() >= 0.9
     again = await _score(gemm, prepared, other)
     np.testing.assert_array_equal(again[0].view(np.uint32), got[0].view(np.uint32))  # row 0 alone
+
+
+# -- resident f16 weights (XINFER_F16_WEIGHTS) -------------------------------------------------------
+def test_f16_weights_policy():
+    from xinfer_async.llm._gemm import F16_WEIGHTS_ENV, f16_weights
+
+    assert f16_weights({}) is False and f16_weights({F16_WEIGHTS_ENV: "0"}) is False
+    assert f16_weights({F16_WEIGHTS_ENV: "1"}) is True
+    with pytest.raises(ValueError, match=r"XINFER_F16_WEIGHTS='yes' must be 1 \(keep f16 weights resident\) or 0"):
+        f16_weights({F16_WEIGHTS_ENV: "yes"})
+
+
+@pytest.mark.parametrize("dt", ["q4_1", "q8_0"])
+def test_host_dequantize_f16_is_gguf_rounded(rng, dt):
+    import gguf
+
+    from xinfer_async.llm._gemm import dequantize_f16
+
+    qt = getattr(gguf.GGMLQuantizationType, dt.upper())
+    N, K = 70, 1024  # 71,680 values: several threaded chunks
+    w = (rng.standard_normal((N, K)) * rng.uniform(0.01, 100, (N, 1))).astype(np.float32)
+    q = np.ascontiguousarray(gguf.quants.quantize(w, qt))
+    want = gguf.quants.dequantize(q, qt).reshape(N, K).astype(np.float16)
+    np.testing.assert_array_equal(dequantize_f16(q, dt, (N, K)).view(np.uint16), want.view(np.uint16))
+    with pytest.raises(ValueError, match=r"data has \d+ bytes, a \(71, 1024\) q"):
+        dequantize_f16(q, dt, (N + 1, K))
+    with pytest.raises(ValueError, match=r"dtype='f32' is not a GEMM weight type"):
+        dequantize_f16(w, "f32", (N, K))
+
+
+async def test_resident_f16_weights_give_the_same_logits(devices, tiny_gguf, rng):
+    from xinfer_async.llm._llama import LlamaBuilder
+
+    T = 64
+    ids = rng.integers(0, tiny_gguf.config.vocab_size, T)
+    per_call = LlamaBuilder(tiny_gguf, devices, ctx=128, chunk=T, gemm_min_t=T, f16_weights=False)
+    resident = LlamaBuilder(tiny_gguf, devices, ctx=128, chunk=T, gemm_min_t=T, f16_weights=True)
+    assert resident._gemm.w16 is None and len(resident._resident) == 4 * tiny_gguf.config.n_layer + 1
+    names = {c.kernel.name for c in resident.forward(T, True).commands if hasattr(c, "kernel")}
+    assert not any(n.startswith("dequantize_f16_") for n in names)  # no per-call dequantization
+    want = await _score(per_call, per_call.prepare(1), ids)
+    got = await _score(resident, resident.prepare(1), ids)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # the same f16 weights

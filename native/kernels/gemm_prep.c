@@ -106,27 +106,32 @@ int xi_k_swiglu_unscale(void *const *b, const void *c)
     return XI_OK;
 }
 
-/* dequantize_f16_DT: dequantize_DT (exact gguf values) a chunk at a time, then rounded to f16 */
-#define XI_DEQUANTIZE_F16(NAME, BLOCK, BYTES)                                                              \
+/* dequantize_f16_DT: dequantize_DT (exact gguf values) a chunk at a time, then rounded to f16; the
+ * chunks in parallel (each dequantize_DT call is below its own threading threshold) */
+#define XI_DEQUANTIZE_F16(NAME, BLOCK, BYTES)                                                       \
 int xi_k_dequantize_f16_##NAME(void *const *b, const void *c)                                     \
 {                                                                                                   \
     XI_C(xi_dequantize_f16_##NAME##_c);                                                             \
     if (k->n < 0 || k->n % (BLOCK) != 0) return XI_EINVAL;                                          \
-    enum { CHUNK = 1 << 16 };                                                                       \
-    float *tmp = malloc(sizeof(float) * CHUNK);                                                     \
-    if (!tmp) return XI_ENOMEM;                                                                     \
+    enum { CHUNK = 1 << 14 };                                                                       \
     const uint8_t *src = (const uint8_t *)b[0];                                                     \
     uint16_t *dst = (uint16_t *)b[1];                                                               \
-    for (long i0 = 0; i0 < k->n; i0 += CHUNK) {                                                     \
-        const long m = k->n - i0 < CHUNK ? k->n - i0 : CHUNK;                                       \
+    const long n = k->n, chunks = (n + CHUNK - 1) / CHUNK;                                          \
+    int status = XI_OK;                                                                             \
+    _Pragma("omp parallel for schedule(static) if (chunks > 1)")                                    \
+    for (long ci = 0; ci < chunks; ci++) {                                                          \
+        float tmp[CHUNK];                                                                           \
+        const long i0 = ci * CHUNK, m = n - i0 < CHUNK ? n - i0 : CHUNK;                            \
         xi_dequantize_##NAME##_c sub = {(int32_t)m};                                                \
-        void *bind[2] = {(void *)(src + i0 / (BLOCK) * (BYTES)), tmp};                          \
-        int st = xi_k_dequantize_##NAME(bind, &sub);                                                \
-        if (st) { free(tmp); return st; }                                                           \
+        void *bind[2] = {(void *)(src + i0 / (BLOCK) * (BYTES)), tmp};                              \
+        if (xi_k_dequantize_##NAME(bind, &sub) != XI_OK) {                                          \
+            _Pragma("omp atomic write")                                                             \
+            status = XI_EINVAL;                                                                     \
+            continue;                                                                               \
+        }                                                                                           \
         for (long i = 0; i < m; i++) dst[i0 + i] = xi_f2h(tmp[i]);                                  \
     }                                                                                               \
-    free(tmp);                                                                                      \
-    return XI_OK;                                                                                   \
+    return status;                                                                                  \
 }
 
 XI_DEQUANTIZE_F16(q8_0, 32, 34)

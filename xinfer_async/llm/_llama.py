@@ -33,7 +33,8 @@ import numpy as np
 
 from ..hal import Access, GGUFError, TensorDesc
 from ..model import Binding, Dispatch, IODesc, ModelContext, ModelSession
-from ._gemm import GemmLowering, lowers
+from ._gemm import GemmLowering, dequantize_f16, lowers
+from ._gemm import f16_weights as _policy_f16_weights
 from ._gemm import gemm_min_t as _policy_min_t
 from ._gguf import GGUFModel, ModelConfig
 
@@ -117,6 +118,8 @@ class LlamaBuilder:
         gemm_min_t: the smallest T whose quantized matrix products run in the GEMM regime
             (``_gemm.py``); default: the policy ``gemm_min_t(device.name)`` (cuda: 64 or
             ``XINFER_GEMM_MIN_T``; cpu: never); None: never; an int forces it (tests, on any device).
+        f16_weights: keep an f16 copy of every matrix that lowers resident on the device (no
+            dequantization per plan call; 2 bytes a weight more); default ``XINFER_F16_WEIGHTS``.
 
     Raises:
         GGUFError: a tensor is missing or has an unexpected shape.
@@ -124,7 +127,7 @@ class LlamaBuilder:
     """
 
     def __init__(self, gguf_model: GGUFModel, device: Any, ctx: int, chunk: int = 64, batch_seqs: int = 0,
-                 gemm_min_t: int | None | str = "policy"):
+                 gemm_min_t: int | None | str = "policy", f16_weights: bool | None = None):
         cfg = gguf_model.config
         if not 1 <= ctx <= cfg.context_length:
             raise ValueError(f"ctx={ctx} must be in [1, {cfg.context_length}] (the model's context length)")
@@ -145,6 +148,11 @@ class LlamaBuilder:
         self.batch_sizes = ([b for b in BATCH_BUCKETS if b < top] + [min([b for b in BATCH_BUCKETS if b >= top]
                                                                          or [top])]) if batch_seqs else []
         self.plan_sizes = sorted({1, *self.prefill_sizes, *self.batch_sizes})
+        gemm_on = gemm_min_t is not None and self.plan_sizes[-1] >= gemm_min_t
+        if f16_weights is None:
+            f16_weights = _policy_f16_weights()
+        #: quantized weight region -> its resident f16 copy (``f16_weights`` with the GEMM regime on)
+        self._resident: dict | None = {} if f16_weights and gemm_on else None
         self.cfg: ModelConfig = cfg
         self.ctx = ctx
         self.device = device
@@ -155,9 +163,9 @@ class LlamaBuilder:
         # now) fails here, before any weight is uploaded
         for name in sorted(self._kernel_names(batch_seqs)):
             s.kernel(name)
-        self.embd, self.embd_dtype = self._weight("token_embd.weight")
+        self.embd, self.embd_dtype = self._weight("token_embd.weight", cfg.tied_embeddings)
         out_name = "token_embd.weight" if cfg.tied_embeddings else "output.weight"
-        self.out, self.out_dtype = (self.embd, self.embd_dtype) if cfg.tied_embeddings else self._weight(out_name)
+        self.out, self.out_dtype = (self.embd, self.embd_dtype) if cfg.tied_embeddings else self._weight(out_name, True)
         self.out_norm, _ = self._weight("output_norm.weight")
         arch = cfg.architecture
         self._qkv_rows = self._qkv_order() if arch.rope == "neox" else None
@@ -168,8 +176,8 @@ class LlamaBuilder:
             p = f"blk.{i}."
             blk = _Block(
                 self._weight(p + "attn_norm.weight")[0], self._fused(p, self._qkv_parts(), self._qkv_rows),
-                self._weight(p + "attn_output.weight"), self._weight(p + "ffn_norm.weight")[0],
-                self._fused(p, self._gu_parts()), self._weight(p + "ffn_down.weight"),
+                self._weight(p + "attn_output.weight", True), self._weight(p + "ffn_norm.weight")[0],
+                self._fused(p, self._gu_parts()), self._weight(p + "ffn_down.weight", True),
                 s.scratch(ctx * self.kv_dim * F32, persistent=True, name=f"{p}k_cache"),
                 s.scratch(ctx * self.kv_dim * F32, persistent=True, name=f"{p}v_cache"),
                 theta=cfg.layer_rope_theta(i), window=cfg.layer_window(i),
@@ -199,12 +207,24 @@ class LlamaBuilder:
             raise GGUFError(f"tensor {name!r} is missing from the model file")
         return t
 
-    def _weight(self, name: str):
+    def _weight(self, name: str, matrix: bool = False):
+        """Upload tensor ``name``; ``matrix``: a matrix product's weight (its f16 copy is kept where
+        ``f16_weights`` asks for one)."""
         t = self._tensor(name)
         if t.dtype in ("f32", "f16") and len(t.shape) == 1:
             data = np.asarray(t.data, dtype=np.float32)  # norms: f32 on the device
             return self.session.weight(data, TensorDesc(t.shape, "f32"), name), "f32"
-        return self.session.weight(np.ascontiguousarray(t.data), TensorDesc(t.shape, t.dtype), name), t.dtype
+        data = np.ascontiguousarray(t.data)
+        region = self.session.weight(data, TensorDesc(t.shape, t.dtype), name)
+        if matrix:
+            self._keep_f16(region, data, t.dtype, tuple(t.shape), name)
+        return region, t.dtype
+
+    def _keep_f16(self, region, data: np.ndarray, dtype: str, shape: tuple[int, int], name: str) -> None:
+        """With resident f16 weights on and a type that lowers: upload the f16 copy of ``region``."""
+        if self._resident is not None and lowers(dtype, self.gemm_min_t, self.gemm_min_t):
+            w16 = dequantize_f16(data, dtype, shape)
+            self._resident[region] = self.session.weight(w16, TensorDesc(shape, "f16"), name + ".f16")
 
     def _qkv_parts(self) -> list[str]:
         return ["attn_qkv"] if self.cfg.architecture.fused_qkv else ["attn_q", "attn_k", "attn_v"]
@@ -256,7 +276,7 @@ class LlamaBuilder:
         if not any(lowers(w[1], self.gemm_min_t, self.gemm_min_t) for w, _, _ in mats) and \
                 not lowers(self.out_dtype, self.gemm_min_t, self.gemm_min_t):
             return None
-        return GemmLowering(self.session, sorted({(n, k) for _, n, k in mats}), cfg.dim)
+        return GemmLowering(self.session, sorted({(n, k) for _, n, k in mats}), cfg.dim, self._resident)
 
     def _fused_dtype(self, prefix: str, parts: list[str]) -> str:
         """The dtype of ``_fused``'s stacked weight: the parts' one dtype and K, else f32."""
@@ -279,7 +299,9 @@ class LlamaBuilder:
         data = np.concatenate([np.asarray(t.data) for t in ts], axis=0)
         data = np.ascontiguousarray(data if rows is None else data[rows])
         n = sum(t.shape[0] for t in ts)
-        return self.session.weight(data, TensorDesc((n, ts[0].shape[1]), dt), name), dt
+        region = self.session.weight(data, TensorDesc((n, ts[0].shape[1]), dt), name)
+        self._keep_f16(region, data, dt, (n, ts[0].shape[1]), name)
+        return region, dt
 
     def _vector(self, name: str, parts: list[str], rows: np.ndarray | None = None):
         """Vectors (biases, norm weights) joined into one f32 weight, in the order ``rows``."""
