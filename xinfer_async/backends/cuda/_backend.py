@@ -264,8 +264,7 @@ class CUDABackend(Backend):
             if self._cublaslt is None:
                 from ._cublaslt import LtHandle
 
-                self._gemm_handle()  # its workspace serves both (one stream orders them)
-                self._cublaslt = LtHandle(self._cublas_ws, _CUBLAS_WORKSPACE)
+                self._cublaslt = LtHandle()
             return self._cublaslt.gemm_for(m, n, k)
         g = Gemm(dtype, m, n, k, trans_b)
         self._gemm_handle()

@@ -8,7 +8,8 @@ column-major ``(k, n)`` matrix (ld k) taken transposed, A as ``(k, m)`` (ld k), 
 Row independence (a row of C never depends on the other rows of its launch, nor on ``m``): the
 algorithm is chosen once per ``(n, k)`` by ``cublasLtMatmulAlgoGetHeuristic`` at ``m =
 ALGO_M`` with ``CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 0`` (no split-K: each output element is
-summed over all of k by one CTA, in the order its tile configuration fixes) and reused for every
+summed over all of k by one CTA, in the order its tile configuration fixes) and no workspace (so no
+algorithm keeps partial sums outside C: no split-K or stream-K fix-up), and reused for every
 ``m`` after ``cublasLtMatmulAlgoCheck`` accepts it. The same algorithm (tile, stages, cluster) sums
 each element's k the same way for any m; ``tests/test_gemm_regime.py`` checks the rows bit for bit
 on the GPU.
@@ -133,7 +134,7 @@ class LtGemm:
         self.m, self.n, self.k = m, n, k
         lib = load()
         self.desc, self.layouts = handle.describe(m, n, k)
-        self.algo, self.workspace_nbytes = handle.algorithm(n, k)
+        self.algo, _ = handle.algorithm(n, k)
         res = ffi.new("cublasLtMatmulHeuristicResult_t *")
         a, b, c = self.layouts
         status = lib.cublasLtMatmulAlgoCheck(handle.handle, self.desc, b, a, c, c, self.algo, res)
@@ -146,15 +147,15 @@ class LtGemm:
 
 
 class LtHandle:
-    """One cuBLASLt handle per device; algorithms cached per ``(n, k)``; ``workspace`` (``nbytes``)
-    shared with cuBLAS (the same stream orders their uses)."""
+    """One cuBLASLt handle per device; algorithms cached per ``(n, k)``; no workspace (see the module
+    docstring)."""
 
-    def __init__(self, workspace: int, workspace_nbytes: int):
+    def __init__(self):
         lib = load()
         h = ffi.new("cublasLtHandle_t *")
         check(lib.cublasLtCreate(h), "cublasLtCreate")
         self.handle = h[0]
-        self.workspace, self.workspace_nbytes = workspace, workspace_nbytes
+        self.workspace_nbytes = 0
         self._alpha = ffi.new("float *", 1.0)
         self._beta = ffi.new("float *", 0.0)
         self._algos: dict[tuple[int, int], tuple] = {}
@@ -250,7 +251,7 @@ class LtHandle:
         la, lb, lc = g.layouts
         status = _lib.cublasLtMatmul(self.handle, g.desc, self._alpha, ffi.cast("void *", b), lb, ffi.cast("void *", a),
                                      la, self._beta, ffi.cast("void *", c), lc, ffi.cast("void *", c), lc, g.algo,
-                                     ffi.cast("void *", self.workspace), g.workspace_nbytes, ffi.cast("void *", stream))
+                                     ffi.NULL, 0, ffi.cast("void *", stream))
         if status:
             check(status, f"cublasLtMatmul({g!r})")
 
