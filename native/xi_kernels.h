@@ -97,6 +97,22 @@ typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int3
 typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t rows; int32_t q_stride; float scale; int32_t window; } xi_attention_batched_f16_c;
 typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; int32_t ctx; float theta; } xi_rope_kv_store_f16_c;
 typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; int32_t ctx; float theta; } xi_rope_kv_store_ff_f16_c;
+typedef struct { int32_t n; } xi_dequantize_f16_q8_0_c;
+typedef struct { int32_t n; } xi_dequantize_f16_q4_0_c;
+typedef struct { int32_t n; } xi_dequantize_f16_q4_1_c;
+typedef struct { int32_t n; } xi_dequantize_f16_q5_0_c;
+typedef struct { int32_t n; } xi_dequantize_f16_q5_1_c;
+typedef struct { int32_t n; } xi_dequantize_f16_q2_k_c;
+typedef struct { int32_t n; } xi_dequantize_f16_q3_k_c;
+typedef struct { int32_t n; } xi_dequantize_f16_q4_k_c;
+typedef struct { int32_t n; } xi_dequantize_f16_q5_k_c;
+typedef struct { int32_t n; } xi_dequantize_f16_q6_k_c;
+typedef struct { int32_t n; } xi_dequantize_f16_iq4_nl_c;
+typedef struct { int32_t n; } xi_dequantize_f16_iq4_xs_c;
+typedef struct { int32_t rows; int32_t dim; } xi_to_f16_c;
+typedef struct { int32_t rows; int32_t dim; float eps; } xi_rmsnorm_f16_c;
+typedef struct { int32_t rows; int32_t n; int32_t y_stride; int32_t accumulate; } xi_unscale_add_c;
+typedef struct { int32_t rows; int32_t n; } xi_swiglu_unscale_c;
 
 /* kernels: b[i] = address of binding i, c = constants struct; 0, XI_EINVAL or XI_ENOMEM */
 int xi_k_affine(void *const *b, const void *c);
@@ -192,5 +208,21 @@ int xi_k_attention_f16(void *const *b, const void *c);
 int xi_k_attention_batched_f16(void *const *b, const void *c);
 int xi_k_rope_kv_store_f16(void *const *b, const void *c);
 int xi_k_rope_kv_store_ff_f16(void *const *b, const void *c);
+int xi_k_dequantize_f16_q8_0(void *const *b, const void *c);
+int xi_k_dequantize_f16_q4_0(void *const *b, const void *c);
+int xi_k_dequantize_f16_q4_1(void *const *b, const void *c);
+int xi_k_dequantize_f16_q5_0(void *const *b, const void *c);
+int xi_k_dequantize_f16_q5_1(void *const *b, const void *c);
+int xi_k_dequantize_f16_q2_k(void *const *b, const void *c);
+int xi_k_dequantize_f16_q3_k(void *const *b, const void *c);
+int xi_k_dequantize_f16_q4_k(void *const *b, const void *c);
+int xi_k_dequantize_f16_q5_k(void *const *b, const void *c);
+int xi_k_dequantize_f16_q6_k(void *const *b, const void *c);
+int xi_k_dequantize_f16_iq4_nl(void *const *b, const void *c);
+int xi_k_dequantize_f16_iq4_xs(void *const *b, const void *c);
+int xi_k_to_f16(void *const *b, const void *c);
+int xi_k_rmsnorm_f16(void *const *b, const void *c);
+int xi_k_unscale_add(void *const *b, const void *c);
+int xi_k_swiglu_unscale(void *const *b, const void *c);
 
 #endif

@@ -278,6 +278,39 @@ for _ff in (False, True):
              doc=("`rope_kv_store_ff`" if _ff else "`rope_kv_store`") + " into f16 caches: the stored k and v rounded to "
                  "the nearest f16 (ties to even, numpy's astype(float16)); q and the qkv row as the f32 kernel leaves them")
 
+# -- the GEMM regime's operands (llm/_gemm.py: a cuBLASLt f16 x f16 -> f32 GEMM; shaders/xi_gemm_prep.cuh) --
+#: the weight types the GEMM regime dequantizes to f16 (``dequantize_f16_DT``)
+GEMM_WEIGHT_DTYPES = tuple(d for d in WEIGHT_DTYPES if d.is_quantized)
+_F16_SCALE = ("; the row's f16 values are h * s[r], s[r] the largest power of two <= 1 with max|h[r]| * s[r] <= "
+              "2^15 (NaN elements aside), inv_scale[r] = 1 / s[r]")
+for _dt in GEMM_WEIGHT_DTYPES:
+    _declare(f"dequantize_f16_{_dt.label}", [("src", R, "(n / block)", (lambda d: lambda c: d.nbytes(c["n"]))(_dt)),
+                                             ("dst", W, "(n) f16", lambda c: 2 * max(0, c["n"]))],
+             ["n"], check=_blocks(_dt, "n"), struct="dequantize_f16", cuda=flat(lambda c: c["n"] // 8),
+             doc="float16 (round to nearest even) of the float32 values `dequantize_DT` gives")
+_declare("to_f16", [("x", R, "(rows, dim)", _f32(lambda c: c["rows"] * c["dim"])),
+                    ("y", W, "(rows, dim) f16", lambda c: 2 * c["rows"] * c["dim"]),
+                    ("inv_scale", W, "(rows)", _f32(lambda c: c["rows"]))],
+         ["rows", "dim"], cuda=per_row("rows"), doc="y = f16(h * s[r]) with h = x" + _F16_SCALE)
+_declare("rmsnorm_f16", [("x", R, "(rows, dim)", _f32(lambda c: c["rows"] * c["dim"])),
+                         ("w", R, "(dim)", _f32(lambda c: c["dim"])),
+                         ("y", W, "(rows, dim) f16", lambda c: 2 * c["rows"] * c["dim"]),
+                         ("inv_scale", W, "(rows)", _f32(lambda c: c["rows"]))],
+         ["rows", "dim", "eps:f32"], cuda=per_row("rows"),
+         doc="y = f16(h * s[r]) with h = `rmsnorm`(x, w, eps) (bit-identical to it)" + _F16_SCALE)
+_declare("unscale_add", [("src", R, "(rows, n)", _f32(lambda c: c["rows"] * c["n"])),
+                         ("inv_scale", R, "(rows)", _f32(lambda c: c["rows"])),
+                         ("y", RW, "(rows, y_stride)", _strided("rows", "y_stride", lambda c: c["n"]))],
+         ["rows", "n", "y_stride", "accumulate"], check=_stride_ok("rows", "y_stride", lambda c: c["n"]),
+         cuda=flat(lambda c: c["rows"] * c["n"]),
+         doc="y[r*y_stride+i] = (accumulate ? y[r*y_stride+i] : 0) + src[r*n+i] * inv_scale[r]")
+_declare("swiglu_unscale", [("gu", R, "(rows, 2n)", _f32(lambda c: c["rows"] * 2 * c["n"])),
+                            ("inv_scale", R, "(rows)", _f32(lambda c: c["rows"])),
+                            ("y", W, "(rows, n)", _f32(lambda c: c["rows"] * c["n"]))],
+         ["rows", "n"], cuda=flat(lambda c: c["rows"] * c["n"]),
+         doc="y[r,i] = silu(g) * u with g = gu[r,i] * inv_scale[r], u = gu[r,n+i] * inv_scale[r] (`swiglu`'s "
+             "arithmetic)")
+
 
 def kernel_spec(name: str) -> KernelSpec:
     """The declaration of kernel ``name``.
