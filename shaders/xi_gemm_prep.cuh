@@ -12,12 +12,7 @@
 
 #define XI_F16_ACT_LIMIT 32768.0f
 
-// float -> IEEE half bits, round to nearest even (cvt.rn.f16.f32), without cuda_fp16.h
-__device__ __forceinline__ uint16_t xi_f2h(float f) {
-    uint16_t h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
+// f32 -> f16 bits: xi_f2h (xi_common.cuh, cvt.rn.f16.f32: round to nearest even)
 
 // s (a power of two <= 1) for a row whose largest magnitude is amax; NaN: 1; inf: 2^-126
 __device__ __forceinline__ float xi_f16_row_scale(float amax) {

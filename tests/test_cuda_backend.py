@@ -416,11 +416,13 @@ def test_errors(be):
     assert grid == (256, 1, 1) and block == (256, 1, 1) and shared == 0
     g = mm.launch_grid(dict(T=6, N=512, K=4096, accumulate=0))
     assert g == (256, 1, 1) and g.block == (256, 1, 1) and g.function == mm.function
-    # larger: the pipelined entry matmul_q4_1_p (shaders/xi_mvp.cuh), 2 rows a warp, at most 2 blocks an SM,
-    # 3 stages of 2 x 8 groups of 160 bytes a warp (no staged token at T > 1)
-    g = mm.launch_grid(dict(T=6, N=4096, K=4096, accumulate=0))
+    # larger, one token: the pipelined entry matmul_q4_1_p (shaders/xi_mvp.cuh; _launch.MVP_MAX_T == 1),
+    # 2 rows a warp, at most 2 blocks an SM, 3 stages of 2 x 8 groups of 160 bytes a warp and the staged
+    # token (4096 floats and 512 block sums); at 6 tokens the staged kernel as above
+    g = mm.launch_grid(dict(T=1, N=4096, K=4096, accumulate=0))
     assert g.function == mm.entries["_p"] and g == (min(256, 2 * be.multiprocessors), 1, 1)
-    assert g.block == (256, 1, 1) and g.shared_bytes == 8 * 3 * 2 * 8 * 160
+    assert g.block == (256, 1, 1) and g.shared_bytes == 8 * 3 * 2 * 8 * 160 + 4096 * 4 + 2048
+    assert mm.launch_grid(dict(T=6, N=4096, K=4096, accumulate=0)).function == mm.function
     # T > 8: the register-tiled entry matmul_q4_1_t (shaders/xi_mvt.cuh): 32 rows and 8 tokens a block
     g = mm.launch_grid(dict(T=12, N=4096, K=4096, accumulate=0))
     assert g == (128, 2, 1) and g.block == (256, 1, 1) and g.function == mm.entries["_t"] != mm.function
