@@ -12,6 +12,7 @@ client can leave mid-stream).
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib.util
 import math
@@ -313,26 +314,37 @@ async def _max_active(model):
     return model.statistics()["scheduler"].max_active
 
 
-async def test_stream_pacing_wakes_every_waiting_stream_on_one_shared_tick(autojump_clock):
+async def test_stream_pacing_spreads_the_turns_over_the_interval_oldest_first(autojump_clock):
     from xinfer_async.serve._sse import StreamPacing
 
-    pacing = StreamPacing(0.01)
-    woken = {}
+    pacing = StreamPacing(write_cost_s=1e-3)  # 8 streams: an interval of 7 ms, a tick of 1 ms
+    streams, rounds = 8, 5
+    turns: list[tuple[float, int]] = []  # (time, stream) of each turn
 
-    async def stream(name: str, start: float) -> None:
-        await trio.sleep(start)
-        await pacing.wait(2)
-        woken[name] = trio.current_time()
+    async def stream(k: int) -> None:
+        await trio.sleep(k * 1e-5)  # they park in the order 0..7
+        for _ in range(rounds):
+            await pacing.wait(streams)
+            turns.append((trio.current_time(), k))
 
     t0 = trio.current_time()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(stream, "a", 0.0)
-        nursery.start_soon(stream, "b", 0.004)  # parks later, wakes on the same tick
-    assert woken["a"] == woken["b"] == pytest.approx(t0 + 0.01)
-    await trio.sleep(0.05)  # the clock stops after an idle period and restarts on demand
+        for k in range(streams):
+            nursery.start_soon(stream, k)
+    per_tick = collections.Counter(round((t - t0) / 1e-3) for t, _ in turns)
+    assert max(per_tick.values()) <= 2  # 8 / 7 turns a tick, never all 8 streams at once
+    first = [min(t for t, j in turns if j == k) for k in range(streams)]
+    assert first == sorted(first) and first[-1] <= t0 + 0.01  # oldest waiter first (one tick's turns run in any order)
+    for k in range(streams):  # each stream about once an interval
+        times = [t for t, j in turns if j == k]
+        assert len(times) == rounds
+        gaps = np.diff(times)
+        assert 6e-3 <= gaps.min() and gaps.max() <= 9e-3, gaps
+    await trio.sleep(0.05)  # the clock stops after an idle interval and restarts on demand
+    assert pacing._clock is None
     t1 = trio.current_time()
-    await pacing.wait(2)
-    assert trio.current_time() == pytest.approx(t1 + 0.01)
+    await pacing.wait(2)  # 2 streams, an interval of 1 ms: a turn within a tick
+    assert t1 < trio.current_time() <= t1 + 1e-3 + 1e-9
     t2 = trio.current_time()
     await StreamPacing(0).wait(64)  # interval 0: at once
     assert trio.current_time() == t2

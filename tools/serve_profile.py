@@ -68,6 +68,7 @@ class StubRun:
     async def result(self) -> dict[str, np.ndarray]:
         try:
             await trio.sleep_until(self.end)
+            self._runner.late_s.append(trio.current_time() - self.end)
             return self._outputs
         finally:
             self._release()
@@ -109,9 +110,11 @@ class StubRunner:
         self.steps = 0
         self.idle_s = 0.0  # time the queue sat empty between a step's end and the next submission
         self.busy_s = 0.0
+        #: per read step: how long after its end the scheduler got to run (the trio thread was busy)
+        self.late_s: list[float] = []
 
     def reset(self) -> None:
-        self.steps, self.idle_s, self.busy_s = 0, 0.0, 0.0
+        self.steps, self.idle_s, self.busy_s, self.late_s = 0, 0.0, 0.0, []
 
     def prefill_plan(self, n: int) -> str:
         return "batch1" if n == 1 else f"prefill{min(T for T in self.prefill_sizes if T >= n)}"
@@ -214,8 +217,12 @@ async def _child(args: argparse.Namespace) -> None:
                     if profiler is not None:
                         profiler.disable()
                         profiler.dump_stats(args.profile)
-                    report = {"dev_idle_fraction": runner.idle_fraction() if isinstance(runner, StubRunner) else None,
-                              "steps": getattr(runner, "steps", None)}
+                    report = {"dev_idle_fraction": None, "late_ms_p50": None, "late_ms_p99": None}
+                    if isinstance(runner, StubRunner):
+                        late = np.array(runner.late_s or [np.nan]) * 1e3
+                        report.update(dev_idle_fraction=runner.idle_fraction(), steps=runner.steps,
+                                      late_ms_p50=float(np.median(late)), late_ms_p99=float(np.percentile(late, 99)),
+                                      late_ms_max=float(late.max()))
                     Path(args.report).write_text(json.dumps(report))
                 else:
                     stop.set()
@@ -406,7 +413,9 @@ def main(argv: list[str] | None = None) -> int:
         idle = row.get("dev_idle_fraction")
         print(f"  http      #{k}: {row['out_tok_per_s']:8.0f} tok/s  server cpu {row['server_cpu_us_per_tok']:5.1f} "
               f"us/tok  client cpu {row['client_cpu_us_per_tok']:5.1f} us/tok"
-              + (f"  dev idle {100 * idle:4.1f} %" if idle is not None else "")
+              + (f"  dev idle {100 * idle:4.1f} %  late p50/p99 {row['late_ms_p50']:.2f}/{row['late_ms_p99']:.2f} ms"
+                 if idle is not None else "")
+              + (f"  tok/event {row['tokens_per_event']:.1f}" if row.get("tokens_per_event") else "")
               + f"  ttft p50 {row['ttft_ms_p50']:.0f} ms  tpot p50 {row['tpot_ms_p50']:.2f} ms  errors {row['errors']}",
               flush=True)
         if args.model is None and not args.no_inprocess:

@@ -319,11 +319,13 @@ def run_row(url: str, headers: dict, *, model: str | None, concurrency: int, rat
         raise RuntimeError(f"every request failed; first error: {errors[0] if errors else '?'}")
     wall = max(r["end"] for r in done) - min(r["start"] for r in done)
     tokens = sum(r["tokens"] for r in done)
+    events = sum(len(r["times"]) for r in done)
     steady_tok_s, _ = steady_rate(done)
     return dict(
         concurrency=concurrency, rate=rate, requests=requests, completed=len(done), errors=len(errors),
         first_errors=errors[:3], max_tokens=max_tokens, client_processes=len(shares), duration_s=wall,
-        output_tokens=tokens, client_cpu_us_per_tok=client_cpu / tokens * 1e6,
+        output_tokens=tokens, content_events=events, tokens_per_event=tokens / events if events else math.nan,
+        client_cpu_us_per_tok=client_cpu / tokens * 1e6,
         server_cpu_us_per_tok=server_cpu / tokens * 1e6, req_per_s=len(done) / wall, out_tok_per_s=tokens / wall, steady_tok_per_s=steady_tok_s,
         **percentiles((r["ttft"] for r in done if not math.isnan(r["ttft"])), QS, 1e3, "ttft_ms_"),
         **percentiles((g for r in done for g in r["itl"]), QS, 1e3, "itl_ms_"),
