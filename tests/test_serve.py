@@ -26,6 +26,7 @@ import numpy as np
 import openai
 import pytest
 import trio
+import trio.testing
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests._llm_fixtures import require_model
@@ -348,6 +349,27 @@ async def test_stream_pacing_spreads_the_turns_over_the_interval_oldest_first(au
     t2 = trio.current_time()
     await StreamPacing(0).wait(64)  # interval 0: at once
     assert trio.current_time() == t2
+
+
+async def test_stream_pacing_gives_a_late_tick_the_turns_of_the_time_that_passed(autojump_clock):
+    from xinfer_async.serve._sse import StreamPacing
+
+    pacing = StreamPacing(write_cost_s=1e-3)  # 64 streams: 63 ms, one turn a ms
+    woken: list[float] = []
+
+    async def stream() -> None:
+        await pacing.wait(64)
+        woken.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(64):
+            nursery.start_soon(stream)
+        await trio.testing.wait_all_tasks_blocked()
+        t0 = trio.current_time()
+        autojump_clock.jump(0.0105)  # the thread was busy for 10.5 ms: the clock's next tick is late
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(woken) == 10 and all(t == t0 + 0.0105 for t in woken)  # 10.5 ms of turns, not one tick's
+        nursery.cancel_scope.cancel()
 
 
 def test_counted_histogram_equals_prometheus_histogram_observed_one_by_one():

@@ -183,8 +183,12 @@ def stub_model(gguf_path: str, *, slots: int, ctx: int, step_s: float, max_queue
 async def _child(args: argparse.Namespace) -> None:
     from xinfer_async.serve import OpenAIServer, ServerLimits, hypercorn_config, run_server
 
-    app = OpenAIServer("stub" if args.model is None else args.model, limits=ServerLimits(max_queue=1024))
-    profiler = cProfile.Profile() if args.profile else None
+    from xinfer_async.serve._sse import StreamPacing
+
+    pacing = StreamPacing(None if args.stream_interval is None else args.stream_interval / 1e3)
+    app = OpenAIServer("stub" if args.model is None else args.model, limits=ServerLimits(max_queue=1024),
+                       pacing=pacing)
+    profiler = cProfile.Profile(time.process_time) if args.profile else None  # CPU time: the machine may be shared
     stop = trio.Event()
     holder: dict[str, Any] = {}
 
@@ -325,6 +329,8 @@ def _one_repeat(args: argparse.Namespace, k: int, out_dir: Path, profile: bool =
     cmd = [*_taskset(args.server_cpus), sys.executable, str(Path(__file__).resolve()), "--child", "--port", str(port),
            "--slots", str(args.slots), "--ctx", str(args.ctx), "--step-ms", str(args.step_ms), "--gguf", args.gguf,
            "--report", str(report)]
+    if args.stream_interval is not None:
+        cmd += ["--stream-interval", str(args.stream_interval)]
     if profile:
         cmd += ["--profile", str(prof)]
     if args.model is not None:
@@ -371,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gguf", default=None, help="stub: the file whose tokenizer is served (default: SmolLM2-135M)")
     p.add_argument("--model", default=None, help="serve this model for real instead of the stub (e.g. on the H200)")
     p.add_argument("--device", default=None, help="with --model: the device (default: auto)")
+    p.add_argument("--stream-interval", type=float, default=None, metavar="MS",
+                   help="the server's --stream-interval (default: its own, 1 ms x streams); a long one puts as many "
+                        "tokens in an event here as the H200's rate does with the default (~28 at 64 streams)")
     p.add_argument("--slots", type=int, default=64)
     p.add_argument("--ctx", type=int, default=512)
     p.add_argument("--concurrency", type=int, default=64)

@@ -99,7 +99,7 @@ class StreamPacing:
         self.write_cost_s = write_cost_s
         self._turns = trio.lowlevel.ParkingLot()  # the streams waiting for a turn, oldest first
         self._tick_s = 0.0  # the clock's next sleep
-        self._per_tick = 0.0  # turns a tick: streams x tick / interval
+        self._rate = 0.0  # turns a second: streams / interval
         self._gap = 0.0  # the interval
         self._clock: Any = None  # the trio token of the run whose clock task ticks, or None
 
@@ -117,8 +117,8 @@ class StreamPacing:
         gap = self.interval(streams)
         if gap <= 0:
             return
-        self._tick_s = tick = min(self.write_cost_s, gap)
-        self._per_tick = max(1, streams) * tick / gap
+        self._tick_s = min(self.write_cost_s, gap)
+        self._rate = max(1, streams) / gap
         self._gap = gap
         token = trio.lowlevel.current_trio_token()
         if self._clock is not token:
@@ -127,19 +127,22 @@ class StreamPacing:
         await self._turns.park()
 
     async def _tick(self, token: Any) -> None:
-        credit, idle_s = 0.0, 0.0  # turns owed (a fraction carried to the next tick); time with none waiting
+        # turns owed (a fraction carries to the next tick), accrued over the time that passed (a
+        # tick late because the thread was busy owes its share, not one tick's); time with none waiting
+        credit, idle_s, last = 0.0, 0.0, trio.current_time()
         try:
             while True:
-                tick = self._tick_s
-                await trio.sleep(tick)
+                await trio.sleep(self._tick_s)
+                now = trio.current_time()
+                elapsed, last = now - last, now
                 waiting = len(self._turns)
                 if not waiting:
-                    credit, idle_s = 0.0, idle_s + tick
+                    credit, idle_s = 0.0, idle_s + elapsed
                     if idle_s >= self._gap:  # an interval with no stream waiting: stop
                         return
                     continue
                 idle_s = 0.0
-                credit = min(credit + self._per_tick, waiting)  # no turns saved up for a burst later
+                credit = min(credit + elapsed * self._rate, waiting)  # no turns saved up for a burst later
                 n = int(credit)
                 if n:
                     credit -= n
