@@ -33,7 +33,8 @@ the device from the in-flight step's argmax (same bucket, same rows), so the hos
 step (reading ids, streaming 64 tokens to 64 tasks) overlaps the device's next step. A step's
 results go to the requests it was submitted for: one that ended meanwhile (a stop token, a
 cancel) has its row ignored (it only wrote the KV-cache row after its last token); one admitted
-meanwhile joins the step after.
+meanwhile joins the step after. A request's end costs one step submitted after the tokens were
+read (the one after it: its rows changed).
 """
 
 from __future__ import annotations
