@@ -11,7 +11,7 @@ The default interval grows with the streams in flight (``StreamPacing``): one st
 event per token; 64 streams of a fast model get tens of tokens an event. The generation never waits
 for the socket: the scheduler's tokens queue on the request meanwhile.
 
-The turns come from one clock per ``StreamPacing`` (a trio system task that ticks every
+The turns come from one clock per ``StreamPacing`` (a trio system task that ticks every few
 ``write_cost_s`` and wakes the streams' turns due, oldest waiter first, spread over the interval
 rather than all at once: see ``StreamPacing``), not a timer per stream: a ``trio.sleep_until``
 per event costs a cancel scope, a deadline and the ``Cancelled`` raised through the task when it
@@ -61,15 +61,17 @@ class StreamPacing:
 
     A stream writes an event, then ``await wait(streams)`` for its next turn. The turns are handed
     out by one clock per ``StreamPacing`` (a trio system task), oldest waiter first, at
-    ``streams / interval(streams)`` turns a second in all (1 / ``write_cost_s`` by default), a few
-    on each tick of ``min(write_cost_s, interval)``: so each stream writes about once per
-    interval, and the writes -- and the text work of the tokens each carries (detokenizing,
-    stop strings, the chunk's encoding) -- are spread evenly over the interval. Turns given all at
+    ``streams / interval(streams)`` turns a second in all (1 / ``write_cost_s`` by default), about
+    ``TURNS_PER_TICK`` on each tick of ``min(TURNS_PER_TICK * write_cost_s, interval)``: so each
+    stream writes about once per interval, and the writes -- and the text work of the tokens each
+    carries (detokenizing, stop strings, the chunk's encoding) -- are spread evenly over the
+    interval. Turns given all at
     once (every waiting stream woken on one tick) would make one burst of all the streams' work
     each interval, holding the trio thread -- and with it the batched scheduler, which submits the
     device's next step from the same thread -- for the whole burst (64 streams x 28 tokens an
-    event: several steps' time on the H200). With an interval of 0 a stream writes as soon as its
-    tokens are there.
+    event: several steps' time on the H200). A tick that comes late (the thread overloaded) hands
+    out two ticks' turns at most: the writes back off, each carrying more tokens. With an interval
+    of 0 a stream writes as soon as its tokens are there.
 
     Args:
         interval_s: a fixed interval (0: every token as soon as it is there), or None for the
@@ -84,11 +86,16 @@ class StreamPacing:
             event against 6), so at 64 streams of a fast model one event a token would take the
             thread, and 4,000 events a second (the former 0.25 ms) still about a tenth of it; at
             64 streams the interval is 63 ms (16 events a second a stream), at 8 streams 7 ms.
-            It is also the clock's tick (at most).
+            A tick (a ``trio.sleep`` wake, tens of us on the shared cpu) every few of them keeps
+            the clock's own cost small beside the writes it paces.
 
     Raises:
         ValueError: ``interval_s`` below 0, or ``write_cost_s`` not above 0.
     """
+
+    #: turns a tick hands out (with the streams all waiting): a burst of a few events' work, well
+    #: under a decode step's time, at a fraction of one tick per turn
+    TURNS_PER_TICK = 4
 
     def __init__(self, interval_s: float | None = None, write_cost_s: float = 1e-3):
         if interval_s is not None and not interval_s >= 0:
@@ -117,7 +124,7 @@ class StreamPacing:
         gap = self.interval(streams)
         if gap <= 0:
             return
-        self._tick_s = min(self.write_cost_s, gap)
+        self._tick_s = min(self.TURNS_PER_TICK * self.write_cost_s, gap)
         self._rate = max(1, streams) / gap
         self._gap = gap
         token = trio.lowlevel.current_trio_token()
@@ -127,14 +134,16 @@ class StreamPacing:
         await self._turns.park()
 
     async def _tick(self, token: Any) -> None:
-        # turns owed (a fraction carries to the next tick), accrued over the time that passed (a
-        # tick late because the thread was busy owes its share, not one tick's); time with none waiting
+        # turns owed (a fraction carries to the next tick), accrued over the time that passed, up
+        # to two ticks' worth: a tick a little late owes its share, and one late because the
+        # thread is overloaded hands out no burst (the streams write less often then, more tokens
+        # an event, which is what an overloaded thread needs); time with none waiting
         credit, idle_s, last = 0.0, 0.0, trio.current_time()
         try:
             while True:
                 await trio.sleep(self._tick_s)
                 now = trio.current_time()
-                elapsed, last = now - last, now
+                elapsed, last = min(now - last, 2 * self._tick_s), now
                 waiting = len(self._turns)
                 if not waiting:
                     credit, idle_s = 0.0, idle_s + elapsed
