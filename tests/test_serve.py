@@ -721,6 +721,28 @@ def test_bench_serve_sweeps_concurrency_against_the_live_server(tiny, tmp_path):
         _serve.parse_event('data: {"error": {"message": "x"}}')
 
 
+def test_bench_serve_counts_the_tokens_of_grouped_events(tiny):
+    """A server that groups tokens into events (a long stream interval): the client's token count at
+    each chunk is the request's usage dealt by characters, ending at the usage, not one a chunk."""
+    from xinfer_async.bench import _serve
+    from xinfer_async.serve._sse import StreamPacing
+
+    async def run():
+        async with httpx.AsyncClient(timeout=60) as client:
+            return await _serve.stream_request(client, tiny.url + "/v1/completions",
+                                               _serve.request_body("tiny", "once upon a time", 24, False),
+                                               {"Authorization": f"Bearer {KEY}"})
+
+    tiny.app.pacing = StreamPacing(0.3)  # one write per 0.3 s: several tokens an event
+    try:
+        r = trio.run(run)
+    finally:
+        tiny.app.pacing = StreamPacing()
+    counts = [n for _, n in r["times"]]
+    assert r["tokens"] == 24 and counts[-1] == 24 and counts == sorted(counts) and 1 <= len(counts) < 24
+    tiny.wait_idle()
+
+
 def test_bench_serve_deals_a_row_out_to_client_processes_and_merges_them(tiny, tmp_path):
     import json
 

@@ -420,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
         row = _one_repeat(args, k, out_dir)
         rows.append(row)
         idle = row.get("dev_idle_fraction")
-        print(f"  http      #{k}: {row['out_tok_per_s']:8.0f} tok/s  server cpu {row['server_cpu_us_per_tok']:5.1f} "
+        steady = row.get("steady_tok_per_s")
+        print(f"  http      #{k}: {row['out_tok_per_s']:8.0f} tok/s (steady {steady or float('nan'):.0f})  server cpu {row['server_cpu_us_per_tok']:5.1f} "
               f"us/tok  client cpu {row['client_cpu_us_per_tok']:5.1f} us/tok"
               + (f"  dev idle {100 * idle:4.1f} %  late p50/p99 {row['late_ms_p50']:.2f}/{row['late_ms_p99']:.2f} ms"
                  if idle is not None else "")
