@@ -227,7 +227,9 @@ async def _child(args: argparse.Namespace) -> None:
                         report.update(dev_idle_fraction=runner.idle_fraction(), steps=runner.steps,
                                       late_ms_p50=float(np.median(late)), late_ms_p99=float(np.percentile(late, 99)),
                                       late_ms_max=float(late.max()))
-                    Path(args.report).write_text(json.dumps(report))
+                    tmp = Path(args.report + ".tmp")
+                    tmp.write_text(json.dumps(report))
+                    tmp.rename(args.report)  # whole when the driver sees it
                 else:
                     stop.set()
                     return
