@@ -9,6 +9,7 @@
 #pragma once
 #include "xi_quant.cuh"
 #include "xi_kquant.cuh"
+#include "xi_rmsnorm.cuh"
 
 #define XI_F16_ACT_LIMIT 32768.0f
 
@@ -80,17 +81,9 @@ __device__ __forceinline__ void xi_rows_f16(const float *__restrict__ x, const f
     uint16_t *yr = y + (size_t_)r * dim;
     float inv = 1.0f;
     if (NORM) {
-        float ss = 0.0f;
+        // rmsnorm.cu's sum (xi_rmsnorm.cuh); its vec test without y's alignment (y is f16 here)
         const bool vec = ((((size_t_)xr) | ((size_t_)w)) & 15) == 0 && (dim & 3) == 0;
-        if (vec) {  // rmsnorm.cu's order: each thread a float4 at a time, then the block tree
-            for (int i = threadIdx.x; i < (dim >> 2); i += blockDim.x) {
-                float4 v = reinterpret_cast<const float4 *>(xr)[i];
-                ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-            }
-        } else {
-            for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
-        }
-        inv = 1.0f / sqrtf(xi_block_sum(ss, scratch) / (float)dim + eps);
+        inv = xi_rmsnorm_inv(xr, dim, eps, vec, scratch);
     }
     float amax = 0.0f;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
