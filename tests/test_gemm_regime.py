@@ -329,13 +329,33 @@ async def test_builder_gemm_regime_matches_kernels_and_rows_stand_alone(devices,
 
 
 # -- resident f16 weights (XINFER_F16_WEIGHTS) -------------------------------------------------------
-def test_f16_weights_policy():
+def test_f16_weights_setting():
     from xinfer_async.llm._gemm import F16_WEIGHTS_ENV, f16_weights
 
-    assert f16_weights({}) is False and f16_weights({F16_WEIGHTS_ENV: "0"}) is False
-    assert f16_weights({F16_WEIGHTS_ENV: "1"}) is True
-    with pytest.raises(ValueError, match=r"XINFER_F16_WEIGHTS='yes' must be 1 \(keep f16 weights resident\) or 0"):
+    assert f16_weights({}) == "auto" and f16_weights({F16_WEIGHTS_ENV: " "}) == "auto"
+    assert f16_weights({F16_WEIGHTS_ENV: " AUTO "}) == "auto"
+    assert f16_weights({F16_WEIGHTS_ENV: "0"}) == "0" and f16_weights({F16_WEIGHTS_ENV: "1"}) == "1"
+    with pytest.raises(ValueError, match=r"^XINFER_F16_WEIGHTS='yes' must be auto \(the default\), 1 \(keep f16 "
+                                         r"weights resident\) or 0$"):
         f16_weights({F16_WEIGHTS_ENV: "yes"})
+
+
+def test_resident_f16_rule():
+    from xinfer_async.llm._gemm import resident_f16
+
+    GB = 10**9
+    # auto: cuda, and the copies take at most a third of what is free after the weights and KV caches
+    assert resident_f16("auto", "cuda", 15 * GB, 100 * GB)  # 8B shape, 64 x 2048 f32 KV on an H200
+    assert resident_f16("auto", "cuda", 15 * GB, 45 * GB)  # exactly a third
+    assert not resident_f16("auto", "cuda", 15 * GB, 45 * GB - 1)
+    assert not resident_f16("auto", "cuda", 15 * GB, 17 * GB)  # 8B on a 24 GB card
+    assert not resident_f16("auto", "cpu", 1, None) and not resident_f16("auto", "cuda", 1, None)
+    # forced, whatever the memory
+    assert resident_f16("1", "cuda", 15 * GB, 0) and resident_f16(True, "cpu", 1, None)
+    assert not resident_f16("0", "cuda", 1, 100 * GB) and not resident_f16(False, "cuda", 1, 100 * GB)
+    for bad in ("on", 1, None, "yes"):
+        with pytest.raises(ValueError, match=rf"^f16_weights={bad!r} must be 'auto', '1', '0', True or False$"):
+            resident_f16(bad, "cuda", 1, 1)
 
 
 @pytest.mark.parametrize("dt", ["q4_1", "q8_0"])

@@ -7,13 +7,15 @@ scheduler, a trio system task per ``trio.run`` like the job queue's workers, loo
 1. admit waiting requests while a sequence is free (each gets one);
 2. one step for every active request at once: the smallest ``batch{B}`` plan with B >= rows
    (padding rows: pos = row = last = -1), greedy argmax on the device (logits come back only when
-   some request samples), one token to each active request. Up to ``chunk`` more rows (the
-   buckets reach seqs + chunk; a smaller bucket where it still takes half of them, rather than
-   padding a step for a few prompt rows) carry prompt tokens of admitted requests (in arrival
-   order, a piece of a long prompt per step): a row is a (sequence, position) like any other, so a prompt that
+   some request samples), one token to each active request. Up to ``step_prompt_rows`` more
+   rows (64 by default; the buckets reach seqs + step_prompt_rows; a smaller bucket where it
+   still takes half of them, rather than padding a step for a few prompt rows) carry prompt
+   tokens of admitted requests (in arrival order, a piece of a long prompt per step): a row is a
+   (sequence, position) like any other, so a prompt that
    ends in a step gets its first token from that step's row of its last prompt token (chunked
    prefill mixed into decode, as serving systems schedule it). With nothing to decode, the first
-   admitted prompt runs through the ``prefill{T}`` plans instead (one chunk a loop);
+   admitted prompt runs through the ``prefill{T}`` plans instead (one ``chunk`` a loop: 512
+   tokens on cuda by default);
 3. a finished or cancelled request frees its sequence. Device work that still touches its rows
    (a speculative step, below) runs before anything a later owner of the sequence submits: one
    queue, in order.
@@ -237,9 +239,9 @@ class Batcher:
 
     def _prompt_room(self, n_decode: int) -> int:
         """Prompt rows for a step beside ``n_decode`` decode rows: what the admitted prompts still
-        need, at most a chunk; fewer when the bucket below the one that takes them all still holds
-        half of them (instead of a step padded up to the next bucket for a few prompt rows)."""
-        want = min(self.runner.chunk, sum(len(r.request.prompt_ids) - r.pos for r in self._admitted if not r.cancelled))
+        need, at most ``step_prompt_rows``; fewer when the bucket below the one that takes them all
+        still holds half of them (instead of a step padded up to the next bucket for a few prompt rows)."""
+        want = min(self.runner.step_prompt_rows, sum(len(r.request.prompt_ids) - r.pos for r in self._admitted if not r.cancelled))
         if want <= 0:
             return 0
         up = min([b for b in self.buckets if b >= n_decode + want] or self.buckets[-1:])

@@ -68,7 +68,8 @@ class LanguageModel:
         self.batching = batched is not None
         self.batched = batched
         self.runner = Runner(builder.plan_specs(), self.ctx, self.chunk)
-        self.batched_runner = Runner(builder.plan_specs(batched=True), self.ctx, self.chunk) if batched else None
+        self.batched_runner = Runner(builder.plan_specs(batched=True), self.ctx, self.chunk,
+                                     builder.step_prompt_rows) if batched else None
         self._batch: Any = None
         self._batch_token: Any = None
         self.stop_ids = set(self.tokenizer.eog_ids)  # llama.cpp's end-of-generation set
@@ -387,8 +388,10 @@ class LanguageModel:
 
     def __repr__(self) -> str:
         c = self.config
+        f16 = self.builder.f16_weight_bytes
         return (f"<LanguageModel {self.path.name if hasattr(self.path, 'name') else self.path}: {c.n_layer} layers, "
-                f"dim {c.dim}, on {self.device.name}, {self.slots} slots x {self.ctx} tokens>")
+                f"dim {c.dim}, on {self.device.name}, {self.slots} slots x {self.ctx} tokens, prefill chunk "
+                f"{self.chunk}, f16 weights {f'resident ({f16 / 1e6:.1f} MB)' if f16 else 'not resident'}>")
 
 
 class _JobRequest:

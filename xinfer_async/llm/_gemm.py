@@ -30,10 +30,12 @@ the largest block matrix's ``N * K`` f16 values (Llama-3.1-8B: 2 x 14336 x 4096 
 output layer (vocab x dim) goes through it in chunks of as many rows as fit. Per plan: the f16
 activations (T x K_max x 2 B), the row scales and the f32 product (T x chunk rows x 4 B).
 
-Resident f16 weights (``XINFER_F16_WEIGHTS=1``, ``f16_weights``): every matrix that lowers is also
-kept as f16 on the device, converted once at load on the host (``dequantize_f16``, the C kernel), so
-no plan dequantizes: memory for speed, 2 bytes a weight beside the quantized copy (Llama-3.1-8B:
-+15 GB over its 4.5 GB of q4_1) and no weight scratch. The numbers are the same either way.
+Resident f16 weights (``XINFER_F16_WEIGHTS``: ``auto``, the default, decides by free memory on cuda,
+``resident_f16``; ``1`` on; ``0`` off): every matrix that lowers is also kept as f16 on the device,
+converted once at load on the device by the same ``dequantize_f16_DT`` kernel, one matrix at a time
+(no host copy: the 8B shape's 15 GB would take ~30 s of the host C kernel on 2 cores), so no plan
+dequantizes: memory for speed, 2 bytes a weight beside the quantized copy (Llama-3.1-8B: +15 GB over
+its 5.5 GB of q4_1) and no weight scratch. The numbers are the same either way.
 """
 
 from __future__ import annotations
@@ -82,20 +84,50 @@ def gemm_min_t(device_name: str, environ: Mapping[str, str] = os.environ) -> int
     return value
 
 
-#: the environment variable of resident f16 weights (``1`` on, ``0`` or unset off)
+#: the environment variable of resident f16 weights: ``auto`` (unset: the default), ``1`` on, ``0`` off
 F16_WEIGHTS_ENV = "XINFER_F16_WEIGHTS"
+#: ``auto`` keeps f16 copies resident when their bytes are at most this fraction of the device memory
+#: still free once the quantized weights and the KV caches are placed (see ``resident_f16``)
+F16_AUTO_FRACTION = 1 / 3
 
 
-def f16_weights(environ: Mapping[str, str] = os.environ) -> bool:
-    """The policy of resident f16 weights: ``XINFER_F16_WEIGHTS`` is ``1`` (on) or ``0``/unset (off).
+def f16_weights(environ: Mapping[str, str] = os.environ) -> str:
+    """The setting of resident f16 weights: ``XINFER_F16_WEIGHTS``, ``"auto"`` (unset or empty:
+    the default; ``resident_f16`` decides per device and model), ``"1"`` (on) or ``"0"`` (off).
 
     Raises:
-        ValueError: another value (the message gives it).
+        ValueError: another value (the message names the variable and gives the value).
     """
-    raw = environ.get(F16_WEIGHTS_ENV, "").strip()
-    if raw not in ("", "0", "1"):
-        raise ValueError(f"{F16_WEIGHTS_ENV}={raw!r} must be 1 (keep f16 weights resident) or 0")
-    return raw == "1"
+    raw = environ.get(F16_WEIGHTS_ENV, "")
+    text = raw.strip().lower() or "auto"
+    if text not in ("auto", "0", "1"):
+        raise ValueError(f"{F16_WEIGHTS_ENV}={raw!r} must be auto (the default), 1 (keep f16 weights resident) or 0")
+    return text
+
+
+def resident_f16(setting: str | bool, device_name: str, f16_nbytes: int, free_nbytes: int | None) -> bool:
+    """Whether a model keeps resident f16 copies of its matrices that lower to the GEMM regime.
+
+    ``setting`` ``"1"``/True: on; ``"0"``/False: off; ``"auto"``: on only on cuda when the copies
+    (``f16_nbytes``) take at most ``F16_AUTO_FRACTION`` (1/3) of ``free_nbytes``, the device memory
+    still free after the quantized weights and every KV cache. The fraction leaves two thirds of that
+    memory for what is allocated later or elsewhere (each plan's scratch arena, e.g. an 8B score plan's
+    512 x 128256 f32 logits = 263 MB a slot; CUDA graphs; cuBLASLt; other processes) and for
+    fragmentation, since the copies buy speed only, never capacity. On an H200 (139 GiB) the
+    Llama-3.1-8B shape's 15 GB of copies fit beside 64 sequences x 2048 f32 KV rows (34 GB), but not
+    beside 96 x 4096 (103 GB); on a 24 GB card they never do, and the model keeps its memory for the KV cache.
+    cpu (``free_nbytes`` None): its kernels read the quantized weights directly; off.
+
+    Raises:
+        ValueError: an unknown ``setting`` (named with its value).
+    """
+    if setting is True or setting == "1":
+        return True
+    if setting is False or setting == "0":
+        return False
+    if setting != "auto":
+        raise ValueError(f"f16_weights={setting!r} must be 'auto', '1', '0', True or False")
+    return device_name == "cuda" and free_nbytes is not None and f16_nbytes <= free_nbytes * F16_AUTO_FRACTION
 
 
 def dequantize_f16(data: np.ndarray, dtype: str, shape: tuple[int, int]) -> np.ndarray:

@@ -35,13 +35,25 @@ import numpy as np
 from ..hal import Access, GGUFError, TensorDesc
 from ..model import Binding, Dispatch, Fill, IODesc, ModelContext, ModelSession
 from ..ops._attention_split import SPLIT_T_MAX, count_ints, workspace_floats
-from ._gemm import GemmLowering, dequantize_f16, lowers
+from ._gemm import GemmLowering, lowers
 from ._gemm import f16_weights as _policy_f16_weights
 from ._gemm import gemm_min_t as _policy_min_t
+from ._gemm import resident_f16
 from ._gguf import GGUFModel, ModelConfig
 
 F32 = 4
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+#: single-sequence prefill plans below the chunk: a short prompt runs the smallest that holds it
+#: (at most 4x padding) instead of a whole chunk
+PREFILL_BUCKETS = (16, 64, 256)
+#: the default prompt tokens a prefill step takes, by device name (``prefill_chunk``): on cuda a
+#: 512-token chunk dequantizes each weight once for 512 rows instead of 8 times (H200, 8B shape,
+#: 512-token prompt: 3.1k tok/s at 64, 12.9k at 512; 1B: 15.6k -> 60.3k); cpu keeps 64
+PREFILL_CHUNK = {"cuda": 512}
+PREFILL_CHUNK_OTHER = 64
+#: prompt rows a batched decode step carries beside its decode rows (``step_prompt_rows``): the
+#: batched buckets reach ``batch_seqs`` + this, so it stays small whatever the prefill chunk
+STEP_PROMPT_ROWS = 64
 RW, W_ = Access.READ_WRITE, Access.WRITE
 
 #: the KV-cache element types: bytes an element, and the suffix of the kernels that read and write them
@@ -63,6 +75,23 @@ def kv_cache_dtype(value: str | None = None, environ: Mapping[str, str] = os.env
     if v not in KV_DTYPES:
         raise ValueError(f"{src}={v!r} is not a KV-cache type; use one of {', '.join(map(repr, KV_DTYPES))}")
     return v
+
+
+def prefill_chunk(device_name: str, ctx: int) -> int:
+    """The default prompt tokens of a prefill step on ``device_name``: ``PREFILL_CHUNK`` (cuda:
+    512), else ``PREFILL_CHUNK_OTHER`` (64), at most ``ctx``."""
+    return min(PREFILL_CHUNK.get(device_name, PREFILL_CHUNK_OTHER), ctx)
+
+
+def positive_int(value: Any, what: str) -> int:
+    """``value`` if it is an int >= 1 (not a bool).
+
+    Raises:
+        ValueError: anything else (the message names ``what`` and gives the value).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} must be an int >= 1, got {value!r}")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,53 +162,72 @@ class LlamaBuilder:
         gguf_model: from ``load_gguf``.
         device: the device to build on.
         ctx: KV-cache length per slot, tokens (<= the model's context length).
-        chunk: tokens per prefill/score step (the T of those plans).
+        chunk: prompt tokens per single-sequence prefill/score step (the T of the ``score`` plan and
+            of the largest ``prefill{T}`` plan; smaller ones at ``PREFILL_BUCKETS`` below it), in
+            [1, ctx]; ``load`` defaults it by device (``prefill_chunk``).
         batch_seqs: 0, or the sequences of the batched decode path: one more KV cache per layer of
             ``batch_seqs * ctx`` rows (sequence s owns rows ``[s*ctx, (s+1)*ctx)``) and the plans
             of ``prepare_batched``.
+        step_prompt_rows: prompt tokens a batched decode step may carry beside its decode rows
+            (``llm/_batch.py``); the batched buckets reach ``batch_seqs + step_prompt_rows``.
+            Default: ``min(STEP_PROMPT_ROWS, chunk)`` (64).
+        slots: the slots ``prepare`` will be called with (only counted by the resident-f16 memory
+            rule: their KV caches).
         kv_dtype: the KV cache's element type, ``"f32"`` or ``"f16"`` (None: ``kv_cache_dtype()``,
             ``$XINFER_KV_CACHE``, else f32).
         gemm_min_t: the smallest T whose quantized matrix products run in the GEMM regime
             (``_gemm.py``); default: the policy ``gemm_min_t(device.name)`` (cuda: 64 or
             ``XINFER_GEMM_MIN_T``; cpu: never); None: never; an int forces it (tests, on any device).
         f16_weights: keep an f16 copy of every matrix that lowers resident on the device (no
-            dequantization per plan call; 2 bytes a weight more); default ``XINFER_F16_WEIGHTS``.
+            dequantization per plan call; 2 bytes a weight more), made on the device after the
+            upload: True / ``"1"``, False / ``"0"``, ``"auto"`` (``_gemm.resident_f16``: cuda, when
+            the copies take <= 1/3 of the memory free after the weights and KV caches); default
+            ``XINFER_F16_WEIGHTS`` (unset: auto). ``f16_weight_bytes`` says what was kept.
 
     Raises:
         GGUFError: a tensor is missing or has an unexpected shape.
-        ValueError: ``ctx``, ``chunk`` or ``gemm_min_t`` out of range, an unknown ``kv_dtype``.
+        ValueError: ``ctx``, ``chunk``, ``step_prompt_rows``, ``slots`` or ``gemm_min_t`` out of
+            range, an unknown ``kv_dtype`` or ``f16_weights`` (or ``XINFER_F16_WEIGHTS``); all
+            checked before any weight is uploaded.
     """
 
     def __init__(self, gguf_model: GGUFModel, device: Any, ctx: int, chunk: int = 64, batch_seqs: int = 0,
                  kv_dtype: str | None = None, gemm_min_t: int | None | str = "policy",
-                 f16_weights: bool | None = None):
+                 f16_weights: bool | str | None = None, step_prompt_rows: int | None = None, slots: int = 1):
         cfg = gguf_model.config
         self.kv_dtype = kv_cache_dtype(kv_dtype)
         kv_bytes, self._kv_sfx = KV_DTYPES[self.kv_dtype]
         if not 1 <= ctx <= cfg.context_length:
             raise ValueError(f"ctx={ctx} must be in [1, {cfg.context_length}] (the model's context length)")
-        if not 1 <= chunk <= ctx:
-            raise ValueError(f"chunk={chunk} must be in [1, ctx={ctx}]")
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= ctx:
+            raise ValueError(f"chunk={chunk!r} must be an int in [1, ctx={ctx}]")
+        step_prompt_rows = min(STEP_PROMPT_ROWS, chunk) if step_prompt_rows is None else \
+            positive_int(step_prompt_rows, "step_prompt_rows")
+        positive_int(slots, "slots")
+        if f16_weights is None:
+            f16_weights = _policy_f16_weights()
+        resident_f16(f16_weights, device.name, 0, None)  # an unknown setting fails here, before the upload
         if gemm_min_t == "policy":
             gemm_min_t = _policy_min_t(device.name)
         elif gemm_min_t is not None and (not isinstance(gemm_min_t, int) or gemm_min_t < 1):
             raise ValueError(f"gemm_min_t={gemm_min_t!r} must be a positive int, None or 'policy'")
         self.gemm_min_t = gemm_min_t
         self.chunk = chunk
+        self.step_prompt_rows = step_prompt_rows
         # prefill buckets: a short prompt runs through a small plan instead of a padded chunk
-        self.prefill_sizes = sorted({min(16, chunk), chunk} - {1}) or [1]
+        self.prefill_sizes = sorted(({b for b in PREFILL_BUCKETS if b < chunk} | {chunk}) - {1}) or [1]
         self.batch_seqs = batch_seqs
-        #: batched step buckets: every bucket below batch_seqs + chunk (a row for each sequence and a
-        #: chunk of prompt rows: llm/_batch.py) and the smallest one that holds that many
-        top = batch_seqs + chunk
+        #: batched step buckets: every bucket below batch_seqs + step_prompt_rows (a row for each
+        #: sequence and the prompt rows: llm/_batch.py) and the smallest one that holds that many
+        top = batch_seqs + step_prompt_rows
         self.batch_sizes = ([b for b in BATCH_BUCKETS if b < top] + [min([b for b in BATCH_BUCKETS if b >= top]
                                                                          or [top])]) if batch_seqs else []
         self.plan_sizes = sorted({1, *self.prefill_sizes, *self.batch_sizes})
-        gemm_on = gemm_min_t is not None and self.plan_sizes[-1] >= gemm_min_t
-        if f16_weights is None:
-            f16_weights = _policy_f16_weights()
-        #: quantized weight region -> its resident f16 copy (``f16_weights`` with the GEMM regime on)
-        self._resident: dict | None = {} if f16_weights and gemm_on else None
+        #: quantized weight region -> its resident f16 copy (``f16_weights`` with the GEMM regime on), or None
+        self._resident: dict | None = None
+        #: bytes of the resident f16 copies (0: none kept)
+        self.f16_weight_bytes = 0
+        self._matrices: list = []  # (region, dtype, (N, K), name) of every matrix product's weight
         self.cfg: ModelConfig = cfg
         self.ctx = ctx
         self.device = device
@@ -223,6 +271,7 @@ class LlamaBuilder:
                 blk.bk_cache = s.scratch(rows_bytes, persistent=True, name=f"{p}bk_cache")
                 blk.bv_cache = s.scratch(rows_bytes, persistent=True, name=f"{p}bv_cache")
             self.blocks.append(blk)
+        self._keep_f16(f16_weights, slots + batch_seqs, kv_bytes)
         self._gemm = self._gemm_lowering()
         self._layouts = {T: self._layout(T) for T in self.plan_sizes}
         self.definition = s.freeze(ModelContext(device))
@@ -245,14 +294,29 @@ class LlamaBuilder:
         data = np.ascontiguousarray(t.data)
         region = self.session.weight(data, TensorDesc(t.shape, t.dtype), name)
         if matrix:
-            self._keep_f16(region, data, t.dtype, tuple(t.shape), name)
+            self._matrices.append((region, t.dtype, tuple(t.shape), name))
         return region, t.dtype
 
-    def _keep_f16(self, region, data: np.ndarray, dtype: str, shape: tuple[int, int], name: str) -> None:
-        """With resident f16 weights on and a type that lowers: upload the f16 copy of ``region``."""
-        if self._resident is not None and lowers(dtype, self.gemm_min_t, self.gemm_min_t):
-            w16 = dequantize_f16(data, dtype, shape)
-            self._resident[region] = self.session.weight(w16, TensorDesc(shape, "f16"), name + ".f16")
+    def _keep_f16(self, setting: bool | str, kv_seqs: int, kv_bytes: int) -> None:
+        """Once every weight is uploaded: decide resident f16 weights (``resident_f16``, against the
+        device memory free now less the KV caches of ``kv_seqs`` sequences still to come) and make the
+        f16 copy of each matrix that lowers on the device (``dequantize_f16_DT``), one at a time."""
+        if self.gemm_min_t is None or self.plan_sizes[-1] < self.gemm_min_t:
+            return
+        mats = [m for m in self._matrices if lowers(m[1], self.gemm_min_t, self.gemm_min_t)]
+        nbytes = sum(2 * n * k for _, _, (n, k), _ in mats)
+        memory_info = getattr(self.device.backend, "memory_info", None)  # cuda only
+        free = None
+        if memory_info is not None:
+            kv = self.cfg.n_layer * 2 * kv_seqs * self.ctx * self.kv_dim * kv_bytes
+            free = max(0, memory_info()[0] - kv)
+        if not mats or not resident_f16(setting, self.device.name, nbytes, free):
+            return
+        self._resident = {}
+        for region, dtype, (n, k), name in mats:
+            self._resident[region] = self.session.derived_weight(
+                f"dequantize_f16_{dtype}", region, TensorDesc((n, k), "f16"), dict(n=n * k), name + ".f16")
+        self.f16_weight_bytes = nbytes
 
     def _qkv_parts(self) -> list[str]:
         return ["attn_qkv"] if self.cfg.architecture.fused_qkv else ["attn_q", "attn_k", "attn_v"]
@@ -328,7 +392,7 @@ class LlamaBuilder:
         data = np.ascontiguousarray(data if rows is None else data[rows])
         n = sum(t.shape[0] for t in ts)
         region = self.session.weight(data, TensorDesc((n, ts[0].shape[1]), dt), name)
-        self._keep_f16(region, data, dt, (n, ts[0].shape[1]), name)
+        self._matrices.append((region, dt, (n, ts[0].shape[1]), name))
         return region, dt
 
     def _vector(self, name: str, parts: list[str], rows: np.ndarray | None = None):

@@ -46,13 +46,16 @@ class Runner:
     Args:
         specs: ``builder.plan_specs(batched)``.
         ctx: KV-cache rows per sequence, tokens.
-        chunk: prompt tokens per prefill run at most.
+        chunk: prompt tokens of one sequence per prefill run at most.
+        step_prompt_rows: batched plans: prompt tokens a decode step carries at most beside its
+            decode rows (default: ``chunk``).
     """
 
-    def __init__(self, specs: dict[str, PlanSpec], ctx: int, chunk: int):
+    def __init__(self, specs: dict[str, PlanSpec], ctx: int, chunk: int, step_prompt_rows: int | None = None):
         self.specs = dict(specs)
         self.ctx = ctx
         self.chunk = chunk
+        self.step_prompt_rows = chunk if step_prompt_rows is None else step_prompt_rows
         self.batched = any(s.batched for s in self.specs.values())
         self.prefill_sizes = sorted(s.tokens for n, s in self.specs.items() if n.startswith("prefill"))
         self.batch_sizes = sorted(s.tokens for n, s in self.specs.items() if n.startswith("batch"))

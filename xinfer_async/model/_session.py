@@ -68,6 +68,32 @@ class ModelSession:
         self._allocations.append(alloc)
         return alloc.region()
 
+    def derived_weight(self, kernel: str, source: Region, desc: TensorDesc, constants: dict, name: str = "") -> Region:
+        """An immutable weight computed once on the device from a weight of this session: ``kernel``
+        (bindings: ``source``, the new weight of ``desc``) is launched with ``constants`` and
+        awaited before this returns, so no host copy is made (the resident f16 copy of a quantized
+        matrix: ``dequantize_f16_DT``).
+
+        Raises:
+            ValueError: ``source`` is not a weight of this session, or ``kernel`` rejects the
+                bindings or constants (its message names them).
+            DeviceOutOfMemoryError: no room for the new weight.
+        """
+        self._check_open()
+        src = source.allocation
+        if src.owner is not self._token or not src.is_weight:
+            raise ValueError(f"derived_weight: source {src!r} is not a weight of this session")
+        self.kernel(kernel)
+        buf = self.device.alloc(desc.shape, desc.dtype)
+        ex = self.device.executor()
+        ex.dispatch(kernel, [src.buffer.view(source.offset, source.nbytes), buf], constants)
+        ex.submit()
+        self.device.synchronize()  # done before the next one: a device error surfaces here, at its weight
+        alloc = Allocation(self._token, AllocationKind.WEIGHT, desc.nbytes, Placement.DEVICE, desc, name)
+        alloc.buffer = buf
+        self._allocations.append(alloc)
+        return alloc.region()
+
     def scratch(self, nbytes: int, placement: Placement = Placement.DEVICE, *, persistent: bool = False,
                 name: str = "") -> Region:
         """Declare private scratch of ``nbytes``: each prepared slot allocates its own.
