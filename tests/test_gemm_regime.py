@@ -389,3 +389,24 @@ async def test_resident_f16_weights_give_the_same_logits(devices, tiny_gguf, rng
     want = await _score(per_call, per_call.prepare(1), ids)
     got = await _score(resident, resident.prepare(1), ids)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # the same f16 weights
+
+
+def test_resident_f16_bytes_and_auto_on_cpu(tiny_gguf):
+    """auto keeps nothing on cpu (even with the GEMM regime forced); forced on, the copies are every
+    lowering matrix's N x K f16 values, made on the device (no host copy)."""
+    from xinfer_async.llm._llama import LlamaBuilder
+
+    cfg = tiny_gguf.config
+    dev = xinfer_async.open_device("cpu")
+    try:
+        auto = LlamaBuilder(tiny_gguf, dev, ctx=128, chunk=64, gemm_min_t=64, f16_weights="auto")
+        assert auto._resident is None and auto.f16_weight_bytes == 0 and auto._gemm.w16 is not None
+        on = LlamaBuilder(tiny_gguf, dev, ctx=128, chunk=64, gemm_min_t=64, f16_weights="1")
+        per_layer = (cfg.q_dim + 2 * cfg.n_kv_head * cfg.head_dim) * cfg.dim + cfg.dim * cfg.q_dim + \
+            2 * cfg.ffn_dim * cfg.dim + cfg.dim * cfg.ffn_dim
+        assert on.f16_weight_bytes == 2 * (cfg.n_layer * per_layer + cfg.vocab_size * cfg.dim)
+        assert on.weight_bytes() == auto.weight_bytes() + on.f16_weight_bytes
+        with pytest.raises(ValueError, match=r"^f16_weights='yes' must be 'auto', '1', '0', True or False$"):
+            LlamaBuilder(tiny_gguf, dev, ctx=128, chunk=64, f16_weights="yes")
+    finally:
+        dev.close()

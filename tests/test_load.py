@@ -52,3 +52,56 @@ async def test_chat_template_option():
         assert model.tokenizer.decode(ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
         r = await model.chat(msgs, max_tokens=2)
         assert len(r.token_ids) == 2
+
+
+# -- prefill chunk, batched prompt rows, resident f16 weights (issue #15) ---------------------------
+def test_prefill_chunk_policy():
+    from xinfer_async.llm._llama import prefill_chunk
+
+    assert prefill_chunk("cuda", 2048) == 512 and prefill_chunk("cuda", 300) == 300  # bounded by ctx
+    assert prefill_chunk("cpu", 2048) == 64 and prefill_chunk("cpu", 40) == 40
+
+
+async def test_bad_load_options_fail_before_the_file_is_read(monkeypatch):
+    """Each bad value names its argument (or variable) and value; "synthetic:does-not-matter" would
+    fail if it were read."""
+    import pytest
+
+    from xinfer_async import llm
+
+    for kwargs, msg in ((dict(chunk=0), "chunk must be an int >= 1, got 0"),
+                        (dict(chunk=True), "chunk must be an int >= 1, got True"),
+                        (dict(chunk="512"), "chunk must be an int >= 1, got '512'"),
+                        (dict(step_prompt_rows=-1), "step_prompt_rows must be an int >= 1, got -1"),
+                        (dict(f16_weights="on"), "f16_weights='on' must be 'auto', '1', '0', True or False")):
+        with pytest.raises(ValueError, match="^" + msg.replace("(", r"\(").replace(")", r"\)") + "$"):
+            await llm.load("synthetic:does-not-matter", **kwargs)
+    monkeypatch.setenv("XINFER_F16_WEIGHTS", "2")
+    with pytest.raises(ValueError, match=r"^XINFER_F16_WEIGHTS='2' must be auto \(the default\), 1 "):
+        await llm.load("synthetic:does-not-matter")
+
+
+async def test_chunk_and_step_rows_reach_the_plans():
+    """cpu: chunk 64 by default, the batched buckets reach slots + 64; a chunk of 256 gives prefill
+    plans 16, 64, 256 and a 256-row score plan while the batched buckets stay at slots + 64
+    (step_prompt_rows); f16 weights are not resident on cpu (auto). (synthetic:tiny: 256 tokens of
+    context.)"""
+    from xinfer_async import llm
+
+    async with llm.open_model("synthetic:tiny", device="cpu", slots=4, ctx=256) as model:
+        b = model.builder
+        assert model.chunk == b.chunk == 64 and b.step_prompt_rows == 64 and b.prefill_sizes == [16, 64]
+        assert b.batch_sizes == [1, 2, 4, 8, 16, 32, 64, 128]  # 4 + 64 rows
+        assert b.f16_weight_bytes == 0 and b._resident is None
+        assert "prefill chunk 64, f16 weights not resident>" in repr(model)
+    async with llm.open_model("synthetic:tiny", device="cpu", slots=4, ctx=256, chunk=256) as model:
+        b = model.builder
+        assert b.chunk == 256 and b.prefill_sizes == [16, 64, 256] and b.plan_specs()["score"].tokens == 256
+        assert b.step_prompt_rows == 64 and b.batch_sizes[-1] == 128
+        assert model.batched_runner.step_prompt_rows == 64 and model.batched_runner.chunk == 256
+        r = await model.complete(list(range(3, 200)), max_tokens=2)  # 197 prompt tokens: one prefill256
+        assert len(r.token_ids) == 2
+    async with llm.open_model("synthetic:tiny", device="cpu", slots=2, ctx=100, chunk=512, step_prompt_rows=8,
+                              batching=True) as model:
+        assert model.chunk == 100 and model.builder.prefill_sizes == [16, 64, 100]  # chunk bounded by ctx
+        assert model.builder.batch_sizes == [1, 2, 4, 8, 16]  # 2 + 8 rows
