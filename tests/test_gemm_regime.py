@@ -252,6 +252,45 @@ async def test_gemm_rows_do_not_depend_on_T_or_other_rows(cuda_usable, rng, N, K
         dev.close()
 
 
+def test_weighted_choice_weighs_the_decode_m_most():
+    from xinfer_async.backends.cuda._cublaslt import TUNE_MS, TUNE_WEIGHTS, weighted_choice
+
+    assert TUNE_MS == (64, 512) and TUNE_WEIGHTS == (0.75, 0.25)
+    # relative costs: 0.75 * 2 + 0.25 * 1 = 1.75; 0.75 + 0.25 * 2 = 1.25; 0.75 * 1.5 + 0.25 * 1.05 = 1.39
+    assert weighted_choice([{64: 2.0, 512: 10.0}, {64: 1.0, 512: 20.0}, {64: 1.5, 512: 10.5}]) == 1
+    # a candidate 3.5x slower at 512 loses to one 1.5x slower at 64: 0.75 + 0.875 = 1.625 > 1.125 + 0.25
+    assert weighted_choice([{64: 1.0, 512: 35.0}, {64: 1.5, 512: 10.0}]) == 1
+    assert weighted_choice([{64: 1.0, 512: 10.0}, {64: 1.0, 512: 10.0}]) == 0  # a tie: the heuristic's first
+    with pytest.raises(ValueError, match=r"^weighted_choice: no candidates$"):
+        weighted_choice([])
+    with pytest.raises(ValueError, match=r"^weighted_choice: times must be > 0"):
+        weighted_choice([{64: 0.0, 512: 1.0}])
+
+
+@pytest.mark.parametrize("N,K", [(6144, 4096), (28672, 4096)])
+@pytest.mark.cuda
+def test_gemm_algorithm_is_one_object_for_every_m(cuda_usable, N, K):
+    """Every m of an (n, k) runs the one algorithm chosen for it (the bit contract of _cublaslt.py):
+    the same cublasLtMatmulAlgo_t object, split-K free, timed against the other candidates."""
+    from xinfer_async.backends.cuda._cublaslt import TUNE_MS
+
+    dev = xinfer_async.open_device("cuda")
+    try:
+        lt = dev.backend.cublaslt()
+        gemms = [lt.gemm_for(m, N, K) for m in (64, 65, 128, 512, 576)]
+        assert all(g.algo is gemms[0].algo for g in gemms)
+        cfg = lt.config(N, K)
+        assert cfg["splitk"] <= 1 and cfg["reduction"] == 0, cfg
+        tuning = lt.tuning.get((N, K))
+        n_cands = len(lt.candidates(N, K))
+        print(f"N={N} K={K}: {n_cands} candidates; chosen {cfg}; tuning {tuning}")
+        if n_cands > 1:
+            assert tuning is not None and tuning[0][0] == cfg and len(tuning) == n_cands
+            assert all(set(t) == set(TUNE_MS) and min(t.values()) > 0 for _, t in tuning)
+    finally:
+        dev.close()
+
+
 @pytest.mark.cuda
 async def test_gemm_regime_chain_matches_numpy_model(cuda_usable, rng):
     """rmsnorm_f16 -> dequantize_f16_q4_1 -> Gemm -> unscale_add (accumulate) on cuda against float64
@@ -405,7 +444,8 @@ def test_resident_f16_bytes_and_auto_on_cpu(tiny_gguf):
         per_layer = (cfg.q_dim + 2 * cfg.n_kv_head * cfg.head_dim) * cfg.dim + cfg.dim * cfg.q_dim + \
             2 * cfg.ffn_dim * cfg.dim + cfg.dim * cfg.ffn_dim
         assert on.f16_weight_bytes == 2 * (cfg.n_layer * per_layer + cfg.vocab_size * cfg.dim)
-        assert on.weight_bytes() == auto.weight_bytes() + on.f16_weight_bytes
+        assert on.weight_bytes() == auto.weight_bytes()  # the file's weights; the copies apart
+        assert on.definition.weight_bytes() == auto.definition.weight_bytes() + on.f16_weight_bytes
         with pytest.raises(ValueError, match=r"^f16_weights='yes' must be 'auto', '1', '0', True or False$"):
             LlamaBuilder(tiny_gguf, dev, ctx=128, chunk=64, f16_weights="yes")
     finally:

@@ -14,6 +14,12 @@ a plan records), one product three ways:
 A figure: the median over ``--repeats`` timings of ``--launches`` back-to-back products (warm: the
 weights of the smaller shapes stay in L2, which flatters ``kernel`` there), in us per product, and
 TFLOP/s (2 N K T). ``--shapes tiny`` runs small shapes (a smoke test, also on ``--device cpu``).
+
+``--algos`` (cuda) prints instead, for each cuBLASLt GEMM ``(n, k)`` an 8B plan runs (qkv, o, gate+up
+and an output-layer chunk, down, the output layer's last chunk), every split-K-free candidate
+algorithm (``_cublaslt.LtHandle.candidates``: its id, tile, stages) with its device us at m = 64, 128
+and 512 (``--algo-ms``), its weighted cost (``_cublaslt.weighted_choice``: m=64 weighs 3/4) and a
+``*`` on the one load chooses: ``python tools/gemm_regime_bench.py --algos``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,10 @@ import trio
 import xinfer_async
 from xinfer_async.ops import Gemm
 from xinfer_async.runtime import GpuTimer
+
+#: (n, k) of the cuBLASLt GEMMs of an 8B plan: qkv, o, gate+up (and a 28672-row output chunk), down,
+#: the output layer's last chunk (128256 - 4 x 28672)
+ALGO_SHAPES = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (13568, 4096)]
 
 SHAPES = {"8b": [(4096, 4096, False), (1024, 4096, False), (6144, 4096, False), (14336, 4096, True),
                  (4096, 14336, False), (128256, 4096, False)],
@@ -69,6 +79,45 @@ async def _time(dev, steps, launches, repeats):
         if r >= 2:
             ms.append(timer.elapsed_ms())
     return statistics.median(ms) * 1e3 / launches
+
+
+def algos(args) -> int:
+    """Print each candidate algorithm's us at ``--algo-ms`` per (n, k) of ``ALGO_SHAPES``."""
+    from xinfer_async.backends.cuda._cublaslt import TUNE_MS, TUNE_WEIGHTS, _config, weighted_choice
+
+    dev = xinfer_async.open_device(args.device)
+    try:
+        if dev.name != "cuda":
+            print(f"--algos needs a cuda device, got {dev.name}", file=sys.stderr)
+            return 2
+        lt = dev.backend.cublaslt()
+        ms = sorted({int(m) for m in args.algo_ms.split(",")} | set(TUNE_MS))
+        print(f"{dev.description}: cuBLASLt candidates per (n, k), us per GEMM (median of 5); cost: "
+              f"sum of {TUNE_WEIGHTS} x t / best at m = {TUNE_MS}; * the one chosen")
+        for n, k in ALGO_SHAPES:
+            cands = lt.candidates(n, k)
+            chosen = lt.algorithm(n, k)[0]
+            times = lt.timings(n, k, ms, cands)
+            best = weighted_choice(times)
+            fastest = {m: min(t[m] for t in times) for m in TUNE_MS}
+            print(f"n={n} k={k}: {len(cands)} candidates")
+            for j, (algo, t) in enumerate(zip(cands, times)):
+                c = _config(algo)
+                cost = sum(w * t[m] / fastest[m] for w, m in zip(TUNE_WEIGHTS, TUNE_MS))
+                mark = "*" if bytes(ffi_buffer(algo)) == bytes(ffi_buffer(chosen)) else " "
+                cells = " ".join(f"m={m}: {t[m] * 1e3:8.1f} us ({2.0 * m * n * k / (t[m] * 1e-3) / 1e12:5.1f} TF/s)"
+                                 for m in ms)
+                print(f" {mark} id {c['id']:>3} tile {c['tile']:>3} stages {c['stages']:>3}  {cells}  cost {cost:5.2f}"
+                      f"{'  (best now)' if j == best else ''}", flush=True)
+    finally:
+        dev.close()
+    return 0
+
+
+def ffi_buffer(algo):
+    from xinfer_async.backends.cuda._cublaslt import ffi
+
+    return ffi.buffer(algo)
 
 
 async def run(args) -> int:
@@ -120,7 +169,12 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="8b", choices=sorted(SHAPES))
     ap.add_argument("--launches", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=5)
-    return trio.run(run, ap.parse_args(argv))
+    ap.add_argument("--algos", action="store_true", help="print each cuBLASLt candidate's us per 8B (n, k) instead")
+    ap.add_argument("--algo-ms", default="64,128,512", help="the m values of --algos")
+    args = ap.parse_args(argv)
+    if args.algos:
+        return algos(args)
+    return trio.run(run, args)
 
 
 if __name__ == "__main__":

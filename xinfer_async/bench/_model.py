@@ -209,7 +209,10 @@ async def _main(args) -> dict:
             dev = model.device
             peak = args.peak_gbs if args.peak_gbs is not None else (H200_GBS if dev.name.startswith("cuda") else None)
             weight_bytes = model.builder.weight_bytes()
-            print(f"model {model!r}; weights {weight_bytes / 1e6:.1f} MB; loaded in {load_s:.2f} s")
+            f16_bytes = model.builder.f16_weight_bytes
+            print(f"model {model!r}; weights {weight_bytes / 1e6:.1f} MB; resident f16 weights "
+                  f"{f'{f16_bytes / 1e6:.1f} MB' if f16_bytes else 'off'} (XINFER_F16_WEIGHTS); prefill chunk "
+                  f"{model.chunk}, {model.builder.step_prompt_rows} prompt rows a batched step; loaded in {load_s:.2f} s")
             print(f"device {getattr(dev, 'description', dev.name)}; peak bandwidth: "
                   f"{f'{peak:.0f} GB/s' if peak else 'not known (reported only)'}")
             if args.peer is not None:
@@ -291,7 +294,8 @@ async def _main(args) -> dict:
         llamacpp = dict(llama_bench=str(peer.llama_bench), batched_bench=str(peer.batched_bench or ""),
                         model_path=str(peer.model), build_commit=build, threads=peer.threads, cuda=peer.cuda,
                         repetitions=reps, loadavg=loadavg_start, loadavg_end=os.getloadavg(), runs=peer_rows)
-    return dict(model=str(args.model), device=dev.name, weight_bytes=weight_bytes, batching=args.batching,
+    return dict(model=str(args.model), device=dev.name, weight_bytes=weight_bytes, f16_weight_bytes=f16_bytes,
+                chunk=model.chunk, batching=args.batching,
                 max_tokens=args.max_tokens, peak_gb_per_s=peak, decode=rows, prefill=prefill, config=model.config,
                 kernel_profile=profile, llamacpp=llamacpp)
 

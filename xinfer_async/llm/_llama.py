@@ -418,7 +418,9 @@ class LlamaBuilder:
         return {k: self.session.scratch(n * F32, name=f"T{T}.{k}") for k, n in sizes.items()}
 
     def weight_bytes(self) -> int:
-        return self.definition.weight_bytes()
+        """Bytes of the model's weights as the file stores them (what a decode step reads), without
+        the resident f16 copies (``f16_weight_bytes``, read only by the GEMM regime's plans)."""
+        return self.definition.weight_bytes() - self.f16_weight_bytes
 
     # -- forward ---------------------------------------------------------------------------
     def forward(self, T: int, all_logits: bool, batched: bool = False):

@@ -247,6 +247,17 @@ class CUDABackend(Backend):
             self._cublas_ws = ws
         return self._cublas
 
+    def cublaslt(self):
+        """The device's ``LtHandle`` (made on first use), its algorithms timed on this device
+        (``_gemm_tune.time_launches``)."""
+        if self._cublaslt is None:
+            from ._cublaslt import LtHandle
+            from ._gemm_tune import time_launches
+
+            self.make_current()
+            self._cublaslt = LtHandle(timer=lambda nbytes, launches: time_launches(self, nbytes, launches))
+        return self._cublaslt
+
     def create_gemm(self, dtype: Any, m: int, n: int, k: int, trans_b: bool, out_dtype: Any = None):
         """cuBLAS (``out_dtype`` None or ``dtype``), or, for f16 operands with ``trans_b`` and an f32
         ``out_dtype``, cuBLASLt with one split-K-free algorithm per ``(n, k)`` (``_cublaslt.py``).
@@ -261,11 +272,7 @@ class CUDABackend(Backend):
             if (dtype_name(dtype), dtype_name(out_dtype), trans_b) != ("f16", "f32", True):
                 raise ValueError(f"gemm out_dtype={out_dtype!r} with dtype={dtype!r}, trans_b={trans_b}: only f16 "
                                  "operands with trans_b may give f32")
-            if self._cublaslt is None:
-                from ._cublaslt import LtHandle
-
-                self._cublaslt = LtHandle()
-            return self._cublaslt.gemm_for(m, n, k)
+            return self.cublaslt().gemm_for(m, n, k)
         g = Gemm(dtype, m, n, k, trans_b)
         self._gemm_handle()
         return g

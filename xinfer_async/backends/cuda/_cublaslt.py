@@ -6,18 +6,30 @@ column-major ``(k, n)`` matrix (ld k) taken transposed, A as ``(k, m)`` (ld k), 
 (ld n); no data moves.
 
 Row independence (a row of C never depends on the other rows of its launch, nor on ``m``): the
-algorithm is chosen once per ``(n, k)`` by ``cublasLtMatmulAlgoGetHeuristic`` at ``m =
-ALGO_M`` with ``CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 0`` (no split-K: each output element is
-summed over all of k by one CTA, in the order its tile configuration fixes) and no workspace (so no
-algorithm keeps partial sums outside C: no split-K or stream-K fix-up), and reused for every
-``m`` after ``cublasLtMatmulAlgoCheck`` accepts it. The same algorithm (tile, stages, cluster) sums
-each element's k the same way for any m; ``tests/test_gemm_regime.py`` checks the rows bit for bit
-on the GPU.
+algorithm is chosen once per ``(n, k)`` among split-K-free candidates and reused for every ``m``
+after ``cublasLtMatmulAlgoCheck`` accepts it. The candidates: ``cublasLtMatmulAlgoGetHeuristic``'s
+first ``CANDIDATES`` at each ``m`` of ``TUNE_MS`` (the batched decode step's 64 rows, a 512-token
+prefill chunk) with ``CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 0`` (no split-K: each output
+element is summed over all of k by one CTA, in the order its tile configuration fixes) and no
+workspace (so no algorithm keeps partial sums outside C: no split-K or stream-K fix-up), a split-K
+count above 1 refused, and valid at every ``m`` of ``TUNE_MS``. The same algorithm (tile, stages,
+cluster) sums each element's k the same way for any m; ``tests/test_gemm_regime.py`` checks the
+rows bit for bit on the GPU, and that every ``m`` of an ``(n, k)`` runs the one algorithm.
+
+The choice (``LtHandle.algorithm``): with a timer (the cuda backend gives one:
+``_gemm_tune.time_launches``), each candidate is timed on the device once per ``(n, k)`` at every
+``m`` of ``TUNE_MS`` and the one with the least ``sum(TUNE_WEIGHTS[i] * t_i / best_i)`` wins (its
+time relative to the fastest candidate at that m; the decode step's m weighs 3/4, since it runs every
+step); without one, the heuristic's first at ``m = 64`` that is valid at 512 too. Picking at
+``m = 512`` alone (until issue #15's H200 profile) left the 64-row steps a poor tile: an 8B step's
+GEMMs took 9 ms where reading the f16 weights once takes 3.7 ms.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
+from typing import Any, Callable, Mapping, Sequence
 
 import cffi
 
@@ -86,8 +98,12 @@ CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_BYTES = (5, 6, 7, 8)  # A, B, C, D
 CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 0, 1, 2
 CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, CUBLASLT_ALGO_CONFIG_STAGES_ID = 3, 6
 CUDA_R_16F, CUDA_R_32F = 2, 0
-#: the m the algorithm of an (n, k) is chosen at (prefill-sized; any m then runs it)
-ALGO_M = 512
+#: the m values the algorithm of an (n, k) is chosen at and must be valid at (any m then runs it)
+TUNE_MS = (64, 512)
+#: the weight of each m of ``TUNE_MS`` in the choice (see the module docstring)
+TUNE_WEIGHTS = (0.75, 0.25)
+#: heuristic results asked for at each m of ``TUNE_MS``
+CANDIDATES = 8
 #: the pointer alignment the chosen algorithms may assume, bytes (the regime's buffers: 256)
 ALIGN = 16
 
@@ -120,6 +136,39 @@ def _attr(setter, obj, attr: int, ctype: str, value) -> None:
     check(setter(obj, attr, v, ffi.sizeof(ctype)), f"set attribute {attr}")
 
 
+def _config_attr(algo, attr: int) -> int:
+    v, written = ffi.new("uint32_t *"), ffi.new("size_t *")
+    check(load().cublasLtMatmulAlgoConfigGetAttribute(algo, attr, v, 4, written),
+          f"cublasLtMatmulAlgoConfigGetAttribute({attr})")
+    return int(v[0])
+
+
+def _config(algo) -> dict[str, int]:
+    """An algorithm's id, tile, split-K, reduction scheme and stages (for reports)."""
+    return {name: _config_attr(algo, attr) for name, attr in (
+        ("id", CUBLASLT_ALGO_CONFIG_ID), ("tile", CUBLASLT_ALGO_CONFIG_TILE_ID),
+        ("splitk", CUBLASLT_ALGO_CONFIG_SPLITK_NUM), ("reduction", CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+        ("stages", CUBLASLT_ALGO_CONFIG_STAGES_ID))}
+
+
+def weighted_choice(times: Sequence[Mapping[int, float]], weights: Sequence[float] = TUNE_WEIGHTS,
+                    ms: Sequence[int] = TUNE_MS) -> int:
+    """The index of the candidate with the least ``sum(weights[i] * t[ms[i]] / best[ms[i]])``:
+    ``times[j][m]`` is candidate j's ms at m, ``best[m]`` the least of them (ties: the first, the
+    heuristic's order).
+
+    Raises:
+        ValueError: no candidates, or a time that is not > 0.
+    """
+    if not times:
+        raise ValueError("weighted_choice: no candidates")
+    if any(not t[m] > 0 for t in times for m in ms):
+        raise ValueError(f"weighted_choice: times must be > 0, got {list(times)}")
+    fastest = {m: min(t[m] for t in times) for m in ms}
+    cost = [sum(w * t[m] / fastest[m] for w, m in zip(weights, ms)) for t in times]
+    return min(range(len(times)), key=cost.__getitem__)
+
+
 class LtGemm:
     """``C (m, n) f32 = A (m, k) f16 @ B (n, k)^T f16`` (row-major) with ``algo`` (its ``(n, k)``'s).
 
@@ -147,11 +196,20 @@ class LtGemm:
 
 
 class LtHandle:
-    """One cuBLASLt handle per device; algorithms cached per ``(n, k)``; no workspace (see the module
-    docstring)."""
+    """One cuBLASLt handle per device; algorithms chosen and cached per ``(n, k)``; no workspace (see
+    the module docstring).
 
-    def __init__(self):
+    Args:
+        timer: ``timer(nbytes, launches) -> ms``: the device ms of one run of each ``launch(stream,
+            a, b, c)`` on buffers of ``nbytes`` (a, b, c) (``_gemm_tune.time_launches``); None: the
+            heuristic's order decides.
+    """
+
+    def __init__(self, timer: Callable[[tuple[int, int, int], Sequence[Callable]], list[float]] | None = None):
         lib = load()
+        self._timer = timer
+        #: ``(n, k)`` -> [(config, {m: ms}), ...] of the candidates timed, the chosen one first
+        self.tuning: dict[tuple[int, int], list[tuple[dict, dict]]] = {}
         h = ffi.new("cublasLtHandle_t *")
         check(lib.cublasLtCreate(h), "cublasLtCreate")
         self.handle = h[0]
@@ -188,17 +246,17 @@ class LtHandle:
             layouts.append(lay[0])
         return desc, tuple(layouts)
 
-    def algorithm(self, n: int, k: int):
-        """The algorithm of ``(n, k)`` and its workspace bytes: the heuristic's first at ``m = ALGO_M``
-        among those with no split-K reduction, chosen once.
+    def candidates(self, n: int, k: int) -> list:
+        """The split-K-free algorithms (``cublasLtMatmulAlgo_t *``) of ``(n, k)`` valid at every m of
+        ``TUNE_MS``, in the heuristic's order at the first m, then the others' new ones.
 
         Raises:
-            DeviceError: no such algorithm (the message names n and k).
+            DeviceError: a cuBLASLt call failed.
         """
-        key = (n, k)
-        if key not in self._algos:
-            lib = load()
-            desc, (a, b, c) = self.describe(ALGO_M, n, k)
+        lib = load()
+        found: dict[bytes, Any] = {}
+        checks = [self.describe(m, n, k) for m in TUNE_MS]
+        for desc, (a, b, c) in checks:
             p = ffi.new("cublasLtMatmulPreference_t *")
             check(lib.cublasLtMatmulPreferenceCreate(p), "cublasLtMatmulPreferenceCreate")
             pref = p[0]
@@ -208,37 +266,76 @@ class LtHandle:
                 _attr(set_pref, pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, "uint32_t", 0)
                 for attr in CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_BYTES:
                     _attr(set_pref, pref, attr, "uint32_t", ALIGN)
-                res = ffi.new("cublasLtMatmulHeuristicResult_t[1]")
+                res = ffi.new(f"cublasLtMatmulHeuristicResult_t[{CANDIDATES}]")
                 count = ffi.new("int *")
-                check(lib.cublasLtMatmulAlgoGetHeuristic(self.handle, desc, b, a, c, c, pref, 1, res, count),
+                check(lib.cublasLtMatmulAlgoGetHeuristic(self.handle, desc, b, a, c, c, pref, CANDIDATES, res, count),
                       f"cublasLtMatmulAlgoGetHeuristic(n={n}, k={k})")
             finally:
                 lib.cublasLtMatmulPreferenceDestroy(pref)
-            if count[0] < 1:
-                raise DeviceError(f"cuBLASLt has no f16 GEMM algorithm without split-K for n={n}, k={k}",
-                                  "CUBLAS_STATUS_NOT_SUPPORTED")
-            algo = ffi.new("cublasLtMatmulAlgo_t *", res[0].algo)
-            split = ffi.new("uint32_t *")
-            written = ffi.new("size_t *")
-            check(lib.cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, split, 4, written),
-                  "cublasLtMatmulAlgoConfigGetAttribute(SPLITK_NUM)")
-            if split[0] > 1:
-                raise DeviceError(f"cuBLASLt chose split-K {split[0]} for n={n}, k={k} despite the preference",
-                                  "CUBLAS_STATUS_NOT_SUPPORTED")
-            self._algos[key] = (algo, int(res[0].workspaceSize))
+            for i in range(count[0]):
+                algo = ffi.new("cublasLtMatmulAlgo_t *", res[i].algo)
+                key = bytes(ffi.buffer(algo))
+                if key in found or res[i].workspaceSize or _config_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1:
+                    continue
+                found[key] = algo
+        out = []
+        check_res = ffi.new("cublasLtMatmulHeuristicResult_t *")
+        for algo in found.values():
+            if all(lib.cublasLtMatmulAlgoCheck(self.handle, desc, b, a, c, c, algo, check_res) == 0
+                   and check_res.workspaceSize == 0 for desc, (a, b, c) in checks):
+                out.append(algo)
+        return out
+
+    def timings(self, n: int, k: int, ms: Sequence[int] = TUNE_MS, algos: Sequence | None = None) -> list[dict]:
+        """Device ms of each of ``algos`` (default: ``candidates(n, k)``) at each m of ``ms``:
+        ``[{m: ms, ...}, ...]`` in the order of ``algos``.
+
+        Raises:
+            ValueError: the handle has no timer.
+            DeviceError: a cuBLASLt or driver call failed.
+        """
+        if self._timer is None:
+            raise ValueError("timings: this LtHandle has no timer")
+        algos = self.candidates(n, k) if algos is None else algos
+        descs = {m: self.describe(m, n, k) for m in ms}
+        launches = [functools.partial(self._launch, descs[m], algo) for algo in algos for m in ms]
+        t = self._timer((2 * max(ms) * k, 2 * n * k, 4 * max(ms) * n), launches)
+        return [dict(zip(ms, t[i * len(ms):(i + 1) * len(ms)])) for i in range(len(algos))]
+
+    def _launch(self, described, algo, stream: int, a: int, b: int, c: int) -> None:
+        desc, (la, lb, lc) = described
+        status = _lib.cublasLtMatmul(self.handle, desc, self._alpha, ffi.cast("void *", b), lb, ffi.cast("void *", a),
+                                     la, self._beta, ffi.cast("void *", c), lc, ffi.cast("void *", c), lc, algo,
+                                     ffi.NULL, 0, ffi.cast("void *", stream))
+        if status:
+            check(status, "cublasLtMatmul (timing a candidate)")
+
+    def algorithm(self, n: int, k: int):
+        """The algorithm of ``(n, k)`` and its workspace bytes (0), chosen once (see the module
+        docstring); ``tuning[(n, k)]`` keeps the candidates' times when they were timed.
+
+        Raises:
+            DeviceError: no split-K-free algorithm valid at every m of ``TUNE_MS`` (the message names
+                n and k), or a cuBLASLt call failed.
+        """
+        key = (n, k)
+        if key not in self._algos:
+            algos = self.candidates(n, k)
+            if not algos:
+                raise DeviceError(f"cuBLASLt has no f16 GEMM algorithm without split-K for n={n}, k={k} valid at "
+                                  f"m in {TUNE_MS}", "CUBLAS_STATUS_NOT_SUPPORTED")
+            best = 0
+            if self._timer is not None and len(algos) > 1:
+                times = self.timings(n, k, TUNE_MS, algos)
+                best = weighted_choice(times)
+                order = [best] + [i for i in range(len(algos)) if i != best]
+                self.tuning[key] = [(_config(algos[i]), times[i]) for i in order]
+            self._algos[key] = (algos[best], 0)
         return self._algos[key]
 
     def config(self, n: int, k: int) -> dict[str, int]:
         """The chosen algorithm's id, tile, split-K, reduction scheme and stages (for reports)."""
-        algo, _ = self.algorithm(n, k)
-        out = {}
-        for name, attr in (("id", CUBLASLT_ALGO_CONFIG_ID), ("tile", CUBLASLT_ALGO_CONFIG_TILE_ID),
-                           ("splitk", CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
-                           ("reduction", CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), ("stages", CUBLASLT_ALGO_CONFIG_STAGES_ID)):
-            v, written = ffi.new("uint32_t *"), ffi.new("size_t *")
-            load().cublasLtMatmulAlgoConfigGetAttribute(algo, attr, v, 4, written)
-            out[name] = int(v[0])
-        return out
+        return _config(self.algorithm(n, k)[0])
 
     def gemm(self, stream: int, g: LtGemm, a: int, b: int, c: int) -> None:
         """Enqueue ``c = a @ b^T`` (see :class:`LtGemm`) on ``stream`` (a ``CUstream`` as int).
