@@ -32,6 +32,29 @@ def test_generate_sampling_and_stop(capsys):
     assert capsys.readouterr().out == first and first.strip()
 
 
+@pytest.mark.model
+def test_generate_chunk_option_gives_the_same_text(capsys, monkeypatch):
+    """--chunk reaches load: a 5-token prefill chunk (prefill plans of 5 rows) gives the same greedy
+    text as the default chunk (rows do not depend on the other rows of their step)."""
+    from xinfer_async import llm
+
+    chunks, load = [], llm.load
+
+    async def spy(*args, **kwargs):
+        model = await load(*args, **kwargs)
+        chunks.append(model.chunk)
+        return model
+
+    monkeypatch.setattr(llm, "load", spy)
+    prompt = "The quick brown fox jumps over the lazy dog because"
+    base = ["generate", "-m", str(require_model()), "--device", "cpu", "--ctx", "64", "-p", prompt, "-n", "6"]
+    assert main(base) == 0
+    want = capsys.readouterr().out
+    assert main(base + ["--chunk", "5"]) == 0
+    assert capsys.readouterr().out == want and want.strip()
+    assert chunks == [64, 5]
+
+
 def test_bench_help_lists_the_benchmarks(capsys):
     # `bench -h` reaches the bench runner (argparse's own -h for the subcommand listed nothing)
     assert main(["bench", "-h"]) == 0

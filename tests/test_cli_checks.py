@@ -64,6 +64,7 @@ BAD = [
     (["-p", "hi", "--repeat-last-n", "-2"], "--repeat-last-n must be an integer >= -1, got -2"),
     (["-p", "hi", "-n", "-5"], "-n must be >= 1 (the number of tokens to generate at most), got -5"),
     (["-p", "hi", "--ctx", "0"], "--ctx must be >= 1, got 0"),
+    (["-p", "hi", "--chunk", "0"], "--chunk must be >= 1 (prompt tokens per prefill step), got 0"),
     (["-p", "hi", "--device", "gpu"], "--device gpu: not a device; choose cpu, cuda, cuda:N or auto"),
     (["-p", "hi", "--chat"], "--chat: the model file {model} has no chat template (tokenizer.chat_template): it is "
                              "probably a base (not instruct) model; give one with --chat-template NAME|FILE (chatml, "

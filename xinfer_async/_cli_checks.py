@@ -61,7 +61,7 @@ def check_before_load(args: Any) -> Preflight:
     """Check the options of ``generate``, ``chat`` or ``perplexity`` before any weight is read.
 
     Raises:
-        UsageError: a sampling value out of range, ``-n`` < 1, ``--ctx`` too small, an unknown or
+        UsageError: a sampling value out of range, ``-n`` < 1, ``--ctx`` too small, ``--chunk`` < 1, an unknown or
             unusable ``--device`` (cuda without a usable GPU), a ``-m`` that is a directory, a
             missing file or an unknown name, an empty prompt or one longer than the context,
             ``chat`` or ``--chat`` on a model without a chat template and no ``--chat-template``, an
@@ -76,6 +76,8 @@ def check_before_load(args: Any) -> Preflight:
     low = 2 if args.command == "perplexity" else 1
     if args.ctx is not None and args.ctx < low:
         raise UsageError(f"--ctx must be >= {low}, got {args.ctx}")
+    if getattr(args, "chunk", None) is not None and args.chunk < 1:
+        raise UsageError(f"--chunk must be >= 1 (prompt tokens per prefill step), got {args.chunk}")
     _check_device(args.device)
     pre = Preflight(path=_model_path(args.model))
     if getattr(args, "chat_template", None) is not None:

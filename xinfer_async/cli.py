@@ -18,6 +18,8 @@ def _add_model_args(p: argparse.ArgumentParser, *, sampling: bool = True,
                    help="a known model name or a .gguf path (default: smollm2-135m, pulled when missing)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: $XINFER_DEVICE, else auto)")
     p.add_argument("--ctx", type=int, default=None, help=ctx_help)
+    p.add_argument("--chunk", type=int, default=None,
+                   help="prompt tokens per prefill step (default: 512 on cuda, 64 on cpu; at most --ctx)")
     if sampling:
         p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
         p.add_argument("--top-p", type=float, default=1.0)
@@ -53,8 +55,8 @@ def _sampling(args) -> dict:
 async def _load(args, slots: int = 1, ctx: int | None = None):
     from . import llm
 
-    return await llm.load(args.model, device=args.device, slots=slots, ctx=ctx or args.ctx, progress=True,
-                          chat_template=getattr(args, "chat_template", None))
+    return await llm.load(args.model, device=args.device, slots=slots, ctx=ctx or args.ctx, chunk=args.chunk,
+                          progress=True, chat_template=getattr(args, "chat_template", None))
 
 
 async def _generate(args) -> None:

@@ -61,6 +61,9 @@ def build_parser(prog: str = "xinfer-async serve") -> argparse.ArgumentParser:
                    help="concurrent requests (with batching, sequences of the batched step; default 8)")
     p.add_argument("--ctx", type=_positive_int, default=None,
                    help="context length per request, tokens (default: min(2048, the model's))")
+    p.add_argument("--chunk", type=_positive_int, default=None,
+                   help="prompt tokens per prefill step of one request (default: 512 on cuda, 64 on cpu; at most "
+                        "--ctx); while others decode, a prompt rides in their batched steps 64 tokens at a time")
     p.add_argument("--chat-template", default=None, metavar="NAME|FILE",
                    help="the chat template of /v1/chat/completions when the model file has none (a base model) or "
                         "to replace its own: chatml, gemma, llama3, or the path of a .jinja file")
@@ -157,7 +160,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
     async def load():
         t = time.perf_counter()
-        model = await llm.load(args.model, device=args.device, slots=args.slots, ctx=args.ctx,
+        model = await llm.load(args.model, device=args.device, slots=args.slots, ctx=args.ctx, chunk=args.chunk,
                                batching=not args.no_batching, max_queued=args.max_queue + args.slots,
                                chat_template=args.chat_template)
         gc.collect()  # the loading's garbage goes; what survives lives as long as the model:
