@@ -275,7 +275,8 @@ class LtHandle:
             for i in range(count[0]):
                 algo = ffi.new("cublasLtMatmulAlgo_t *", res[i].algo)
                 key = bytes(ffi.buffer(algo))
-                if key in found or res[i].workspaceSize or _config_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1:
+                if key in found or res[i].state != 0 or res[i].workspaceSize or \
+                        _config_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1:
                     continue
                 found[key] = algo
         out = []
