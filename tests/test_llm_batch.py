@@ -58,8 +58,12 @@ async def _idle(model, timeout_s: float = 30.0) -> None:
 
 def test_batched_model_shape(model):
     assert model.batching and model.slots == SLOTS
-    assert model.builder.batch_sizes == [1, 2, 4, 8, 16, 32, 64, 128]  # up to SLOTS + chunk rows
-    assert sorted(model.batched.plans) == sorted([f"batch{b}" for b in model.builder.batch_sizes] + ["prefill16", "prefill64"])
+    # up to SLOTS + step_prompt_rows (64) rows, whatever the prefill chunk
+    assert model.builder.step_prompt_rows == 64 and model.builder.batch_sizes == [1, 2, 4, 8, 16, 32, 64, 128]
+    prefill = [16, 64] if model.device.name == "cpu" else [16, 64, 256]  # chunk: cpu 64, cuda 512 bounded by CTX
+    assert model.chunk == prefill[-1] and model.builder.prefill_sizes == prefill
+    assert sorted(model.batched.plans) == sorted([f"batch{b}" for b in model.builder.batch_sizes] +
+                                                 [f"prefill{T}" for T in prefill])
     assert model.prepared.capacity == 1  # logits: one unbatched slot
 
 
@@ -240,11 +244,11 @@ async def test_logits_and_chat_still_work(model, unbatched):
 
 
 async def test_long_prefill_is_interleaved_with_decode_steps(model):
-    """While a long prompt runs chunk by chunk, the active requests keep decoding: between two
-    prompt chunks of B there is a decode step of A."""
+    """While a long prompt runs piece by piece in the decode steps' rows, the active requests keep
+    decoding: between two prompt pieces of B there is a decode step of A."""
     await _idle(model)
-    long_prompt = " ".join(["The quick brown fox jumps over the lazy dog."] * 16)  # ~3 chunks of 64
-    assert len(model.tokenize(long_prompt)) > 2 * model.chunk
+    long_prompt = " ".join(["The quick brown fox jumps over the lazy dog."] * 16)  # ~3 pieces of 64
+    assert len(model.tokenize(long_prompt)) > 2 * model.builder.step_prompt_rows
     a_tokens_before_b = []
     b_started = trio.Event()
     b_first = trio.Event()
@@ -268,7 +272,7 @@ async def test_long_prefill_is_interleaved_with_decode_steps(model):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run_a)
             nursery.start_soon(run_b)
-    # B's prompt needed >= 3 chunks; A decoded at least 2 tokens while it ran
+    # B's prompt needed >= 3 steps; A decoded at least 2 tokens while it ran
     assert len(a_tokens_before_b) >= 3, a_tokens_before_b
     await _idle(model)
 
