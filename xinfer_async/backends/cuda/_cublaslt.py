@@ -246,16 +246,16 @@ class LtHandle:
             layouts.append(lay[0])
         return desc, tuple(layouts)
 
-    def candidates(self, n: int, k: int) -> list:
+    def candidates(self, n: int, k: int, ms: Sequence[int] = TUNE_MS) -> list:
         """The split-K-free algorithms (``cublasLtMatmulAlgo_t *``) of ``(n, k)`` valid at every m of
-        ``TUNE_MS``, in the heuristic's order at the first m, then the others' new ones.
+        ``ms`` (default ``TUNE_MS``), in the heuristic's order at the first m, then the others' new ones.
 
         Raises:
             DeviceError: a cuBLASLt call failed.
         """
         lib = load()
         found: dict[bytes, Any] = {}
-        checks = [self.describe(m, n, k) for m in TUNE_MS]
+        checks = [self.describe(m, n, k) for m in ms]
         for desc, (a, b, c) in checks:
             p = ffi.new("cublasLtMatmulPreference_t *")
             check(lib.cublasLtMatmulPreferenceCreate(p), "cublasLtMatmulPreferenceCreate")
@@ -322,9 +322,12 @@ class LtHandle:
         key = (n, k)
         if key not in self._algos:
             algos = self.candidates(n, k)
+            if not algos:  # none valid at every m of TUNE_MS (8B gate/up, n=28672, on the H200): the
+                # heuristic's first at m = 512 alone, which LtGemm checks at each m it is made for
+                algos = self.candidates(n, k, ms=(TUNE_MS[-1],))[:1]
             if not algos:
                 raise DeviceError(f"cuBLASLt has no f16 GEMM algorithm without split-K for n={n}, k={k} valid at "
-                                  f"m in {TUNE_MS}", "CUBLAS_STATUS_NOT_SUPPORTED")
+                                  f"m = {TUNE_MS[-1]}", "CUBLAS_STATUS_NOT_SUPPORTED")
             best = 0
             if self._timer is not None and len(algos) > 1:
                 times = self.timings(n, k, TUNE_MS, algos)
