@@ -34,6 +34,7 @@ import io
 import json
 import os
 import pstats
+import re
 import signal
 import socket
 import subprocess
@@ -281,6 +282,99 @@ async def _inprocess(args: argparse.Namespace) -> dict:
     return out
 
 
+# -- a lean client ------------------------------------------------------------------------------
+def _raw_request_bytes(host: str, port: int, path: str, prompt: str, max_tokens: int) -> bytes:
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                       "stream_options": {"include_usage": True}, "ignore_eos": True}).encode()
+    head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    return head + body
+
+
+_USAGE = re.compile(rb'"completion_tokens":(\d+)')
+
+
+def raw_row(host: str, port: int, path: str, *, requests: int, concurrency: int, max_tokens: int,
+            timeout_s: float = 600.0) -> dict:
+    """``bench serve``'s row (all requests at once, ``concurrency`` in flight, streamed greedy
+    fixed-length completions) from one process of non-blocking sockets and a ``selectors`` loop,
+    for a fraction of httpx's CPU a token: the bytes are not parsed, only searched for the end of
+    the stream (``data: [DONE]`` then the chunked body's last chunk) and the usage's
+    ``completion_tokens``. Keep-alive connections, one per place in flight. A request's tokens are
+    dealt to its reads in proportion to their bytes (for ``steady_rate``).
+
+    Raises:
+        RuntimeError: a response that is not 200, a connection the server closed mid-stream, or
+            ``timeout_s`` passed.
+    """
+    import selectors
+
+    from xinfer_async.bench._model import PROMPTS, steady_rate
+
+    sel = selectors.DefaultSelector()
+    todo = list(range(requests))
+    done: list[dict] = []
+    cpu, t_begin = time.process_time(), time.perf_counter()
+
+    def start(sock: socket.socket) -> None:
+        i = todo.pop(0)
+        sock.sendall(_raw_request_bytes(host, port, path, PROMPTS[i % len(PROMPTS)], max_tokens))
+        sel.modify(sock, selectors.EVENT_READ, dict(start=time.perf_counter(), reads=[], buf=bytearray()))
+
+    for _ in range(min(concurrency, requests)):
+        sock = socket.create_connection((host, port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        sel.register(sock, selectors.EVENT_READ, None)
+        start(sock)
+    while len(done) < requests:
+        if time.perf_counter() - t_begin > timeout_s:
+            raise RuntimeError(f"raw_row: not done after {timeout_s} s ({len(done)} of {requests} requests)")
+        for key, _ in sel.select(timeout=1.0):
+            rec, sock = key.data, key.fileobj
+            data = sock.recv(1 << 20)
+            if not data:
+                raise RuntimeError("raw_row: the server closed a connection mid-stream")
+            now = time.perf_counter()
+            rec["buf"] += data
+            rec["reads"].append((now, len(rec["buf"])))
+            buf = rec["buf"]
+            if not buf.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"raw_row: {bytes(buf[:200])!r}")
+            if not (buf.endswith(b"0\r\n\r\n") and b"data: [DONE]" in buf[-64:]):
+                continue
+            tokens = int(_USAGE.findall(buf)[-1])
+            body_at = buf.index(b"\r\n\r\n") + 4
+            total = len(buf) - body_at
+            times = [(t, round(tokens * max(0, n - body_at) / total)) for t, n in rec["reads"]]
+            times = [(t, n) for t, n in times if n > 0]
+            done.append(dict(start=rec["start"], end=now, tokens=tokens, times=times, events=buf.count(b"data: ") - 2))
+            if todo:
+                start(sock)
+            else:
+                sel.unregister(sock)
+                sock.close()
+    cpu = time.process_time() - cpu
+    wall = max(r["end"] for r in done) - min(r["start"] for r in done)
+    tokens = sum(r["tokens"] for r in done)
+    steady, _ = steady_rate(done)
+    ttft = [r["times"][0][0] - r["start"] for r in done if r["times"]]
+    tpot = [(r["end"] - r["times"][0][0]) / (r["tokens"] - 1) for r in done if r["times"] and r["tokens"] > 1]
+    return dict(completed=len(done), errors=0, output_tokens=tokens, out_tok_per_s=tokens / wall,
+                steady_tok_per_s=steady, client_cpu_us_per_tok=cpu / tokens * 1e6,
+                tokens_per_event=tokens / max(1, sum(r["events"] for r in done)),
+                ttft_ms_p50=1e3 * float(np.median(ttft)), tpot_ms_p50=1e3 * float(np.median(tpot)))
+
+
+def _server_cpu_s(url: str) -> float:
+    import httpx
+
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("process_cpu_seconds_total "):
+            return float(line.split()[1])
+    raise RuntimeError("the server's /metrics has no process_cpu_seconds_total")
+
+
 # -- the driver -------------------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as s:
@@ -345,12 +439,21 @@ def _one_repeat(args: argparse.Namespace, k: int, out_dir: Path, profile: bool =
     try:
         _wait_health(url, proc)
         ep = url + "/v1/completions"
-        row_args = dict(model=None, concurrency=args.concurrency, rate=float("inf"), max_tokens=args.max_tokens,
-                        chat=False, workers=args.workers)
-        run_row(ep, {}, requests=args.concurrency, **row_args)  # warm-up row
+        if args.client == "raw":
+            def timed(requests: int) -> dict:
+                cpu = _server_cpu_s(url)
+                row = raw_row("127.0.0.1", port, "/v1/completions", requests=requests, concurrency=args.concurrency,
+                              max_tokens=args.max_tokens)
+                row["server_cpu_us_per_tok"] = (_server_cpu_s(url) - cpu) / row["output_tokens"] * 1e6
+                return row
+        else:
+            row_args = dict(model=None, concurrency=args.concurrency, rate=float("inf"), max_tokens=args.max_tokens,
+                            chat=False, workers=args.workers)
+            timed = lambda requests: run_row(ep, {}, requests=requests, **row_args)  # noqa: E731
+        timed(args.concurrency)  # warm-up row
         proc.send_signal(signal.SIGUSR1)
         time.sleep(0.2)
-        row = run_row(ep, {}, requests=args.requests, **row_args)
+        row = timed(args.requests)
         proc.send_signal(signal.SIGUSR2)
         for _ in range(100):
             if report.exists():
@@ -387,7 +490,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--requests", type=int, default=128, help="timed requests a repeat (default 128)")
     p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--workers", type=int, default=2, help="client processes (default 2)")
+    p.add_argument("--client", choices=("raw", "bench"), default="raw",
+                   help="raw (default): one process of plain sockets that only looks for each stream's end and "
+                        "usage (a few us of CPU a token: on a small machine the clients leave the server its "
+                        "core); bench: bench serve's httpx clients, which parse every event (100-300 us a token "
+                        "on the shared 2-core cpu: they, not the server, set the pace there)")
+    p.add_argument("--workers", type=int, default=2, help="--client bench: client processes (default 2)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--profile-top", type=int, default=0, help="print the N top entries of the server profile")
     p.add_argument("--server-cpus", default=None, help="taskset -c for the server (e.g. 0-7)")
