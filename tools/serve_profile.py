@@ -16,12 +16,19 @@ The stub also records how long its queue sat empty while requests were decoding 
 a step the scheduler submitted late because the trio thread was busy with HTTP work.
 
 Per repeat: a warm-up row (left out), then a timed row of ``bench serve`` (``--requests``
-requests, ``--concurrency`` in flight, ``--workers`` client processes); the server's CPU comes
+requests, ``--concurrency`` in flight); the server's CPU comes
 from its ``/metrics`` ``process_cpu_seconds_total`` before and after the timed row (as ``bench
 serve``'s ``srv cpu us/tok`` column), the cProfile covers the timed row (started and stopped with
 SIGUSR1 / SIGUSR2 to the child). Besides: the in-process figure of the same stub (the same
 requests consumed by ``model.generate`` in one trio.run, no HTTP: ``bench model --batching``'s
-path), so the ratio HTTP / in-process of the stub reads as the H200's target would.
+path), so the ratio HTTP / in-process of the stub reads as the H200's target would. With
+``--requests`` equal to ``--concurrency`` (every request streams at once) both also get a steady
+tok/s (``bench._model.steady_rate``, as ``bench serve`` and ``bench model`` report it) and the
+summary prints their ratio: the figure the H200's target is set on.
+
+The client (``--client raw``, the default) is one process of plain sockets that costs a few us a
+token, so that on a small machine the server keeps its core; ``--client bench`` runs ``bench
+serve``'s httpx clients instead (``--workers`` processes).
 
 ``--server-path DIR``: the child imports ``xinfer_async`` from DIR (an A/B against another tree).
 """
@@ -250,13 +257,17 @@ async def _inprocess(args: argparse.Namespace) -> dict:
 
     model = stub_model(args.gguf, slots=args.slots, ctx=args.ctx, step_s=args.step_ms / 1e3,
                        max_queued=args.slots + 1024)
-    counts = []
+    from xinfer_async.bench._model import steady_rate
+
+    counts, records = [], []
 
     async def one(i: int, n: int) -> None:
         stream = model.generate(PROMPTS[i % len(PROMPTS)], max_tokens=n, ignore_eos=True)
+        times = []
         async for _ in stream:  # a piece a token, as bench model reads them
-            pass
+            times.append((time.perf_counter(), stream.token_count))
         counts.append(len(stream.result.token_ids))
+        records.append(dict(times=times))
 
     async def row(n_req: int, n: int) -> None:
         places = trio.Semaphore(args.concurrency)
@@ -271,13 +282,15 @@ async def _inprocess(args: argparse.Namespace) -> dict:
 
     await row(args.concurrency, 4)
     counts.clear()
+    records.clear()
     model.batched_runner.reset()
     cpu, t = time.process_time(), time.perf_counter()
     await row(args.requests, args.max_tokens)
     wall, cpu = time.perf_counter() - t, time.process_time() - cpu
     tokens = sum(counts)
     out = dict(tok_per_s=tokens / wall, cpu_us_per_tok=cpu / tokens * 1e6,
-               dev_idle_fraction=model.batched_runner.idle_fraction())
+               dev_idle_fraction=model.batched_runner.idle_fraction(),
+               steady_tok_per_s=steady_rate(records)[0] if args.requests == args.concurrency else None)
     await model.aclose()
     return out
 
@@ -541,7 +554,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.model is None and not args.no_inprocess:
             r = trio.run(_inprocess, args)
             inproc.append(r)
-            print(f"  in-proc   #{k}: {r['tok_per_s']:8.0f} tok/s  cpu {r['cpu_us_per_tok']:5.1f} us/tok  "
+            print(f"  in-proc   #{k}: {r['tok_per_s']:8.0f} tok/s (steady {r['steady_tok_per_s'] or float('nan'):.0f})"
+                  f"  cpu {r['cpu_us_per_tok']:5.1f} us/tok  "
                   f"dev idle {100 * r['dev_idle_fraction']:4.1f} %", flush=True)
     med = lambda xs: float(np.median(xs))  # noqa: E731
     summary = dict(server_cpu_us_per_tok=med([r["server_cpu_us_per_tok"] for r in rows]),
@@ -553,6 +567,11 @@ def main(argv: list[str] | None = None) -> int:
                        inprocess_cpu_us_per_tok=med([r["cpu_us_per_tok"] for r in inproc]))
         line += (f"; in-process {summary['inprocess_tok_per_s']:.0f} tok/s ({summary['inprocess_cpu_us_per_tok']:.1f} "
                  f"us/tok): HTTP / in-process {summary['http_tok_per_s'] / summary['inprocess_tok_per_s']:.3f}")
+        if all(r.get("steady_tok_per_s") for r in rows + inproc):  # --requests = --concurrency: the target's figure
+            summary.update(http_steady_tok_per_s=med([r["steady_tok_per_s"] for r in rows]),
+                           inprocess_steady_tok_per_s=med([r["steady_tok_per_s"] for r in inproc]))
+            line += (f"; steady {summary['http_steady_tok_per_s']:.0f} / {summary['inprocess_steady_tok_per_s']:.0f} = "
+                     f"{summary['http_steady_tok_per_s'] / summary['inprocess_steady_tok_per_s']:.3f}")
     print(line)
     if args.profile_top:  # a run of its own: cProfile's overhead stays out of the figures above
         row = _one_repeat(args, len(rows), out_dir, profile=True)
