@@ -36,6 +36,7 @@ serve``'s httpx clients instead (``--workers`` processes).
 from __future__ import annotations
 
 import argparse
+import bisect
 import cProfile
 import io
 import json
@@ -313,8 +314,8 @@ def raw_row(host: str, port: int, path: str, *, requests: int, concurrency: int,
     fixed-length completions) from one process of non-blocking sockets and a ``selectors`` loop,
     for a fraction of httpx's CPU a token: the bytes are not parsed, only searched for the end of
     the stream (``data: [DONE]`` then the chunked body's last chunk) and the usage's
-    ``completion_tokens``. Keep-alive connections, one per place in flight. A request's tokens are
-    dealt to its reads in proportion to their bytes (for ``steady_rate``).
+    ``completion_tokens`` (the events are parsed after the row, out of its CPU time, for
+    ``_raw_token_times``). Keep-alive connections, one per place in flight.
 
     Raises:
         RuntimeError: a response that is not 200, a connection the server closed mid-stream, or
@@ -356,18 +357,15 @@ def raw_row(host: str, port: int, path: str, *, requests: int, concurrency: int,
                 raise RuntimeError(f"raw_row: {bytes(buf[:200])!r}")
             if not (buf.endswith(b"0\r\n\r\n") and b"data: [DONE]" in buf[-64:]):
                 continue
-            tokens = int(_USAGE.findall(buf)[-1])
-            body_at = buf.index(b"\r\n\r\n") + 4
-            total = len(buf) - body_at
-            times = [(t, round(tokens * max(0, n - body_at) / total)) for t, n in rec["reads"]]
-            times = [(t, n) for t, n in times if n > 0]
-            done.append(dict(start=rec["start"], end=now, tokens=tokens, times=times, events=buf.count(b"data: ") - 2))
+            done.append(dict(start=rec["start"], end=now, reads=rec["reads"], body=bytes(buf)))
             if todo:
                 start(sock)
             else:
                 sel.unregister(sock)
                 sock.close()
     cpu = time.process_time() - cpu
+    for r in done:  # after the row: each read's tokens so far, dealt by the content's characters
+        r.update(_raw_token_times(r.pop("body"), r.pop("reads")))
     wall = max(r["end"] for r in done) - min(r["start"] for r in done)
     tokens = sum(r["tokens"] for r in done)
     steady, _ = steady_rate(done)
@@ -377,6 +375,31 @@ def raw_row(host: str, port: int, path: str, *, requests: int, concurrency: int,
                 steady_tok_per_s=steady, client_cpu_us_per_tok=cpu / tokens * 1e6,
                 tokens_per_event=tokens / max(1, sum(r["events"] for r in done)),
                 ttft_ms_p50=1e3 * float(np.median(ttft)), tpot_ms_p50=1e3 * float(np.median(tpot)))
+
+
+_EVENT = re.compile(rb"data: ([^\n]*)\n\n")
+
+
+def _raw_token_times(body: bytes, reads: list[tuple[float, int]]) -> dict:
+    """One stream's ``times`` for ``steady_rate`` from its bytes and its reads ((time, bytes so far)):
+    a request's tokens (its usage) dealt to its events in proportion to their text's characters,
+    as ``bench serve`` deals them (the events' JSON framing, ~170 bytes each, left out), and each
+    read credited with the events complete by its end."""
+    tokens = int(_USAGE.findall(body)[-1])
+    ends, chars = [], []  # per event: its end offset, the content characters so far
+    total = 0
+    for m in _EVENT.finditer(body):
+        if m.group(1).startswith(b"{"):
+            total += sum(len(c.get("text") or "") for c in json.loads(m.group(1)).get("choices") or [])
+            ends.append(m.end())
+            chars.append(total)
+    times = []
+    for t, n in reads:
+        k = bisect.bisect_right(ends, n)
+        got = round(tokens * chars[k - 1] / total) if k and total else 0
+        if got > 0:
+            times.append((t, got))
+    return dict(tokens=tokens, times=times, events=sum(1 for c, p in zip(chars, [0] + chars) if c > p))
 
 
 def _server_cpu_s(url: str) -> float:
