@@ -30,10 +30,10 @@ Pipelining: when every active request is greedy and has room for two more tokens
 is waiting or running (the next step's rows are this one's), the step after
 the one in flight is submitted before the host reads the tokens back, its input tokens copied on
 the device from the in-flight step's argmax (same bucket, same rows), so the host's work for one
-step (reading ids, streaming 64 tokens to 64 tasks) overlaps the device's next step. A step's
-results go to the requests it was submitted for: one that ended meanwhile (a stop token, a
-cancel) has its row ignored (it only wrote the KV-cache row after its last token); one admitted
-meanwhile joins the step after. A request's end costs one step submitted after the tokens were
+step (reading ids, appending 64 tokens to 64 requests, which their streams read when they wake)
+overlaps the device's next step. A step's results go to the requests it was submitted for: one
+that ended meanwhile (a stop token, a cancel) has its row ignored (it only wrote the KV-cache row
+after its last token); one admitted meanwhile joins the step after. A request's end costs one step submitted after the tokens were
 read (the one after it: its rows changed).
 """
 
