@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import trio
+import trio.testing
 
 from xinfer_async.llm import SamplingParams
 from xinfer_async.llm._request import Request
@@ -47,16 +48,52 @@ def test_context_full_ends_with_length(prompt_len, ctx, want):
     assert len(req.tokens) == want and reasons[-1] == "length" and req.remaining() == 0
 
 
-def test_tokens_go_to_the_consumer_and_the_channel_ends_on_close():
+def test_tokens_go_to_the_consumer_as_ints_and_close_ends_them():
     req = Request([1], GREEDY, max_tokens=2, ctx=10)
     req.advance(np.int32(4))
     req.advance(5)
     req.close()
-    got = []
-    with pytest.raises(trio.EndOfChannel):
+    assert req.tokens == [4, 5] and all(type(t) is int for t in req.tokens) and req.closed
+
+
+async def test_wait_tokens_wakes_on_the_next_token_and_on_close():
+    req = Request([1], GREEDY, max_tokens=5, ctx=10)
+    woke = []
+
+    async def consumer():
+        seen = 0
         while True:
-            got.append(req.received.receive_nowait())
-    assert got == [4, 5] and all(type(t) is int for t in got + req.tokens)
+            await req.wait_tokens(seen)
+            if seen >= len(req.tokens):  # closed, every token read
+                woke.append("closed")
+                return
+            woke.append(req.tokens[seen:])
+            seen = len(req.tokens)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consumer)
+        await trio.testing.wait_all_tasks_blocked()
+        req.advance(3)
+        await trio.testing.wait_all_tasks_blocked()
+        req.advance(4)
+        req.advance(5)  # two tokens before the consumer runs: it reads both at once
+        await trio.testing.wait_all_tasks_blocked()
+        req.close()
+    assert woke == [[3], [4, 5], "closed"]
+
+
+async def test_wait_tokens_is_cancellable_and_takes_one_waiter():
+    req = Request([1], GREEDY, max_tokens=5, ctx=10)
+    with trio.move_on_after(0.01) as scope:
+        await req.wait_tokens(0)
+    assert scope.cancelled_caught
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(req.wait_tokens, 0)
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(trio.BusyResourceError, match="another task already waits"):
+            await req.wait_tokens(0)
+        req.advance(3)  # wakes the first waiter
+    assert req.tokens == [3]
 
 
 def test_stop_string_ends_it_and_drops_later_tokens():
@@ -74,10 +111,10 @@ def test_stop_string_overrides_a_length_finish():
     assert req.finish_reason == "stop" and req.tokens == [5, 6]
 
 
-def test_advance_after_close_raises_for_a_closed_consumer():
+def test_advance_after_the_consumer_went_away_raises():
     req = Request([1], GREEDY, max_tokens=5, ctx=100)
-    req.received.close()
-    with pytest.raises(trio.BrokenResourceError):
+    req.abandon()
+    with pytest.raises(trio.BrokenResourceError, match="consumer went away"):
         req.advance(3)
     assert req.tokens == [3]
 

@@ -375,6 +375,34 @@ async def test_stream_pacing_gives_a_late_tick_its_share_but_no_burst(autojump_c
         nursery.cancel_scope.cancel()
 
 
+async def test_stream_pacing_gives_an_ended_stream_its_turn_at_the_next_tick(autojump_clock):
+    from xinfer_async.serve._sse import StreamPacing
+
+    pacing = StreamPacing(write_cost_s=1e-3)  # 64 streams: an interval of 63 ms, a tick of 4 ms
+    ended = [False] * 64
+    woken: dict[int, float] = {}
+
+    async def stream(k: int) -> None:
+        await trio.sleep(k * 1e-6)  # they park in the order 0..63
+        await pacing.wait(64, lambda: ended[k])
+        woken[k] = trio.current_time()
+
+    async with trio.open_nursery() as nursery:
+        for k in range(64):
+            nursery.start_soon(stream, k)
+        await trio.testing.wait_all_tasks_blocked()
+        t0 = trio.current_time()
+        for k in (63, 62, 61, 60, 59, 58):  # the newest waiters' requests end: 6, more than a tick's 4
+            ended[k] = True
+        await trio.sleep(0.0041)  # one tick
+        assert {58, 59, 60, 61, 62, 63} & set(woken) == {58, 59, 60, 61}  # 4 a tick, oldest first
+        assert sorted(k for k in woken if k < 58) == [0, 1, 2, 3]  # and the tick's ordinary turns
+        await trio.sleep(0.004)  # the next tick: the other 2 ended ones
+        assert {58, 59, 60, 61, 62, 63} <= set(woken)
+        assert all(woken[k] <= t0 + 0.0082 for k in range(58, 64))  # not their place, 60 ms on
+        nursery.cancel_scope.cancel()
+
+
 def test_counted_histogram_equals_prometheus_histogram_observed_one_by_one():
     from prometheus_client import CollectorRegistry, Histogram, generate_latest
 

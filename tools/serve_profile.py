@@ -16,12 +16,19 @@ The stub also records how long its queue sat empty while requests were decoding 
 a step the scheduler submitted late because the trio thread was busy with HTTP work.
 
 Per repeat: a warm-up row (left out), then a timed row of ``bench serve`` (``--requests``
-requests, ``--concurrency`` in flight, ``--workers`` client processes); the server's CPU comes
+requests, ``--concurrency`` in flight); the server's CPU comes
 from its ``/metrics`` ``process_cpu_seconds_total`` before and after the timed row (as ``bench
 serve``'s ``srv cpu us/tok`` column), the cProfile covers the timed row (started and stopped with
 SIGUSR1 / SIGUSR2 to the child). Besides: the in-process figure of the same stub (the same
 requests consumed by ``model.generate`` in one trio.run, no HTTP: ``bench model --batching``'s
-path), so the ratio HTTP / in-process of the stub reads as the H200's target would.
+path), so the ratio HTTP / in-process of the stub reads as the H200's target would. With
+``--requests`` equal to ``--concurrency`` (every request streams at once) both also get a steady
+tok/s (``bench._model.steady_rate``, as ``bench serve`` and ``bench model`` report it) and the
+summary prints their ratio: the figure the H200's target is set on.
+
+The client (``--client raw``, the default) is one process of plain sockets that costs a few us a
+token, so that on a small machine the server keeps its core; ``--client bench`` runs ``bench
+serve``'s httpx clients instead (``--workers`` processes).
 
 ``--server-path DIR``: the child imports ``xinfer_async`` from DIR (an A/B against another tree).
 """
@@ -29,11 +36,13 @@ path), so the ratio HTTP / in-process of the stub reads as the H200's target wou
 from __future__ import annotations
 
 import argparse
+import bisect
 import cProfile
 import io
 import json
 import os
 import pstats
+import re
 import signal
 import socket
 import subprocess
@@ -249,13 +258,17 @@ async def _inprocess(args: argparse.Namespace) -> dict:
 
     model = stub_model(args.gguf, slots=args.slots, ctx=args.ctx, step_s=args.step_ms / 1e3,
                        max_queued=args.slots + 1024)
-    counts = []
+    from xinfer_async.bench._model import steady_rate
+
+    counts, records = [], []
 
     async def one(i: int, n: int) -> None:
         stream = model.generate(PROMPTS[i % len(PROMPTS)], max_tokens=n, ignore_eos=True)
+        times = []
         async for _ in stream:  # a piece a token, as bench model reads them
-            pass
+            times.append((time.perf_counter(), stream.token_count))
         counts.append(len(stream.result.token_ids))
+        records.append(dict(times=times))
 
     async def row(n_req: int, n: int) -> None:
         places = trio.Semaphore(args.concurrency)
@@ -270,15 +283,132 @@ async def _inprocess(args: argparse.Namespace) -> dict:
 
     await row(args.concurrency, 4)
     counts.clear()
+    records.clear()
     model.batched_runner.reset()
     cpu, t = time.process_time(), time.perf_counter()
     await row(args.requests, args.max_tokens)
     wall, cpu = time.perf_counter() - t, time.process_time() - cpu
     tokens = sum(counts)
     out = dict(tok_per_s=tokens / wall, cpu_us_per_tok=cpu / tokens * 1e6,
-               dev_idle_fraction=model.batched_runner.idle_fraction())
+               dev_idle_fraction=model.batched_runner.idle_fraction(),
+               steady_tok_per_s=steady_rate(records)[0] if args.requests == args.concurrency else None)
     await model.aclose()
     return out
+
+
+# -- a lean client ------------------------------------------------------------------------------
+def _raw_request_bytes(host: str, port: int, path: str, prompt: str, max_tokens: int) -> bytes:
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                       "stream_options": {"include_usage": True}, "ignore_eos": True}).encode()
+    head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    return head + body
+
+
+_USAGE = re.compile(rb'"completion_tokens":(\d+)')
+
+
+def raw_row(host: str, port: int, path: str, *, requests: int, concurrency: int, max_tokens: int,
+            timeout_s: float = 600.0) -> dict:
+    """``bench serve``'s row (all requests at once, ``concurrency`` in flight, streamed greedy
+    fixed-length completions) from one process of non-blocking sockets and a ``selectors`` loop,
+    for a fraction of httpx's CPU a token: the bytes are not parsed, only searched for the end of
+    the stream (``data: [DONE]`` then the chunked body's last chunk) and the usage's
+    ``completion_tokens`` (the events are parsed after the row, out of its CPU time, for
+    ``_raw_token_times``). Keep-alive connections, one per place in flight.
+
+    Raises:
+        RuntimeError: a response that is not 200, a connection the server closed mid-stream, or
+            ``timeout_s`` passed.
+    """
+    import selectors
+
+    from xinfer_async.bench._model import PROMPTS, steady_rate
+
+    sel = selectors.DefaultSelector()
+    todo = list(range(requests))
+    done: list[dict] = []
+    cpu, t_begin = time.process_time(), time.perf_counter()
+
+    def start(sock: socket.socket) -> None:
+        i = todo.pop(0)
+        sock.sendall(_raw_request_bytes(host, port, path, PROMPTS[i % len(PROMPTS)], max_tokens))
+        sel.modify(sock, selectors.EVENT_READ, dict(start=time.perf_counter(), reads=[], buf=bytearray()))
+
+    for _ in range(min(concurrency, requests)):
+        sock = socket.create_connection((host, port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        sel.register(sock, selectors.EVENT_READ, None)
+        start(sock)
+    while len(done) < requests:
+        if time.perf_counter() - t_begin > timeout_s:
+            raise RuntimeError(f"raw_row: not done after {timeout_s} s ({len(done)} of {requests} requests)")
+        for key, _ in sel.select(timeout=1.0):
+            rec, sock = key.data, key.fileobj
+            data = sock.recv(1 << 20)
+            if not data:
+                raise RuntimeError("raw_row: the server closed a connection mid-stream")
+            now = time.perf_counter()
+            rec["buf"] += data
+            rec["reads"].append((now, len(rec["buf"])))
+            buf = rec["buf"]
+            if not buf.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"raw_row: {bytes(buf[:200])!r}")
+            if not (buf.endswith(b"0\r\n\r\n") and b"data: [DONE]" in buf[-64:]):
+                continue
+            done.append(dict(start=rec["start"], end=now, reads=rec["reads"], body=bytes(buf)))
+            if todo:
+                start(sock)
+            else:
+                sel.unregister(sock)
+                sock.close()
+    cpu = time.process_time() - cpu
+    for r in done:  # after the row: each read's tokens so far, dealt by the content's characters
+        r.update(_raw_token_times(r.pop("body"), r.pop("reads")))
+    wall = max(r["end"] for r in done) - min(r["start"] for r in done)
+    tokens = sum(r["tokens"] for r in done)
+    steady, _ = steady_rate(done)
+    ttft = [r["times"][0][0] - r["start"] for r in done if r["times"]]
+    tpot = [(r["end"] - r["times"][0][0]) / (r["tokens"] - 1) for r in done if r["times"] and r["tokens"] > 1]
+    return dict(completed=len(done), errors=0, output_tokens=tokens, out_tok_per_s=tokens / wall,
+                steady_tok_per_s=steady, client_cpu_us_per_tok=cpu / tokens * 1e6,
+                tokens_per_event=tokens / max(1, sum(r["events"] for r in done)),
+                ttft_ms_p50=1e3 * float(np.median(ttft)), tpot_ms_p50=1e3 * float(np.median(tpot)))
+
+
+_EVENT = re.compile(rb"data: ([^\n]*)\n\n")
+
+
+def _raw_token_times(body: bytes, reads: list[tuple[float, int]]) -> dict:
+    """One stream's ``times`` for ``steady_rate`` from its bytes and its reads ((time, bytes so far)):
+    a request's tokens (its usage) dealt to its events in proportion to their text's characters,
+    as ``bench serve`` deals them (the events' JSON framing, ~170 bytes each, left out), and each
+    read credited with the events complete by its end."""
+    tokens = int(_USAGE.findall(body)[-1])
+    ends, chars = [], []  # per event: its end offset, the content characters so far
+    total = 0
+    for m in _EVENT.finditer(body):
+        if m.group(1).startswith(b"{"):
+            total += sum(len(c.get("text") or "") for c in json.loads(m.group(1)).get("choices") or [])
+            ends.append(m.end())
+            chars.append(total)
+    times = []
+    for t, n in reads:
+        k = bisect.bisect_right(ends, n)
+        got = round(tokens * chars[k - 1] / total) if k and total else 0
+        if got > 0:
+            times.append((t, got))
+    return dict(tokens=tokens, times=times, events=sum(1 for c, p in zip(chars, [0] + chars) if c > p))
+
+
+def _server_cpu_s(url: str) -> float:
+    import httpx
+
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("process_cpu_seconds_total "):
+            return float(line.split()[1])
+    raise RuntimeError("the server's /metrics has no process_cpu_seconds_total")
 
 
 # -- the driver -------------------------------------------------------------------------------
@@ -345,12 +475,21 @@ def _one_repeat(args: argparse.Namespace, k: int, out_dir: Path, profile: bool =
     try:
         _wait_health(url, proc)
         ep = url + "/v1/completions"
-        row_args = dict(model=None, concurrency=args.concurrency, rate=float("inf"), max_tokens=args.max_tokens,
-                        chat=False, workers=args.workers)
-        run_row(ep, {}, requests=args.concurrency, **row_args)  # warm-up row
+        if args.client == "raw":
+            def timed(requests: int) -> dict:
+                cpu = _server_cpu_s(url)
+                row = raw_row("127.0.0.1", port, "/v1/completions", requests=requests, concurrency=args.concurrency,
+                              max_tokens=args.max_tokens)
+                row["server_cpu_us_per_tok"] = (_server_cpu_s(url) - cpu) / row["output_tokens"] * 1e6
+                return row
+        else:
+            row_args = dict(model=None, concurrency=args.concurrency, rate=float("inf"), max_tokens=args.max_tokens,
+                            chat=False, workers=args.workers)
+            timed = lambda requests: run_row(ep, {}, requests=requests, **row_args)  # noqa: E731
+        timed(args.concurrency)  # warm-up row
         proc.send_signal(signal.SIGUSR1)
         time.sleep(0.2)
-        row = run_row(ep, {}, requests=args.requests, **row_args)
+        row = timed(args.requests)
         proc.send_signal(signal.SIGUSR2)
         for _ in range(100):
             if report.exists():
@@ -387,7 +526,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--requests", type=int, default=128, help="timed requests a repeat (default 128)")
     p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--workers", type=int, default=2, help="client processes (default 2)")
+    p.add_argument("--client", choices=("raw", "bench"), default="raw",
+                   help="raw (default): one process of plain sockets that only looks for each stream's end and "
+                        "usage (a few us of CPU a token: on a small machine the clients leave the server its "
+                        "core); bench: bench serve's httpx clients, which parse every event (100-300 us a token "
+                        "on the shared 2-core cpu: they, not the server, set the pace there)")
+    p.add_argument("--workers", type=int, default=2, help="--client bench: client processes (default 2)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--profile-top", type=int, default=0, help="print the N top entries of the server profile")
     p.add_argument("--server-cpus", default=None, help="taskset -c for the server (e.g. 0-7)")
@@ -433,7 +577,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.model is None and not args.no_inprocess:
             r = trio.run(_inprocess, args)
             inproc.append(r)
-            print(f"  in-proc   #{k}: {r['tok_per_s']:8.0f} tok/s  cpu {r['cpu_us_per_tok']:5.1f} us/tok  "
+            print(f"  in-proc   #{k}: {r['tok_per_s']:8.0f} tok/s (steady {r['steady_tok_per_s'] or float('nan'):.0f})"
+                  f"  cpu {r['cpu_us_per_tok']:5.1f} us/tok  "
                   f"dev idle {100 * r['dev_idle_fraction']:4.1f} %", flush=True)
     med = lambda xs: float(np.median(xs))  # noqa: E731
     summary = dict(server_cpu_us_per_tok=med([r["server_cpu_us_per_tok"] for r in rows]),
@@ -445,6 +590,11 @@ def main(argv: list[str] | None = None) -> int:
                        inprocess_cpu_us_per_tok=med([r["cpu_us_per_tok"] for r in inproc]))
         line += (f"; in-process {summary['inprocess_tok_per_s']:.0f} tok/s ({summary['inprocess_cpu_us_per_tok']:.1f} "
                  f"us/tok): HTTP / in-process {summary['http_tok_per_s'] / summary['inprocess_tok_per_s']:.3f}")
+        if all(r.get("steady_tok_per_s") for r in rows + inproc):  # --requests = --concurrency: the target's figure
+            summary.update(http_steady_tok_per_s=med([r["steady_tok_per_s"] for r in rows]),
+                           inprocess_steady_tok_per_s=med([r["steady_tok_per_s"] for r in inproc]))
+            line += (f"; steady {summary['http_steady_tok_per_s']:.0f} / {summary['inprocess_steady_tok_per_s']:.0f} = "
+                     f"{summary['http_steady_tok_per_s'] / summary['inprocess_steady_tok_per_s']:.3f}")
     print(line)
     if args.profile_top:  # a run of its own: cProfile's overhead stays out of the figures above
         row = _one_repeat(args, len(rows), out_dir, profile=True)

@@ -32,10 +32,10 @@ Pipelining: when every active request is greedy and has room for two more tokens
 is waiting or running (the next step's rows are this one's), the step after
 the one in flight is submitted before the host reads the tokens back, its input tokens copied on
 the device from the in-flight step's argmax (same bucket, same rows), so the host's work for one
-step (reading ids, streaming 64 tokens to 64 tasks) overlaps the device's next step. A step's
-results go to the requests it was submitted for: one that ended meanwhile (a stop token, a
-cancel) has its row ignored (it only wrote the KV-cache row after its last token); one admitted
-meanwhile joins the step after. A request's end costs one step submitted after the tokens were
+step (reading ids, appending 64 tokens to 64 requests, which their streams read when they wake)
+overlaps the device's next step. A step's results go to the requests it was submitted for: one
+that ended meanwhile (a stop token, a cancel) has its row ignored (it only wrote the KV-cache row
+after its last token); one admitted meanwhile joins the step after. A request's end costs one step submitted after the tokens were
 read (the one after it: its rows changed).
 """
 
@@ -270,26 +270,30 @@ class Batcher:
         (no pieces): one position further, the input tokens copied on the device from the in-flight
         step's argmax (same bucket, same rows; only with a free command list: raises
         ``trio.WouldBlock`` otherwise, as this task already holds one)."""
-        ctx, ahead = self.ctx, 1 if speculative else 0
-        tokens, positions, rows, first_rows = [], [], [], []
-        for r in active:
-            tokens.append(r.token)
-            positions.append(r.pos + ahead)
-            rows.append(r.seq * ctx + r.pos + ahead)
-            first_rows.append(r.seq * ctx)
+        ctx, n_active = self.ctx, len(active)
+        # the decode rows as arrays (one pass over the requests, no per-row arithmetic in Python)
+        first_rows = np.fromiter([r.seq for r in active], np.int64, n_active) * ctx  # (rows,)
+        positions = np.fromiter([r.pos for r in active], np.int64, n_active)
+        if speculative:
+            positions += 1
+        tokens = [r.token for r in active]
         ends = []  # (request, its row of the piece's last token, the piece ends the prompt)
-        for r, start, n in pieces:
-            base = r.seq * ctx
-            tokens += r.request.prompt_ids[start:start + n]
-            positions += range(start, start + n)
-            rows += range(base + start, base + start + n)
-            first_rows += [base] * n
-            ends.append((r, len(positions) - 1, start + n == len(r.request.prompt_ids)))
+        if pieces:
+            more_pos, more_first = [positions], [first_rows]
+            at = n_active
+            for r, start, n in pieces:
+                tokens += r.request.prompt_ids[start:start + n]
+                more_pos.append(np.arange(start, start + n))
+                more_first.append(np.full(n, r.seq * ctx))
+                at += n
+                ends.append((r, at - 1, start + n == len(r.request.prompt_ids)))
+            positions, first_rows = np.concatenate(more_pos), np.concatenate(more_first)
         # logits come back only for a row that samples: a decode row, or the last row of a prompt
         greedy = all(r.request.greedy for r in active) and all(r.request.greedy or not done for r, _, done in ends)
         run = await self.runner.start(self.slot, self.runner.batch_plan(len(positions)), positions=positions,
-                                      tokens=None if speculative else tokens, rows=rows, first_rows=first_rows,
-                                      outputs=("argmax",) if greedy else ("logits", "argmax"), speculative=speculative)
+                                      tokens=None if speculative else tokens, rows=first_rows + positions,
+                                      first_rows=first_rows, outputs=("argmax",) if greedy else ("logits", "argmax"),
+                                      speculative=speculative)
         return _Step(active, greedy, run, ends)
 
     async def _decode_step(self) -> None:
@@ -301,7 +305,7 @@ class Batcher:
                 pieces = self._prompt_pieces(self._prompt_room(len(active)))
                 step = await self._submit_step(active, pieces)
             if (step.greedy and step.rows == active and not step.prompts and not self._waiting and not self._admitted
-                    and all(r.request.remaining() >= 2 for r in active)):
+                    and min([r.request.remaining() for r in active]) >= 2):
                 try:  # speculative: the step after, fed this one's argmax on the device
                     nxt = await self._submit_step(active, speculative=True)
                     self._pipelined += 1

@@ -22,7 +22,7 @@ async def generate(runner: Runner, slot: Any, request: Request) -> None:
     step); the others download the logits (``decode_sampled``: ``request.sample`` penalizes them).
 
     Raises:
-        trio.BrokenResourceError: the consumer closed its end of ``request.received``.
+        trio.BrokenResourceError: the consumer went away (``request.abandon()``).
     """
     request.mark_started()
     output = "argmax" if request.greedy else "logits"

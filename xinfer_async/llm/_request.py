@@ -9,7 +9,6 @@ ends a request on a stop string with ``stop``. ``timings()`` builds the ``Timing
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from typing import Sequence
 
@@ -73,8 +72,11 @@ class Request:
             else empty.
         greedy: see the property of that name (fixed at construction).
         finish_reason: None while running, then ``"stop"`` or ``"length"``.
-        received: the consumer's end of the token channel (ints); it ends when the scheduler is
-            done with the request (``close``).
+        closed: the scheduler is done with the request (``close``): no token follows ``tokens``.
+
+    The consumer (the stream) reads ``tokens`` by index, as far as it got, and waits for more with
+    ``wait_tokens``: the scheduler's ``advance`` appends and wakes it only when it waits (no channel
+    between them, no trio round a token for a consumer that reads several at once).
     """
 
     def __init__(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, ctx: int,
@@ -96,9 +98,10 @@ class Request:
         self.logprobs: list[TokenLogprobs] = []
         self.finish_reason: str | None = None
         self._sampler: Sampler | None = None
-        self._send, self.received = trio.open_memory_channel(math.inf)
-        #: the scheduler is done with the request (``close``): no token follows those in ``received``
+        #: the scheduler is done with the request (``close``): no token follows those in ``tokens``
         self.closed = False
+        self._abandoned = False  # the consumer went away (``abandon``)
+        self._waiter: trio.lowlevel.Task | None = None  # the consumer, while it waits in ``wait_tokens``
         #: clock readings (``time.perf_counter``), None until the stage is reached
         self.submitted_at: float | None = None
         self.started_at: float | None = None
@@ -154,7 +157,7 @@ class Request:
                 ignored.
 
         Raises:
-            trio.BrokenResourceError: the consumer closed its end (the token is recorded).
+            trio.BrokenResourceError: the consumer went away (``abandon``; the token is recorded).
             ValueError: ``top_logprobs`` is set and ``logits`` is None.
         """
         if self.finish_reason is not None:
@@ -169,7 +172,10 @@ class Request:
             self._finish("stop")
         elif len(self.tokens) >= self._limit:
             self._finish("length")
-        self._send.send_nowait(token)
+        if self._waiter is not None:
+            self._wake()
+        elif self._abandoned:
+            raise trio.BrokenResourceError("the request's consumer went away")
         return self.finish_reason
 
     def _finish(self, reason: str) -> None:
@@ -188,10 +194,42 @@ class Request:
         del self.logprobs[keep:]
 
     def close(self) -> None:
-        """The scheduler is done with the request (finished, cancelled or failed): the consumer's
-        ``received`` ends after the tokens it holds. Idempotent."""
+        """The scheduler is done with the request (finished, cancelled or failed): no token
+        follows ``tokens``; a consumer waiting in ``wait_tokens`` returns. Idempotent."""
         self.closed = True
-        self._send.close()
+        if self._waiter is not None:
+            self._wake()
+
+    # -- the consumer's side ---------------------------------------------------------------
+    async def wait_tokens(self, seen: int) -> None:
+        """Wait until the request has more than ``seen`` tokens or is closed (a checkpoint either
+        way, as a channel's ``receive``). One consumer: the stream.
+
+        Raises:
+            trio.BusyResourceError: another task already waits on this request.
+        """
+        if len(self.tokens) > seen or self.closed:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._waiter is not None:
+            raise trio.BusyResourceError("another task already waits for this request's tokens")
+        self._waiter = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._waiter = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def _wake(self) -> None:
+        task, self._waiter = self._waiter, None
+        trio.lowlevel.reschedule(task)
+
+    def abandon(self) -> None:
+        """The consumer went away: the scheduler's next ``advance`` raises
+        ``trio.BrokenResourceError`` (after recording the token), which ends the request there.
+        Idempotent."""
+        self._abandoned = True
 
     def timings(self) -> Timings:
         """The ``Timings`` (decode up to the finish, or to now while running; a stage not reached

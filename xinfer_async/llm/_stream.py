@@ -104,14 +104,16 @@ class GenerationStream:
         while True:
             if self.result is not None:
                 raise StopAsyncIteration
-            try:
-                token = await req.received.receive()
-            except trio.EndOfChannel:
+            await req.wait_tokens(self._consumed)
+            if self.result is not None:
+                raise StopAsyncIteration
+            if self._consumed >= len(req.tokens):  # closed, every token read
                 await self._handle.result()  # re-raises the job's error, if any
                 piece = self._finish_text()
                 if piece:
                     return piece
-                raise StopAsyncIteration from None
+                raise StopAsyncIteration
+            token = req.tokens[self._consumed]
             self._consumed += 1
             self._offsets.append(len(self._text))
             self._text += self._decoder.push(token)
@@ -130,30 +132,24 @@ class GenerationStream:
         """
         if self._handle is None or self.result is not None:
             return ""
-        received = self.request.received
+        tokens, start = self.request.tokens, self._consumed
+        if start >= len(tokens):
+            return ""
         if not self._stop:  # nothing held back: the tokens' text as it comes, one string at the end
-            push, offsets, n, parts = self._decoder.push, self._offsets, len(self._text), []
-            while True:
-                try:
-                    token = received.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                    break
+            new = tokens[start:]
+            pieces = self._decoder.push_many(new)
+            offsets, n = self._offsets, len(self._text)
+            for piece in pieces:
                 offsets.append(n)
-                parts.append(push(token))
-                n += len(parts[-1])
-            if not parts:
-                return ""
-            self._consumed += len(parts)
-            text = "".join(parts)
+                n += len(piece)
+            text = "".join(pieces)
+            self._consumed = start + len(new)
             self._text += text
             self._emitted = n
             return text
         pieces = []
-        while self.result is None:
-            try:
-                token = received.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
+        while self.result is None and self._consumed < len(tokens):
+            token = tokens[self._consumed]
             self._consumed += 1
             self._offsets.append(len(self._text))
             self._text += self._decoder.push(token)
@@ -167,9 +163,8 @@ class GenerationStream:
         read: the next ``anext`` returns at once, with the last text held back (if any) or the end
         (or the request's error). A consumer that writes one event per wake-up (a server) asks
         this after ``read_nowait`` to send its last piece and the end together."""
-        if self._handle is None or not self.request.closed:
-            return False
-        return self.request.received.statistics().current_buffer_used == 0
+        req = self.request
+        return self._handle is not None and req.closed and self._consumed >= len(req.tokens)
 
     def _release(self) -> str:
         for s in self._stop:
@@ -235,7 +230,8 @@ class GenerationStream:
         """Cancel the request (if still running) and stop the stream."""
         if self._handle is not None:
             self._handle.cancel()
-        await self.request.received.aclose()
+        self.request.abandon()
+        await trio.lowlevel.checkpoint()
 
     def __del__(self):
         handle = getattr(self, "_handle", None)

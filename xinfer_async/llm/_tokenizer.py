@@ -344,6 +344,17 @@ class StreamDecoder:
             return ""
         return self._dec.decode(b, final=False)
 
+    def push_many(self, token_ids: Sequence[int]) -> list[str]:
+        """``push`` of each id in turn, in one call (a consumer that reads several tokens at once):
+        the text each one completed (possibly ''), one string per id.
+
+        Raises:
+            ValueError: an id outside the vocabulary (the ids before it were pushed).
+        """
+        token_bytes, decode = self._tok.token_bytes, self._dec.decode
+        special = self._tok.special_ids if self._skip else ()
+        return ["" if t in special else decode(token_bytes(int(t)), False) for t in token_ids]
+
     def flush(self) -> str:
         """End of stream: returns held-back bytes (an incomplete sequence becomes U+FFFD)."""
         out = self._dec.decode(b"", final=True)

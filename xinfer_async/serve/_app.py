@@ -444,6 +444,11 @@ class OpenAIServer:
             pending = encode(oa.chat_chunk(rid, name, created, {"role": "assistant", "content": ""},
                                            with_usage=include_usage))
 
+        request = stream.request
+
+        def ended() -> bool:  # the scheduler is done with the request: its last event need not wait out a turn
+            return request.closed
+
         async def on_text(text: str, final: bool) -> None:  # one event of the tokens there, then wait for a turn
             nonlocal pending
             data = pending + piece_event(text) if text else pending
@@ -452,7 +457,7 @@ class OpenAIServer:
                 return
             pending = b""
             await write(data)
-            await self.pacing.wait(self._streaming)
+            await self.pacing.wait(self._streaming, ended)
 
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})

@@ -15,12 +15,13 @@ The turns come from one clock per ``StreamPacing`` (a trio system task that tick
 ``write_cost_s`` and wakes the streams' turns due, oldest waiter first, spread over the interval
 rather than all at once: see ``StreamPacing``), not a timer per stream: a ``trio.sleep_until``
 per event costs a cancel scope, a deadline and the ``Cancelled`` raised through the task when it
-expires (measured 60 us a wake on the shared 2-core cpu, against 10 us for a wake from a
-``ParkingLot``).
+expires (measured 60 us a wake on the shared 2-core cpu, against 10 us for a parked task the
+clock reschedules, as a ``ParkingLot`` does).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any, Callable
 
@@ -71,7 +72,10 @@ class StreamPacing:
     device's next step from the same thread -- for the whole burst (64 streams x 28 tokens an
     event: several steps' time on the H200). A tick that comes late (the thread overloaded) hands
     out two ticks' turns at most: the writes back off, each carrying more tokens. With an interval
-    of 0 a stream writes as soon as its tokens are there.
+    of 0 a stream writes as soon as its tokens are there. A stream whose request has ended (its
+    ``ended`` says so) gets its turn at the next tick rather than at its place in the interval (at
+    most ``TURNS_PER_TICK`` of them a tick): its last event, and the end of its response, wait
+    milliseconds, not up to an interval.
 
     Args:
         interval_s: a fixed interval (0: every token as soon as it is there), or None for the
@@ -104,7 +108,8 @@ class StreamPacing:
             raise ValueError(f"write_cost_s must be > 0 seconds, got {write_cost_s!r}")
         self.interval_s = interval_s
         self.write_cost_s = write_cost_s
-        self._turns = trio.lowlevel.ParkingLot()  # the streams waiting for a turn, oldest first
+        #: the streams waiting for a turn, oldest first: task -> its ``ended`` (or None)
+        self._turns: dict[trio.lowlevel.Task, Callable[[], bool] | None] = {}
         self._tick_s = 0.0  # the clock's next sleep
         self._rate = 0.0  # turns a second: streams / interval
         self._gap = 0.0  # the interval
@@ -116,11 +121,18 @@ class StreamPacing:
             return self.interval_s
         return self.write_cost_s * max(0, streams - 1)
 
-    async def wait(self, streams: int) -> None:
+    async def wait(self, streams: int, ended: Callable[[], bool] | None = None) -> None:
         """Wait for the calling stream's next turn to write, with ``streams`` requests streaming
         (the clock is started here when it is not running: a trio system task of the current run,
         which stops after an interval in which no stream waited). Cancellable; returns at once,
-        without a checkpoint, when the interval is 0 (the write before it had its own)."""
+        without a checkpoint, when the interval is 0 (the write before it had its own).
+
+        Args:
+            ended: when given, the clock calls it at each tick (it must not raise) and gives the
+                stream its turn then when it returns True (its request has ended: its last event
+                need not wait out the interval), up to ``TURNS_PER_TICK`` such turns a tick besides
+                the others.
+        """
         gap = self.interval(streams)
         if gap <= 0:
             return
@@ -131,7 +143,19 @@ class StreamPacing:
         if self._clock is not token:
             self._clock = token
             trio.lowlevel.spawn_system_task(self._tick, token, name="xinfer_async.serve-stream-clock")
-        await self._turns.park()
+        task = trio.lowlevel.current_task()
+        self._turns[task] = ended
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._turns.pop(task, None)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def _give(self, tasks: list) -> None:
+        for task in tasks:
+            del self._turns[task]
+            trio.lowlevel.reschedule(task)
 
     async def _tick(self, token: Any) -> None:
         # turns owed (a fraction carries to the next tick), accrued over the time that passed, up
@@ -151,11 +175,13 @@ class StreamPacing:
                         return
                     continue
                 idle_s = 0.0
-                credit = min(credit + elapsed * self._rate, waiting)  # no turns saved up for a burst later
+                done = [t for t, ended in self._turns.items() if ended is not None and ended()]
+                self._give(done[:self.TURNS_PER_TICK])
+                credit = min(credit + elapsed * self._rate, len(self._turns))  # no turns saved up for a burst later
                 n = int(credit)
                 if n:
                     credit -= n
-                    self._turns.unpark(count=n)
+                    self._give(list(itertools.islice(self._turns, n)))
         finally:
             if self._clock is token:
                 self._clock = None
