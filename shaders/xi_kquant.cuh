@@ -378,6 +378,61 @@ template <> struct XiMv<XI_BF16> {  // as f16's: 4 words, 2 elements a word
     }
 };
 
+// XiMvS<TYPE>: the sub-block scales applied after the code dots, as llama.cpp's mmvq does (d sc sum(q h)
+// - dmin m sum(h)): raw() as XiMv's; dec() gives a lane's 8 codes as exact floats q (q6_k: code - 32)
+// and the scales, the value of element i being dlo q[i] - m (i < 4) or dhi q[i] - m (i >= 4): 2 float
+// operations an element fewer than XiMv's exact weights, but other roundings, so a row's bits differ
+// from XiMv's. Only xi_mvp.cuh's SC variants use them (timed by tools/gemv_variants.py --mvp; no
+// entry launches them: every entry of a type must sum a row the same way).
+template <int TYPE> struct XiMvS;
+template <> struct XiMvS<XI_Q4_K> : XiMv<XI_Q4_K> {
+    static __device__ __forceinline__ void dec(const uint32_t r[NW], float q[8], float &dlo, float &dhi, float &m) {
+        const int g = r[6], sh = 4 * (g & 1);
+        int sc, mn;
+        xk_scale_min_w(g, r[3], r[4], r[5], sc, mn);
+        dlo = dhi = __fmul_rn(xi_h2f(r[2] & 0xffff), (float)sc);
+        m = __fmul_rn(xi_h2f(r[2] >> 16), (float)mn);
+        const uint32_t lo = (r[0] >> sh) & 0x0F0F0F0Fu, hi = (r[1] >> sh) & 0x0F0F0F0Fu;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            q[i] = xi_byte_f(lo, i);
+            q[4 + i] = xi_byte_f(hi, i);
+        }
+    }
+};
+template <> struct XiMvS<XI_Q5_K> : XiMv<XI_Q5_K> {
+    static __device__ __forceinline__ void dec(const uint32_t r[NW], float q[8], float &dlo, float &dhi, float &m) {
+        const int g = r[8], sh = 4 * (g & 1);
+        int sc, mn;
+        xk_scale_min_w(g, r[5], r[6], r[7], sc, mn);
+        dlo = dhi = __fmul_rn(xi_h2f(r[4] & 0xffff), (float)sc);
+        m = __fmul_rn(xi_h2f(r[4] >> 16), (float)mn);
+        const uint32_t lo = ((r[0] >> sh) & 0x0F0F0F0Fu) | (((r[2] >> g) & 0x01010101u) << 4);
+        const uint32_t hi = ((r[1] >> sh) & 0x0F0F0F0Fu) | (((r[3] >> g) & 0x01010101u) << 4);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            q[i] = xi_byte_f(lo, i);
+            q[4 + i] = xi_byte_f(hi, i);
+        }
+    }
+};
+template <> struct XiMvS<XI_Q6_K> : XiMv<XI_Q6_K> {
+    static __device__ __forceinline__ void dec(const uint32_t r[NW], float q[8], float &dlo, float &dhi, float &m) {
+        const int g = r[5], shl = 4 * ((g & 3) >> 1), shh = 2 * (g & 3);
+        const float dd = xi_h2f(r[4] >> 16);
+        dlo = __fmul_rn(dd, (float)(int8_t)(r[4] & 0xff));  // the scale of elements 0..15 of the group
+        dhi = __fmul_rn(dd, (float)(int8_t)((r[4] >> 8) & 0xff));  // of 16..31
+        m = 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t codes = ((r[h] >> shl) & 0x0F0F0F0Fu) | (((r[2 + h] >> shh) & 0x03030303u) << 4);
+#pragma unroll
+            for (int i = 0; i < 4; i++)  // 2^23 + code, less 2^23 + 32: code - 32, exact
+                q[4 * h + i] = __int_as_float(__byte_perm(codes, 0x4B000000u, 0x7540 | i)) - 8388640.0f;
+        }
+    }
+};
+
 // Elements a block (QK) and its bytes of a type of this file, on the host too (xi_mvc_rows).
 __host__ __device__ constexpr int xk_block_elems(int type) {
     return type == XI_BF16 ? 1 : (type == XI_Q5_0 || type == XI_Q5_1 || type == XI_IQ4_NL) ? 32 : 256;

@@ -1,32 +1,35 @@
 // The pipelined matrix kernel for decode, T <= 8 tokens (entries `_p` of matmul_DT, rmsnorm_matmul_DT
-// and rmsnorm_matmul_swiglu_DT for f16, q8_0, q4_0, q4_1; backends/cuda/_launch.py's mvp_weight picks
-// it): y (T, N) from w (N, K) DT rows and x (T, K) f32, with xi_mvc.cuh's optional rmsnorm on the way
-// in (NORM) and SwiGLU on the way out (GLU: gate rows [0, N), up rows [N, 2N)). At T > 1 each lane
-// decodes a weight block once for all the CTA's tokens (xi_mvc decodes it once a token).
+// and rmsnorm_matmul_swiglu_DT for f16, q8_0, q4_0, q4_1 and, through xi_kquant.cuh's XiMv decoders,
+// q4_k, q5_k, q6_k, q5_0; backends/cuda/_launch.py's mvp_weight picks it): y (T, N) from w (N, K) DT
+// rows and x (T, K) f32, with xi_mvc.cuh's optional rmsnorm on the way in (NORM) and SwiGLU on the way
+// out (GLU: gate rows [0, N), up rows [N, 2N)). At T > 1 each lane decodes a weight block once for all
+// the CTA's tokens (xi_mvc decodes it once a token).
 //
-// Why: xi_mv1 (xi_mvc.cuh) reads a row's weights as 4-byte words straight into registers, a few
-// 8-block steps at a time, then decodes them: a warp has ~1 KB in flight and waits a whole memory
-// round trip per step, and with NORM every warp re-reads its token to sum its squares. On the H200
-// that reached 0.56-1.3 TB/s of ~4.3 on Llama-3.1-8B's weights. Here:
+// Why: xi_mv1 (xi_mvc.cuh) reads a row's weights as 4-byte words straight into registers, a few 8-block
+// steps at a time, then decodes them: a warp has ~1 KB in flight and waits a whole memory round trip
+// per step, and with NORM every warp re-reads its token to sum its squares. On the H200 that reached
+// 0.56-1.3 TB/s of ~4.3 on Llama-3.1-8B's weights. Here:
 // - a warp owns tiles of R consecutive rows (R rows and, with GLU, their R up rows: NR regions) and
 //   streams them through S stages of warp-private shared memory with cp.async (16-byte copies, no
-//   registers held): while it decodes a chunk, the next S - 1 chunks are in flight (S - 1 chunks of
-//   NR x CG groups of 8 blocks, ~2-5 KB a warp, 16 warps an SM); only __syncwarp, no CTA barrier
-//   in the loop;
-// - at T == 1 the CTA stages the token once (its rmsnorm h = (x * inv) * norm, inv summed once by warp 0, and
-//   q4_1's per-lane block sums) in shared memory, where K <= XI_MVP_XK; each lane then reads h
-//   as two float4s a block, shared by the R rows it decodes together (the L1/shared data path is
-//   the next limit after memory: fewer x reads a weight byte);
-// - the grid is at most one wave (CTAs an SM from the shared bytes); warps take tiles gw, gw + GW,
-//   ... (GW warps in all), so a wave's prologue is paid once and the pipeline runs across tiles.
+//   registers held): while it decodes a chunk, the next S - 1 chunks are in flight (S - 1 chunks of NR
+//   x CG groups of 8 blocks of 32 (a group of the K-quants: one super-block of 256), ~2-7 KB a warp, 16
+//   warps an SM); only __syncwarp, no CTA barrier in the loop;
+// - at T == 1 the CTA stages the token once (its rmsnorm h = (x * inv) * norm, inv summed once by warp
+//   0, and q4_1's per-lane block sums) in shared memory, where K <= XI_MVP_XK; each lane then reads h
+//   as two float4s a block, shared by the R rows it decodes together (the L1/shared data path is the
+//   next limit after memory: fewer x reads a weight byte);
+// - the grid is at most one wave (CTAs an SM from the shared bytes); warps take tiles gw, gw + GW, ...
+//   (GW warps in all), so a wave's prologue is paid once and the pipeline runs across tiles.
 // Numerics: lane l sums blocks l/4, l/4 + 8, ... of each row in that order with xi_mvc.cuh's
 // expressions (xi_blk_norm, xi_blk_sum, xi_blk_part, the warp sum, the SwiGLU and accumulate
-// expressions), and inv as xi_tok_inv sums it, so every row's result is bit-identical to xi_mv1's
-// (T == 1), and to xi_mvc's (T <= 8) and xi_mvt's (T > 8) where they keep that order (a row within
-// their stage): a batched step still equals the rows alone (tests/test_mvp_kernels.py).
-// Vector path: K % 256 == 0 (whole 8-block groups, 16-byte aligned rows), w, x, norm 16-byte
-// aligned; else xi_mv1 a warp a row, a token at a time (w aligned to its type, K % 32 == 0, x, norm
-// 16-byte aligned), or xi_mvc_scalar.
+// expressions; the K-quants' weights dequantized by XiMv::dec as gguf rounds them), and inv as
+// xi_tok_inv sums it, so every row's result is bit-identical to xi_mv1's and the one-token staged
+// xi_mvc's (T == 1, the K-quants' old entry), and to xi_mvc's (T <= 8) and xi_mvt's (T > 8) where they
+// keep that order (a row within their stage): a batched step still equals the rows alone
+// (tests/test_mvp_kernels.py).
+// Vector path: K % 256 == 0 (whole groups) and rows of whole 16-byte words (q6_k: K % 2048 == 0), w, x,
+// norm 16-byte aligned; else xi_mv1 a warp a row, a token at a time (w aligned to its type, K % 32 ==
+// 0, x, norm 16-byte aligned), or xi_mvc_scalar.
 #pragma once
 #include "xi_mvc.cuh"
 
@@ -34,7 +37,8 @@
 #define XI_MVP_XK 8192   // the most K whose token is staged in shared memory (36 KB: h, block sums)
 
 // bytes of a group of 8 blocks (32 elements a block): a warp step, 4 lanes a block
-__host__ __device__ constexpr int xi_mvp_group_bytes(int type) { return 8 * xi_block_bytes(type); }
+// (one super-block of the 256-element K-quants: their lanes' raw() then index blocks 0..7 of it)
+__host__ __device__ constexpr int xi_mvp_group_bytes(int type) { return (int)xi_row_bytes_of(type, 256); }
 
 // Dynamic shared bytes: the warps' stages (8 warps x S stages x NR regions x CG groups) and, at
 // T == 1 where K <= XI_MVP_XK, the staged token (K floats of h, K / 8 block sums).
@@ -67,16 +71,50 @@ template <int N> __device__ __forceinline__ void xi_mvp_wait() {
 // lanes of a quarter warp (blocks 2j and 2j + 1, lanes s = 0..3 of each) read 8 distinct bank quads.
 __device__ __forceinline__ int xi_mvp_pos4(int i) { return i ^ (((i >> 3) & 1) << 2); }
 
+// SC: the sub-block scales applied after the code dots (xi_kquant.cuh's XiMvS: q4_k, q5_k, q6_k), a
+// variant that tools/gemv_variants.py --mvp times; no entry launches it (other roundings than the
+// other entries' sums of exact weights). A lane's part of a block: dlo q.h_lo + dhi q.h_hi (q6_k), or
+// d q.h - m sum(h) (q4_k, q5_k; sum(h) as q4_1's, xi_blk_sum).
+template <int TYPE>
+__device__ __forceinline__ float xi_blk_part_sc(const float q[8], float dlo, float dhi, float m, float4 lo, float4 hi, float xs) {
+    if (TYPE == XI_Q6_K) {
+        const float a = q[0] * lo.x + q[1] * lo.y + q[2] * lo.z + q[3] * lo.w;
+        const float b = q[4] * hi.x + q[5] * hi.y + q[6] * hi.z + q[7] * hi.w;
+        return dlo * a + dhi * b;
+    }
+    const float dot = q[0] * lo.x + q[1] * lo.y + q[2] * lo.z + q[3] * lo.w + q[4] * hi.x + q[5] * hi.y + q[6] * hi.z + q[7] * hi.w;
+    return dlo * dot - m * xs;
+}
+// Whether a lane's block sum of h is needed (staged with the token at T == 1): q4_1's m term, SC's.
+__host__ __device__ constexpr bool xi_mvp_xsum(int type, bool sc) {
+    return type == XI_Q4_1 || (sc && (type == XI_Q4_K || type == XI_Q5_K));
+}
+// A lane's 8 weights of a group and their part of a dot product: XiMv's exact weights and xi_blk_part
+// (xi_mvc's expressions), or with SC XiMvS's codes and scales and xi_blk_part_sc.
+template <int TYPE, bool SC> struct XiMvpW {
+    float q[8], d, dh, m;
+    __device__ __forceinline__ void dec(const uint8_t *group, int bl, int s) {
+        uint32_t rw[XiMv<TYPE>::NW];
+        XiMv<TYPE>::template raw<3>(group, bl, s, rw);
+        if constexpr (SC) XiMvS<TYPE>::dec(rw, q, d, dh, m);
+        else XiMv<TYPE>::dec(rw, q, d, m);
+    }
+    __device__ __forceinline__ float part(float4 lo, float4 hi, float xs) const {
+        if constexpr (SC) return xi_blk_part_sc<TYPE>(q, d, dh, m, lo, hi, xs);
+        else return xi_blk_part<TYPE>(q, d, m, lo, hi, xs);
+    }
+};
+
 // The token's 8 elements of block b for lane quarter s (lo: 4s..4s+3, hi: 16+4s..), h as xi_mvc
-// computes them, and their sum (q4_1's m term): staged (XS) or from global memory.
-template <int TYPE, bool NORM, bool XS>
+// computes them, and their sum (q4_1's m term, SC's; xi_mvp_xsum): staged (XS) or from global memory.
+template <int TYPE, bool NORM, bool XS, bool SC>
 __device__ __forceinline__ void xi_mvp_x(const XiMvcArgs &a, const float4 *hs, const float *xsum, float inv, int b, int s,
                                          float4 &lo, float4 &hi, float &xs) {
     if (XS) {
         const int p = (b & 1) << 2;
         lo = hs[b * 8 + (s ^ p)];
         hi = hs[b * 8 + ((s + 4) ^ p)];
-        xs = TYPE == XI_Q4_1 ? xsum[b * 4 + s] : 0.0f;
+        xs = xi_mvp_xsum(TYPE, SC) ? xsum[b * 4 + s] : 0.0f;
     } else {
         lo = __ldg(reinterpret_cast<const float4 *>(a.x + b * 32 + 4 * s));
         hi = __ldg(reinterpret_cast<const float4 *>(a.x + b * 32 + 16 + 4 * s));
@@ -86,7 +124,7 @@ __device__ __forceinline__ void xi_mvp_x(const XiMvcArgs &a, const float4 *hs, c
             lo = xi_blk_norm(lo, inv, glo);
             hi = xi_blk_norm(hi, inv, ghi);
         }
-        xs = TYPE == XI_Q4_1 ? xi_blk_sum(lo, hi) : 0.0f;
+        xs = xi_mvp_xsum(TYPE, SC) ? xi_blk_sum(lo, hi) : 0.0f;
     }
 }
 
@@ -104,11 +142,10 @@ __device__ __forceinline__ float xi_mvp_tok_inv(const float4 *hs, int K, float e
 }
 
 // The vector path (see the top of the file). smem: the dynamic shared memory (xi_mvp_shared bytes).
-template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, bool XS, int TT>
+template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, bool XS, int TT, bool SC>
 __device__ __forceinline__ void xi_mvp(const XiMvcArgs &a, uint8_t *smem) {
-    typedef XiMv<TYPE> M;
     constexpr int GB = xi_mvp_group_bytes(TYPE), NR = GLU ? 2 * R : R, CGB = CG * GB, CW = CGB / 16, NCP = (CW + 31) / 32;
-    static_assert(GB % 16 == 0, "a group of 8 blocks is whole 16-byte words");
+    static_assert(CGB % 16 == 0, "a chunk of CG groups is whole 16-byte words");
     static_assert(!XS || TT == 1, "the token is staged at T == 1 only");
     __shared__ float inv_s[TT];
     const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5, s = lane & 3, bl = lane >> 2;
@@ -125,7 +162,7 @@ __device__ __forceinline__ void xi_mvp(const XiMvcArgs &a, uint8_t *smem) {
     int it = gw, ic = 0, is = 0, issued = 0;
     auto issue = [&]() {
         if (issued < nchunk) {
-            const int g0 = ic * CG, nw = (gpr - g0 < CG ? gpr - g0 : CG) * (GB / 16);
+            const int g0 = ic * CG, nw = (gpr - g0 < CG ? gpr - g0 : CG) * GB / 16;  // whole words: rb % 16 == 0
             uint8_t *dst = st + (size_t_)is * NR * CGB;
 #pragma unroll
             for (int q = 0; q < NR; q++) {
@@ -178,7 +215,7 @@ __device__ __forceinline__ void xi_mvp(const XiMvcArgs &a, uint8_t *smem) {
             }
             hs[ilo] = lo;
             hs[ihi] = hi;
-            if (TYPE == XI_Q4_1) xsum[j] = xi_blk_sum(lo, hi);
+            if (xi_mvp_xsum(TYPE, SC)) xsum[j] = xi_blk_sum(lo, hi);
         }
         __syncthreads();
     } else if (NORM) {  // warp t: token t's scale
@@ -210,23 +247,17 @@ __device__ __forceinline__ void xi_mvp(const XiMvcArgs &a, uint8_t *smem) {
             if (TT == 1) {
                 float4 lo, hi;
                 float xs;
-                xi_mvp_x<TYPE, NORM, XS>(a, hs, xsum, inv[0], b, s, lo, hi, xs);
+                xi_mvp_x<TYPE, NORM, XS, SC>(a, hs, xsum, inv[0], b, s, lo, hi, xs);
 #pragma unroll
                 for (int q = 0; q < NR; q++) {
-                    uint32_t rw[M::NW];
-                    M::template raw<3>(src + q * CGB + j * GB, bl, s, rw);
-                    float qv[8], d, m;
-                    M::dec(rw, qv, d, m);
-                    acc[0][q] += xi_blk_part<TYPE>(qv, d, m, lo, hi, xs);
+                    XiMvpW<TYPE, SC> wq;
+                    wq.dec(src + q * CGB + j * GB, bl, s);
+                    acc[0][q] += wq.part(lo, hi, xs);
                 }
             } else {  // decode once, then every token (xi_mvc's expressions)
-                float qv[NR][8], d[NR], m[NR];
+                XiMvpW<TYPE, SC> wq[NR];
 #pragma unroll
-                for (int q = 0; q < NR; q++) {
-                    uint32_t rw[M::NW];
-                    M::template raw<3>(src + q * CGB + j * GB, bl, s, rw);
-                    M::dec(rw, qv[q], d[q], m[q]);
-                }
+                for (int q = 0; q < NR; q++) wq[q].dec(src + q * CGB + j * GB, bl, s);
                 float4 glo, ghi;
                 if (NORM) {
                     glo = __ldg(reinterpret_cast<const float4 *>(a.norm + b * 32 + 4 * s));
@@ -242,9 +273,9 @@ __device__ __forceinline__ void xi_mvp(const XiMvcArgs &a, uint8_t *smem) {
                             lo = xi_blk_norm(lo, inv[t], glo);
                             hi = xi_blk_norm(hi, inv[t], ghi);
                         }
-                        const float xs = TYPE == XI_Q4_1 ? xi_blk_sum(lo, hi) : 0.0f;
+                        const float xs = xi_mvp_xsum(TYPE, SC) ? xi_blk_sum(lo, hi) : 0.0f;
 #pragma unroll
-                        for (int q = 0; q < NR; q++) acc[t][q] += xi_blk_part<TYPE>(qv[q], d[q], m[q], lo, hi, xs);
+                        for (int q = 0; q < NR; q++) acc[t][q] += wq[q].part(lo, hi, xs);
                     }
                 }
             }
@@ -283,7 +314,7 @@ __device__ __forceinline__ void xi_mvp(const XiMvcArgs &a, uint8_t *smem) {
 // vector path, or where K, x, norm or w rules it out, the sums xi_mv1 (T == 1) or xi_mvc_scalar
 // make over the same rows (as xi_mvc_kernel falls back).
 #define XI_MVP_TT 8
-template <int TYPE, int R, int S, int CG, bool NORM, bool GLU>
+template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, bool SC = false>
 __device__ __forceinline__ void xi_mvp_kernel(const XiMvcArgs &a) {
     extern __shared__ uint4 xi_mvp_dyn[];
     if (blockIdx.y == 0) xi_prefetch_rows<TYPE, GLU>(a, (long long)blockIdx.x * XI_MVP_WARPS * R, XI_MVP_WARPS * R);
@@ -292,10 +323,10 @@ __device__ __forceinline__ void xi_mvp_kernel(const XiMvcArgs &a) {
     if (tg0 >= a.T) return;
     const bool vec32 = (a.K & 31) == 0 && (((size_t_)a.x) & 15) == 0 && (!NORM || (((size_t_)a.norm) & 15) == 0);
     uint8_t *smem = reinterpret_cast<uint8_t *>(xi_mvp_dyn);
-    if (vec32 && (a.K & 255) == 0 && (((size_t_)a.w) & 15) == 0) {
-        if (a.T > 1) xi_mvp<TYPE, R, S, CG, NORM, GLU, false, XI_MVP_TT>(a, smem);
-        else if (a.K <= XI_MVP_XK) xi_mvp<TYPE, R, S, CG, NORM, GLU, true, 1>(a, smem);
-        else xi_mvp<TYPE, R, S, CG, NORM, GLU, false, 1>(a, smem);
+    if (vec32 && (a.K & 255) == 0 && (xi_row_bytes_of(TYPE, a.K) & 15) == 0 && (((size_t_)a.w) & 15) == 0) {
+        if (a.T > 1) xi_mvp<TYPE, R, S, CG, NORM, GLU, false, XI_MVP_TT, SC>(a, smem);
+        else if (a.K <= XI_MVP_XK) xi_mvp<TYPE, R, S, CG, NORM, GLU, true, 1, SC>(a, smem);
+        else xi_mvp<TYPE, R, S, CG, NORM, GLU, false, 1, SC>(a, smem);
     } else if (vec32 && (((size_t_)a.w) & (XiQ<TYPE>::ALIGN - 1)) == 0) {  // xi_mv1's sums a token at a time
         const int tn = a.T - tg0 < XI_MVP_TT ? a.T - tg0 : XI_MVP_TT;
         for (int t = tg0; t < tg0 + tn; t++) {
@@ -304,7 +335,7 @@ __device__ __forceinline__ void xi_mvp_kernel(const XiMvcArgs &a) {
             b.y = a.y + (size_t_)t * a.N;
             b.T = 1;
             for (int n0 = blockIdx.x * XI_MVP_WARPS + (threadIdx.x >> 5); n0 < a.N; n0 += gridDim.x * XI_MVP_WARPS)
-                xi_mv1<TYPE, 1, NORM, GLU>(b, n0);
+                xi_mv1<TYPE, 1, NORM, GLU, xi_mvc_staged1(TYPE) ? 1 : 0>(b, n0);
         }
     } else {
         const int tn = a.T - tg0 < XI_MVP_TT ? a.T - tg0 : XI_MVP_TT;
@@ -313,8 +344,9 @@ __device__ __forceinline__ void xi_mvp_kernel(const XiMvcArgs &a) {
     }
 }
 
-// Default (R, S, CG) by type: ~1-1.3 KB a region's chunk; R = 2 rows a warp (1 with GLU: 2
-// regions), 3 stages. backends/cuda/_launch.py repeats this (mvp_params).
+// Default (R, S, CG) by type: ~1-1.7 KB a region's chunk (8 groups: whole 16-byte words for every
+// type, q6_k's 210-byte super-blocks included); R = 2 rows a warp (1 with GLU: 2 regions), 3 stages.
+// backends/cuda/_launch.py repeats this (mvp_params).
 #define XI_MVP_R(TYPE, GLU) ((GLU) ? 1 : 2)
 #define XI_MVP_S 3
 #define XI_MVP_CG(TYPE) ((TYPE) == XI_Q8_0 ? 4 : (TYPE) == XI_F16 ? 2 : (TYPE) == XI_F32 ? 1 : 8)

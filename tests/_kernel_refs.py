@@ -69,6 +69,40 @@ def encode_weights(w, dt):
     return q, gguf.quants.dequantize(q, qt).astype(np.float64).reshape(w.shape)
 
 
+def _kquant_blocks() -> dict:
+    import gguf
+
+    qt = gguf.GGMLQuantizationType
+    return {"q5_0": (qt.Q5_0, 32, 22, (0,)), "q5_1": (qt.Q5_1, 32, 24, (0, 2)), "iq4_nl": (qt.IQ4_NL, 32, 18, (0,)),
+            "q2_k": (qt.Q2_K, 256, 84, (80, 82)), "q3_k": (qt.Q3_K, 256, 110, (108,)),
+            "q4_k": (qt.Q4_K, 256, 144, (0, 2)), "q5_k": (qt.Q5_K, 256, 176, (0, 2)),
+            "q6_k": (qt.Q6_K, 256, 210, (208,)), "iq4_xs": (qt.IQ4_XS, 256, 136, (0,)), "bf16": (qt.BF16, 1, 2, ())}
+
+
+#: the types of shaders/xi_kquant.cuh: type -> (ggml type, elements a block, bytes a block, offsets of
+#: the block's f16 scale fields)
+KQUANT_BLOCKS = _kquant_blocks()
+
+
+def random_blocks(rng, dt, rows, K, exact=True):
+    """Random blocks of a KQUANT_BLOCKS type (every byte random, so every field of the block is
+    exercised, then the f16 scale fields set to either sign, 1e-3..1e-1; bf16: random values) for a
+    (rows, K) matrix: (uint8 (rows, row bytes), float64 (rows, K) from gguf.quants.dequantize, or None
+    where not ``exact``: large matrices)."""
+    import gguf
+
+    qt, qk, nb, offs = KQUANT_BLOCKS[dt]
+    if dt == "bf16":
+        raw = gguf.quants.quantize(rng.standard_normal((rows, K)).astype(np.float32) * 0.5, qt).reshape(rows, -1)
+    else:
+        raw = rng.integers(0, 256, (rows * K // qk, nb), dtype=np.uint8)
+        for off in offs:
+            d = (rng.uniform(1e-3, 1e-1, len(raw)) * rng.choice([-1, 1], len(raw))).astype(np.float16)
+            raw[:, off:off + 2] = d.view(np.uint8).reshape(-1, 2)
+        raw = raw.reshape(rows, -1)
+    return raw, (gguf.quants.dequantize(raw, qt).astype(np.float64).reshape(rows, K) if exact else None)
+
+
 def activation_quantization_bound(device_name, dt, x, exact):
     """Extra error of a matrix product whose activations the backend quantizes: the cpu backend's
     block-type products (q8_0, q4_0, q4_1; native/kernels/q8dot.c, llama.cpp's numerics) round x

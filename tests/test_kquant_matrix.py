@@ -11,18 +11,13 @@ the tuned kernels of shaders/xi_mvc.cuh and xi_mvt.cuh through their decoders, o
   1 < T <= 8, the ``_t`` entry above) and still match float64; T == 1 and T == 17 agree bit for bit.
 """
 
-import gguf
 import numpy as np
 import pytest
+from _kernel_refs import KQUANT_BLOCKS as TYPES  # type -> (ggml type, elements, bytes a block, f16 scale offsets)
+from _kernel_refs import random_blocks as weights  # (uint8 (rows, row bytes), float64 gguf-dequantized)
 
 from xinfer_async.backends.cuda._launch import STAGED1_TYPES, mvc_rows
 
-QT = gguf.GGMLQuantizationType
-#: type -> (ggml type, elements a block, bytes a block, offsets of the block's f16 scale fields)
-TYPES = {"q5_0": (QT.Q5_0, 32, 22, (0,)), "q5_1": (QT.Q5_1, 32, 24, (0, 2)), "iq4_nl": (QT.IQ4_NL, 32, 18, (0,)),
-         "q2_k": (QT.Q2_K, 256, 84, (80, 82)), "q3_k": (QT.Q3_K, 256, 110, (108,)),
-         "q4_k": (QT.Q4_K, 256, 144, (0, 2)), "q5_k": (QT.Q5_K, 256, 176, (0, 2)),
-         "q6_k": (QT.Q6_K, 256, 210, (208,)), "iq4_xs": (QT.IQ4_XS, 256, 136, (0,)), "bf16": (QT.BF16, 1, 2, ())}
 KINDS = ["matmul", "rmsnorm_matmul", "rmsnorm_matmul_swiglu"]
 T_RUNS = [1, 3, 8, 17, 64]
 EPS32 = float(np.finfo(np.float32).eps)
@@ -31,21 +26,6 @@ EPS = 1e-5  # rmsnorm eps
 
 def nan(*shape):
     return np.full(shape, np.nan, np.float32)
-
-
-def weights(rng, dt, rows, K):
-    """Random blocks of ``dt`` (f16 scales of either sign, 1e-3..1e-1; bf16: random values) for a
-    (rows, K) matrix: (uint8 (rows, row bytes), float64 (rows, K) from gguf.quants.dequantize)."""
-    qt, qk, nb, offs = TYPES[dt]
-    if dt == "bf16":
-        raw = gguf.quants.quantize(rng.standard_normal((rows, K)).astype(np.float32) * 0.5, qt).reshape(rows, -1)
-    else:
-        raw = rng.integers(0, 256, (rows * K // qk, nb), dtype=np.uint8)
-        for off in offs:
-            d = (rng.uniform(1e-3, 1e-1, len(raw)) * rng.choice([-1, 1], len(raw))).astype(np.float16)
-            raw[:, off:off + 2] = d.view(np.uint8).reshape(-1, 2)
-        raw = raw.reshape(rows, -1)
-    return raw, gguf.quants.dequantize(raw, qt).astype(np.float64).reshape(rows, K)
 
 
 def reference(kind, x, norm, exact, N):
@@ -197,7 +177,9 @@ def test_launch_policy_of_the_kquant_types():
     assert matmul_launch(c, "q6_k", "matmul") == ((262144 // 32, 1, 1), (256, 1, 1), 0, "")
     assert matmul_launch(c, "q4_1", "matmul")[0] == (262144 // 16, 1, 1)  # xi_mv1: 2 rows a warp
     assert matmul_launch(dict(c, T=5), "q6_k", "matmul")[0] == (262144 // 8, 1, 1)
-    assert matmul_launch(dict(c, N=100, K=long_k("q4_k", False)), "q4_k", "matmul")[0] == (13, 1, 1)
+    long_row = dict(c, N=100, K=long_k("q4_k", False))  # 2 MB and more: the pipelined `_p` by default
+    assert matmul_launch(long_row, "q4_k", "matmul", mvp=False)[0] == (13, 1, 1)
+    assert matmul_launch(long_row, "q4_k", "matmul")[3] == "_p"
     assert matmul_launch(dict(c, T=9), "q4_k", "matmul")[3] == "_t"
     assert matmul_launch(dict(c, T=2), "q4_k", "matmul")[3] == ""
     assert matmul_launch(dict(c, T=2), "q4_k", "matmul", kq_min_t=1)[3] == "_t"

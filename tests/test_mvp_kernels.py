@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from _kernel_refs import encode_weights
+from _kernel_refs import KQUANT_BLOCKS, encode_weights, random_blocks
 
 from xinfer_async.backends.cuda import _launch
 from xinfer_async.backends.cuda._kernel import shader_dir
@@ -19,9 +19,13 @@ from xinfer_async.backends.cuda._kernel import shader_dir
 F32 = np.float32
 KINDS = ("matmul", "rmsnorm_matmul", "rmsnorm_matmul_swiglu")
 EPS = 1e-5
-#: Llama-3.1-8B's products (kind, dt, N, K): wo, qkv, down, gate + up, output
+#: Llama-3.1-8B's products (kind, dt, N, K): wo, qkv, down, gate + up, output; then those of its Q4_K_M
+#: file (llama.cpp's mix: q4_k, q6_k for the output and for ffn_down on the use_more_bits layers)
 LLAMA8B = [("matmul", "q4_1", 4096, 4096), ("rmsnorm_matmul", "q4_1", 6144, 4096), ("matmul", "q4_1", 4096, 14336),
-           ("rmsnorm_matmul_swiglu", "q4_1", 14336, 4096), ("rmsnorm_matmul", "q8_0", 128256, 4096)]
+           ("rmsnorm_matmul_swiglu", "q4_1", 14336, 4096), ("rmsnorm_matmul", "q8_0", 128256, 4096),
+           ("matmul", "q4_k", 4096, 4096), ("rmsnorm_matmul", "q4_k", 6144, 4096), ("matmul", "q4_k", 4096, 14336),
+           ("matmul", "q6_k", 4096, 14336), ("rmsnorm_matmul_swiglu", "q4_k", 14336, 4096),
+           ("rmsnorm_matmul", "q6_k", 128256, 4096)]
 
 
 # ---- the launch rule (cpu) -----------------------------------------------------------------------
@@ -39,12 +43,17 @@ def test_launch_constants_match_the_header():
     assert int(_header_define("XI_MVP_TT")) == _launch._MVP_TT
     assert int(_header_define("XI_MVP_S")) == _launch.mvp_params("q4_1", False)[1] == _launch.mvp_params("q8_0", True)[1]
     assert _header_define("XI_MVP_R(TYPE, GLU)") == "((GLU) ? 1 : 2)"
-    assert [_launch.mvp_params(dt, g)[0] for dt in _launch.MVP_TYPES for g in (False, True)] == [2, 1] * 4
+    assert [_launch.mvp_params(dt, g)[0] for dt in _launch.MVP_TYPES for g in (False, True)] == [2, 1] * len(_launch.MVP_TYPES)
     cg = _header_define("XI_MVP_CG(TYPE)")
     assert cg == "((TYPE) == XI_Q8_0 ? 4 : (TYPE) == XI_F16 ? 2 : (TYPE) == XI_F32 ? 1 : 8)"
-    assert {dt: _launch.mvp_params(dt, False)[2] for dt in _launch.MVP_TYPES} == {"f16": 2, "q8_0": 4, "q4_0": 8, "q4_1": 8}
-    # 8 blocks of 32: f16 64 bytes a block, q8_0 34, q4_0 18, q4_1 20
-    assert _launch._MVP_GROUP == {"f16": 512, "q8_0": 272, "q4_0": 144, "q4_1": 160}
+    assert {dt: _launch.mvp_params(dt, False)[2] for dt in _launch.MVP_TYPES} == {
+        "f16": 2, "q8_0": 4, "q4_0": 8, "q4_1": 8, "q4_k": 8, "q5_k": 8, "q6_k": 8, "q5_0": 8}
+    # 256 elements: 8 blocks of 32 (f16 64 bytes a block, q8_0 34, q4_0 18, q4_1 20, q5_0 22) or a super-block
+    assert _launch._MVP_GROUP == {"f16": 512, "q8_0": 272, "q4_0": 144, "q4_1": 160, "q4_k": 144, "q5_k": 176,
+                                  "q6_k": 210, "q5_0": 176}
+    for dt in _launch.MVP_TYPES:  # a chunk is whole 16-byte words (the cp.async copies)
+        _, _, cg = _launch.mvp_params(dt, False)
+        assert cg * _launch._MVP_GROUP[dt] % 16 == 0
 
 
 def test_shared_bytes():
@@ -54,6 +63,7 @@ def test_shared_bytes():
     assert _launch.mvp_shared("q4_1", 16384, 1, False) == 8 * 3 * 2 * 8 * 160  # K > 8192: not staged
     assert _launch.mvp_shared("q8_0", 4096, 1, True) == 8 * 3 * 2 * 4 * 272 + 4096 * 4 + 2048  # GLU: a gate and an up row
     assert _launch.mvp_shared("q4_1", 4096, 1, False, (4, 2, 8)) == 8 * 2 * 4 * 8 * 160 + 4096 * 4 + 2048
+    assert _launch.mvp_shared("q6_k", 4096, 1, False) == 8 * 3 * 2 * 8 * 210 + 4096 * 4 + 2048  # 8 super-blocks
 
 
 @pytest.mark.parametrize("kind,dt,N,K", LLAMA8B)
@@ -75,7 +85,8 @@ def test_llama_8b_products_run_it_in_one_wave(kind, dt, N, K, T):
 @pytest.mark.parametrize("dt,N,K,T,glu,why", [
     ("q4_1", 4096, 4000, 1, False, "K % 256"), ("q4_1", 4096, 4096, _launch.MVP_MAX_T + 1, False, "T > MVP_MAX_T"),
     ("q4_1", 576, 1536, 1, False, "SmolLM2-135M's down: below MVP_MIN_BYTES"), ("q4_1", 1536, 576, 1, True, "K % 256"),
-    ("f32", 4096, 4096, 1, False, "f32"), ("q4_k", 4096, 4096, 1, False, "a K-quant"),
+    ("f32", 4096, 4096, 1, False, "f32"), ("q2_k", 4096, 4096, 1, False, "q2_k: not a type of _p"),
+    ("q6_k", 4096, 10752, 1, False, "q6_k rows of 8820 bytes: not whole 16-byte words"),
     ("q4_1", 4096, 4096, 1, False, "cc 7.5: no cp.async")])
 def test_where_it_does_not_run(dt, N, K, T, glu, why):
     cc = (7, 5) if "cc 7.5" in why else (9, 0)
@@ -106,6 +117,10 @@ def test_entries():
 #: (N, K): one row; odd N; K = 256 (one chunk); K % 256 != 0 (the kernel's xi_mv1 fallback when forced);
 #: K = 9216 (> XI_MVP_XK: the token read from global memory at T == 1); N past a wave of tiles
 SHAPES = [(1, 256), (37, 512), (300, 2048), (45, 800), (70, 9216), (5000, 256)]
+#: the same for the 256-element K-quants: K = 2048 (one chunk of 8 super-blocks), 4096 (two), 2560 (a
+#: chunk and a part: q6_k's rows of 2100 bytes are not whole 16-byte words, so its xi_mv1 fallback,
+#: as at K = 256 and 512), 10240 (> XI_MVP_XK)
+SHAPES_256 = [(1, 2048), (37, 512), (300, 4096), (45, 2560), (70, 10240), (5000, 256)]
 TS = (1, 2, 5, 8)
 
 
@@ -134,8 +149,12 @@ def _force(monkeypatch, mvp: bool):
 
 
 def _weights(rng, dt, rows, K, exact=True):
-    """(bytes to upload, float64 values or None): GGUF-encoded random weights; exact=False: random
-    block bytes with finite scales (large weights; no float64 copy)."""
+    """(bytes to upload, float64 values or None): GGUF-encoded random weights (KQUANT_BLOCKS types:
+    random block bytes, every field exercised, f16 scales of either sign); exact=False: random block
+    bytes with finite scales (large weights; no float64 copy)."""
+    if dt in KQUANT_BLOCKS:
+        raw, w64 = random_blocks(rng, dt, rows, K, exact)
+        return raw.reshape(-1), w64
     if exact or dt == "f16":
         wq, w64 = encode_weights((rng.standard_normal((rows, K)) * 0.05).astype(F32), dt)
         return wq, (w64 if exact else None)
@@ -200,7 +219,7 @@ async def test_mvp_equals_the_old_entry_alone_and_float64(cuda_dev, monkeypatch,
     element-by-element path), and where the old entry at that T sums in the same order (its stage
     holds a row), its bits at that T too; all within 1e-5 of sum |w| |h| of float64."""
     glu = kind == "rmsnorm_matmul_swiglu"
-    for N, K in SHAPES:
+    for N, K in SHAPES_256 if dt in KQUANT_BLOCKS and KQUANT_BLOCKS[dt][1] == 256 else SHAPES:
         wq, w64 = _weights(rng, dt, 2 * N if glu else N, K)
         norm = (rng.standard_normal(K) * 0.5 + 1).astype(F32)
         for T in TS:

@@ -267,6 +267,41 @@ def test_q4_k_m_file_runs_on_cpu_like_the_float64_reference(tmp_path):
     assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
 
 
+def test_q4_k_m_mixed_qkv_runs_a_product_a_type(tmp_path):
+    """The use_more_bits layers' q, k (q4_k) and v (q6_k) stay in their types, a weight each run of one
+    type (no f32 copy: 7x a q4_k weight's bytes); the other layers' q, k, v one q4_k weight. The
+    logits of a prompt (T > 1: the parts' rows copied into place) and of each token decoded alone
+    (T == 1: the parts straight into their columns) agree with the float64 reference above."""
+    from xinfer_async.llm._reference import reference_logits
+
+    p = write_synthetic_gguf(tmp_path / "m.gguf", KMIX, "q4_k_m", seed=5)
+    m = load_gguf(p)
+    ids = [256, 65, 299, 7, 120]
+
+    async def run():
+        model = await llm.load(p, device="cpu", slots=1, ctx=32)
+        try:
+            blocks = model.builder.blocks
+            parts = [[(q.wd[1], q.row0, q.n) for q in b.wqkv] for b in blocks]
+            r = await model.complete(ids, max_tokens=3)
+            return parts, await model.logits(ids), r.token_ids, await model.logits(ids + r.token_ids)
+        finally:
+            await model.aclose()
+
+    parts, got, greedy, again = trio.run(run)
+    qk, kv = KMIX.n_head * KMIX.head_dim + KMIX.n_kv_head * KMIX.head_dim, KMIX.n_kv_head * KMIX.head_dim
+    for i, ps in enumerate(parts):
+        if _synthetic.use_more_bits(i, KMIX.n_layer):
+            assert ps == [("q4_k", 0, qk), ("q6_k", qk, kv)], (i, ps)
+        else:
+            assert ps == [("q4_k", 0, qk + kv)], (i, ps)
+    ref = reference_logits(m, ids + greedy)
+    np.testing.assert_allclose(again, ref, rtol=1e-3, atol=np.abs(ref).max() / 254)
+    np.testing.assert_array_equal(got, again[:len(ids)])  # a prompt's rows whatever follows them
+    assert greedy == [int(i) for i in ref[len(ids) - 1:-1].argmax(-1)] or \
+        (ref[len(ids) - 1:-1].max(-1) - np.sort(ref[len(ids) - 1:-1], -1)[:, -2]).min() < 1e-3
+
+
 @pytest.mark.parametrize("tensor,word", [("blk.1.attn_q.weight", 0), ("blk.0.attn_v.weight", 104),
                                          ("blk.1.ffn_down.weight", 0)])  # q4_k d, q6_k d, q5_0 d
 def test_non_finite_block_scales_of_the_new_types_are_refused(tmp_path, tensor, word):

@@ -1,7 +1,10 @@
 """T=1 matmul (matrix-vector) variants on the cuda backend: ``python tools/gemv_variants.py [--quick | --mvp]``.
 
 ``--mvp``: only the pipelined kernel (shaders/xi_mvp.cuh, entry ``_p``) and its variants against the
-old entry and the read ceiling on Llama-3.1-8B / 3.2-1B shapes at T = 1, 2, 4, 8 (``mvp_main``).
+old entry and the read ceiling on Llama-3.1-8B / 3.2-1B shapes at T = 1, 2, 4, 8 (``mvp_main``), the
+K-quants' (q4_k, q6_k: a Q4_K_M file's) beside q4_1's per byte; ``--dt q4_1,q4_k,q6_k`` keeps the shapes
+of those types, ``--t 1`` those token counts, ``--quick`` leaves the variants out:
+``python tools/gemv_variants.py --mvp --dt q4_1,q8_0,q4_k,q6_k --t 1``.
 
 A research tool, not part of the package: it drives the cuda backend's private modules (NVRTC,
 driver, launch geometry) directly, so it lives outside ``xinfer_async`` and may break when they
@@ -34,19 +37,43 @@ import time
 
 import numpy as np
 
+from xinfer_async.backends.cuda._launch import row_bytes
 from xinfer_async.hal._commands import CopyCmd, DispatchCmd, ReplayCmd, TimestampCmd
 
 BLOCK = {"q4_1": 20, "q4_0": 18, "q8_0": 34, "f16": None}
 ENUM = {"f16": "XI_F16", "q8_0": "XI_Q8_0", "q4_0": "XI_Q4_0", "q4_1": "XI_Q4_1"}
+#: the types of xi_kquant.cuh the ``--mvp`` table covers: (enum, elements a block, bytes a block, offsets of
+#: the block's f16 scale fields; ggml-common.h)
+KQUANT = {"q4_k": ("XI_Q4_K", 256, 144, (0, 2)), "q5_k": ("XI_Q5_K", 256, 176, (0, 2)),
+          "q6_k": ("XI_Q6_K", 256, 210, (208,)), "q5_0": ("XI_Q5_0", 32, 22, (0,))}
+MVP_ENUM = {**ENUM, **{dt: v[0] for dt, v in KQUANT.items()}}
 PEAK = 4300.0  # GB/s, the issue's reference
 
 
 def wbytes_of(dt, N, K):
-    return N * K * 2 if dt == "f16" else N * (K // 32) * BLOCK[dt]
+    return N * row_bytes(dt, K)
+
+
+def kquant_raw(rng, dt, N, K):
+    """Random blocks of a KQUANT type for an (N, K) weight: every byte random (every field of the block
+    exercised), the f16 scale fields 0.002..0.02 of either sign. uint8 (N, row bytes)."""
+    _, qk, bs, offs = KQUANT[dt]
+    nb = N * K // qk
+    raw = rng.integers(0, 256, (nb, bs), dtype=np.uint8)
+    for off in offs:
+        raw[:, off:off + 2] = (rng.uniform(0.002, 0.02, nb) * rng.choice([-1, 1], nb)).astype(np.float16) \
+            .view(np.uint8).reshape(nb, 2)
+    return raw.reshape(N, -1)
 
 
 def make_weights(rng, dt, N, K):
-    """(raw uint8 bytes, float64 values (N, K))"""
+    """(raw uint8 bytes, float64 values (N, K)); the KQUANT types' values from gguf.quants.dequantize."""
+    if dt in KQUANT:
+        import gguf
+
+        raw = kquant_raw(rng, dt, N, K)
+        qt = getattr(gguf.GGMLQuantizationType, dt.upper())
+        return raw.reshape(-1), gguf.quants.dequantize(raw, qt).astype(np.float64).reshape(N, K)
     if dt == "f16":
         w = rng.standard_normal((N, K)).astype(np.float16)
         return w.view(np.uint8).reshape(-1), w.astype(np.float64)
@@ -107,7 +134,7 @@ def read_source(dt):
     ``read_grid``)."""
     return (f'extern "C" __global__ void __launch_bounds__(256) mv_{dt}_read(const uint4 *__restrict__ w, '
             f'const float *__restrict__ x, float *__restrict__ y, xi_matmul_c c) {{ xi_grid_begin(); '
-            f'const long long n16 = (long long)XiQ<{ENUM[dt]}>::row_bytes(c.K) * c.N / 16, '
+            f'const long long n16 = (long long)XiQ<{MVP_ENUM[dt]}>::row_bytes(c.K) * c.N / 16, '
             f'i0 = (long long)blockIdx.x * 1280 + threadIdx.x; uint4 v[5]; '
             f'for (int i = 0; i < 5; i++) v[i] = i0 + 256 * i < n16 ? __ldg(w + i0 + 256 * i) : make_uint4(0, 0, 0, 0); '
             f'unsigned a = 0; for (int i = 0; i < 5; i++) a ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w; '
@@ -142,25 +169,46 @@ MVP_SHAPES = [("matmul", "q4_1", 4096, 4096), ("rmsnorm_matmul", "q4_1", 6144, 4
               ("matmul", "q4_1", 2048, 2048), ("rmsnorm_matmul", "q4_1", 3072, 2048), ("matmul", "q4_1", 2048, 8192),
               ("rmsnorm_matmul_swiglu", "q4_1", 8192, 2048), ("rmsnorm_matmul", "q8_0", 128256, 2048),
               ("matmul", "q4_0", 4096, 4096), ("matmul", "q8_0", 4096, 4096), ("matmul", "f16", 4096, 4096),
-              ("rmsnorm_matmul_swiglu", "q8_0", 14336, 4096), ("matmul", "q4_1", 576, 1536)]
+              ("rmsnorm_matmul_swiglu", "q8_0", 14336, 4096), ("matmul", "q4_1", 576, 1536)] + [
+    # a Llama-3.1-8B Q4_K_M file's: q4_k but for the output and some layers' ffn_down (q6_k); and each
+    # 8B shape in the other type too, for the ratio a byte against q4_1 on the same shape
+    (kind, dt, N, K) for dt in ("q4_k", "q6_k") for kind, N, K in (
+        ("matmul", 4096, 4096), ("rmsnorm_matmul", 6144, 4096), ("matmul", 4096, 14336),
+        ("rmsnorm_matmul_swiglu", 14336, 4096), ("rmsnorm_matmul", 128256, 4096))] + [
+    ("rmsnorm_matmul", "q4_1", 128256, 4096), ("matmul", "q5_k", 4096, 14336), ("matmul", "q5_0", 4096, 4096)]
 MVP_T = (1, 2, 4, 8)
 EPS = 1e-5
 
 
+#: the types of xi_mvp.cuh's SC variants (scales after the code dots, xi_kquant.cuh's XiMvS)
+MVP_SC_TYPES = ("q4_k", "q5_k", "q6_k")
+
+
 def mvp_variants(dt, glu):
-    """(R, S, CG) of the pipelined kernel to time besides the default (``_launch.mvp_params``): rows a
-    warp, stages, groups a chunk (CG scaled with the default's for the type)."""
+    """(R, S, CG, SC) of the pipelined kernel to time besides the default (``_launch.mvp_params``): rows
+    a warp, stages, groups a chunk (CG scaled with the default's for the type); for MVP_SC_TYPES also
+    SC (the sub-block scales after the code dots) at the default (R, S, CG) and at R = 1."""
     from xinfer_async.backends.cuda import _launch
 
     r0, s0, cg = _launch.mvp_params(dt, glu)
     v = [(1, 2, cg), (1, 4, cg), (2, 2, cg)] if glu else [(1, 3, cg), (2, 2, cg), (2, 4, cg), (4, 2, cg), (2, 2, 2 * cg)]
-    return [x for x in v if x != (r0, s0, cg)]
+    v = [x + (False,) for x in v if x != (r0, s0, cg)]
+    if dt in MVP_SC_TYPES:
+        v += [(r0, s0, cg, True)] + ([] if glu else [(1, s0, cg, True)])
+    return v
+
+
+def mvp_label(r, st, cg, sc):
+    """A variant's label and entry-name suffix: ``R2S3C8``, ``R2S3C8sc``."""
+    return f"R{r}S{st}C{cg}" + ("sc" if sc else "")
 
 
 def raw_weights(rng, dt, rows, K):
     """Random raw bytes of a (rows, K) weight of type dt with finite, moderate scales (no float64 copy)."""
     if dt == "f16":
         return (rng.standard_normal(rows * K).astype(np.float16) * 0.05).view(np.uint8)
+    if dt in KQUANT:
+        return kquant_raw(rng, dt, rows, K).reshape(-1)
     nb, bs = rows * K // 32, BLOCK[dt]
     raw = rng.integers(0, 256, (nb, bs), dtype=np.uint8)
     raw[:, 0:2] = (rng.uniform(0.002, 0.02, nb) * rng.choice([-1, 1], nb)).astype(np.float16).view(np.uint8).reshape(nb, 2)
@@ -169,15 +217,62 @@ def raw_weights(rng, dt, rows, K):
     return raw.reshape(-1)
 
 
+def mvp_source(kind, dt, quick=False) -> str:
+    """CUDA C of the ``--mvp`` module of (kind, dt): ``read_source(dt)`` and an entry
+    ``mvp_<kind>_<dt>_<mvp_label>`` a variant of ``mvp_variants`` (none where ``quick``)."""
+    glu, norm = kind == "rmsnorm_matmul_swiglu", kind != "matmul"
+    src = ['#include "xi_mvp.cuh"', read_source(dt)]
+    cstruct = {"matmul": "xi_matmul_c", "rmsnorm_matmul": "xi_rmsnorm_matmul_c",
+               "rmsnorm_matmul_swiglu": "xi_rmsnorm_matmul_swiglu_c"}[kind]
+    for r, st, cg, sc in ([] if quick else mvp_variants(dt, glu)):
+        nm = f"mvp_{kind}_{dt}_{mvp_label(r, st, cg, sc)}"
+        params = ("const uint8_t *__restrict__ w, const float *__restrict__ x, " +
+                  ("const float *__restrict__ norm, " if norm else "") + f"float *__restrict__ y, {cstruct} c")
+        acc = "c.accumulate" if kind != "rmsnorm_matmul_swiglu" else "0"
+        src.append(f'extern "C" __global__ void __launch_bounds__(256, 2) {nm}({params}) {{ '
+                   f'const XiMvcArgs a{{w, x, {"norm" if norm else "nullptr"}, y, c.T, c.N, c.K, {acc}, '
+                   f'{"c.eps" if norm else "0.0f"}}}; xi_mvp_kernel<{MVP_ENUM[dt]}, {r}, {st}, {cg}, '
+                   f'{"true" if norm else "false"}, {"true" if glu else "false"}, {"true" if sc else "false"}>(a); }}')
+    return "\n".join(src)
+
+
+def mvp_selection(argv) -> tuple[list, tuple, bool]:
+    """(shapes, token counts, quick) of ``--mvp`` from ``argv``: ``--dt A,B`` keeps the MVP_SHAPES of
+    those types (and q4_1's of the same (kind, N, K), the per-byte reference), ``--t 1,8`` those token
+    counts of MVP_T, ``--quick`` leaves mvp_variants out.
+
+    Raises:
+        ValueError: a type or a token count that the table does not have."""
+    def opt(name):
+        return argv[argv.index(name) + 1].split(",") if name in argv else None
+
+    shapes, ts = list(MVP_SHAPES), MVP_T
+    dts = opt("--dt")
+    if dts:
+        bad = [d for d in dts if d not in {s[1] for s in MVP_SHAPES}]
+        if bad:
+            raise ValueError(f"--dt {bad} not among the types of MVP_SHAPES {sorted({s[1] for s in MVP_SHAPES})}")
+        keys = {(k, n, kk) for k, d, n, kk in MVP_SHAPES if d in dts}
+        shapes = [s for s in MVP_SHAPES if s[1] in dts or (s[1] == "q4_1" and (s[0], s[2], s[3]) in keys)]
+    if opt("--t"):
+        ts = tuple(int(t) for t in opt("--t"))
+        if not set(ts) <= set(MVP_T):
+            raise ValueError(f"--t {ts} not within MVP_T {MVP_T}")
+    return shapes, ts, "--quick" in argv
+
+
 def mvp_main(argv) -> int:
-    """``--mvp``: for each MVP_SHAPES entry and T in MVP_T, the old entry (``""``: xi_mv1 at T == 1,
+    """``--mvp``: for each shapes entry and T in ts, the old entry (``""``: xi_mv1 at T == 1,
     the staged xi_mvc at T <= 8, with their grids), the ``_p`` entry (default parameters, mvp_launch)
     and the variants of mvp_variants (compiled here), timed L2-cold in a CUDA graph as above, with
     GB/s and % of ``read`` (the read-only ceiling kernel on the same bytes); ``*`` marks what the
     backend launches. First every one of them is checked bit for bit against the old entry on the
-    same inputs (a row's sum order is the same by design), at every T, accumulate 1 for matmul and
+    same inputs (a row's sum order is the same by design; the SC variants, which round otherwise,
+    against float64 where small, else within 1e-4 of the old entry), at every T, accumulate 1 for matmul and
     rmsnorm_matmul (y random first), and the old entry against a float64 reference where N K <= 2^26.
-    Results also go to $OUT/gemv_mvp.json. Exit status 1 on any mismatch."""
+    The summary gives each type's ``_p`` GB/s against q4_1's ``_p`` on the same shape (a ratio a byte).
+    ``argv``: ``--dt``, ``--t``, ``--quick`` (``mvp_selection``). Results also go to $OUT/gemv_mvp.json.
+    Exit status 1 on any mismatch."""
     from concurrent.futures import ThreadPoolExecutor
 
     from xinfer_async.backends.cuda import CUDABackend, _launch, _nvrtc
@@ -187,7 +282,8 @@ def mvp_main(argv) -> int:
 
     from xinfer_async.backends.cuda._precompile import device_target, precompile
 
-    combos = sorted({(kind, dt) for kind, dt, _, _ in MVP_SHAPES})
+    shapes, ts, quick = mvp_selection(argv)
+    combos = sorted({(kind, dt) for kind, dt, _, _ in shapes})
     t0 = time.perf_counter()
     precompile(device_target(), [f"{kind}_{dt}" for kind, dt in combos])  # the backend's shaders, in parallel
     print(f"shaders compiled or cached in {time.perf_counter() - t0:.0f} s")
@@ -201,22 +297,7 @@ def mvp_main(argv) -> int:
     print(f"device: {sms} SMs, cc {cc}, stage_max {smax}; MVP_MAX_T {_launch.MVP_MAX_T}, MVP_MIN_BYTES {_launch.MVP_MIN_BYTES}")
 
     # variant entries, one module per (kind, dt), compiled on threads (cffi releases the GIL in NVRTC)
-    sources = {}
-    for kind, dt in combos:
-        glu, norm = kind == "rmsnorm_matmul_swiglu", kind != "matmul"
-        src = ['#include "xi_mvp.cuh"', read_source(dt)]
-        cstruct = {"matmul": "xi_matmul_c", "rmsnorm_matmul": "xi_rmsnorm_matmul_c",
-                   "rmsnorm_matmul_swiglu": "xi_rmsnorm_matmul_swiglu_c"}[kind]
-        for r, st, cg in mvp_variants(dt, glu):
-            nm = f"mvp_{kind}_{dt}_R{r}S{st}C{cg}"
-            params = ("const uint8_t *__restrict__ w, const float *__restrict__ x, " +
-                      ("const float *__restrict__ norm, " if norm else "") + f"float *__restrict__ y, {cstruct} c")
-            acc = "c.accumulate" if kind != "rmsnorm_matmul_swiglu" else "0"
-            src.append(f'extern "C" __global__ void __launch_bounds__(256, 2) {nm}({params}) {{ '
-                       f'const XiMvcArgs a{{w, x, {"norm" if norm else "nullptr"}, y, c.T, c.N, c.K, {acc}, '
-                       f'{"c.eps" if norm else "0.0f"}}}; xi_mvp_kernel<{ENUM[dt]}, {r}, {st}, {cg}, '
-                       f'{"true" if norm else "false"}, {"true" if glu else "false"}>(a); }}')
-        sources[(kind, dt)] = "\n".join(src)
+    sources = {kd: mvp_source(*kd, quick) for kd in combos}
     t0 = time.perf_counter()
     with ThreadPoolExecutor(8) as pool:
         cubins = dict(zip(combos, pool.map(lambda kd: _nvrtc.compile_cubin(
@@ -237,8 +318,8 @@ def mvp_main(argv) -> int:
         mod = ffi.new("CUmodule *")
         check(lib.cuModuleLoadData(mod, cubins[(kind, dt)]), "cuModuleLoadData")
         glu = kind == "rmsnorm_matmul_swiglu"
-        lst = [(f"R{r}S{st}C{cg}", (r, st, cg), function(mod[0], f"mvp_{kind}_{dt}_R{r}S{st}C{cg}", smax))
-               for r, st, cg in mvp_variants(dt, glu)]
+        lst = [(mvp_label(*v), v[:3], function(mod[0], f"mvp_{kind}_{dt}_{mvp_label(*v)}", smax))
+               for v in ([] if quick else mvp_variants(dt, glu))]
         variants[(kind, dt)] = (lst, CUDAKernel("read", mod[0], function(mod[0], f"mv_{dt}_read"), 256, None, pdl=True))
 
     def consts(kind, T, N, K, acc):
@@ -270,9 +351,9 @@ def mvp_main(argv) -> int:
 
     fails, results = 0, []
     e0, e1 = be.create_timestamp(), be.create_timestamp()
-    kmax, nmax = max(s[3] for s in MVP_SHAPES), max(s[2] for s in MVP_SHAPES)
+    kmax, nmax = max(s[3] for s in shapes), max(s[2] for s in shapes)
     px, pn, py = be.alloc(8 * kmax * 4), be.alloc(kmax * 4), be.alloc(8 * nmax * 4)
-    for kind, dt, N, K in MVP_SHAPES:
+    for kind, dt, N, K in shapes:
         glu, rows = kind == "rmsnorm_matmul_swiglu", N * (2 if kind == "rmsnorm_matmul_swiglu" else 1)
         wb = wbytes_of(dt, rows, K)
         # ---- correctness: bit for bit against the old entry; the old entry against float64 (small)
@@ -285,7 +366,7 @@ def mvp_main(argv) -> int:
         be.write(pw, raw)
         norm = rng.uniform(0.5, 1.5, K).astype(np.float32)
         be.write(pn, norm.view(np.uint8))
-        for T in MVP_T:
+        for T in ts:
             x = (rng.standard_normal((T, K)) * rng.uniform(0.1, 10, (T, 1))).astype(np.float32)
             be.write(px, x.view(np.uint8))
             acc = 0 if glu else 1
@@ -301,8 +382,9 @@ def mvp_main(argv) -> int:
                 y = np.empty((T, N), np.float32)
                 be.read(py, y.view(np.uint8))
                 got[label] = y
+            sc_labels = [lb for lb in got if lb.endswith("sc")]  # other roundings: float64 / the old entry, below
             for label, y in got.items():
-                if not np.array_equal(y.view(np.uint32), got["old"].view(np.uint32)):
+                if label not in sc_labels and not np.array_equal(y.view(np.uint32), got["old"].view(np.uint32)):
                     fails += 1
                     bad = np.argwhere(y.view(np.uint32) != got["old"].view(np.uint32))
                     print(f"FAIL {kind}_{dt} N={N} K={K} T={T} {label}: {len(bad)} values differ from the old entry "
@@ -318,10 +400,20 @@ def mvp_main(argv) -> int:
                 else:
                     ref = x64 @ vals.T + y0
                     mag = np.abs(x64) @ np.abs(vals).T + np.abs(y0)
-                err = np.abs(got["old"] - ref)
-                if not (err <= 1e-5 * mag + 1e-30).all():
-                    fails += 1
-                    print(f"FAIL {kind}_{dt} N={N} K={K} T={T} old vs float64: max err/mag {np.max(err / (mag + 1e-30)):.3g}")
+                for label in ["old"] + sc_labels:
+                    err = np.abs(got[label] - ref)
+                    if not (err <= 1e-5 * mag + 1e-30).all():
+                        fails += 1
+                        print(f"FAIL {kind}_{dt} N={N} K={K} T={T} {label} vs float64: max err/mag "
+                              f"{np.max(err / (mag + 1e-30)):.3g}")
+            else:  # no float64 copy: the SC variants within 1e-4 of the old entry (of its rms where smaller)
+                for label in sc_labels:
+                    old_y = got["old"]
+                    tol = 1e-4 * (np.abs(old_y) + np.sqrt(np.mean(old_y.astype(np.float64) ** 2)))
+                    if not (np.abs(got[label] - old_y) <= tol).all():
+                        fails += 1
+                        print(f"FAIL {kind}_{dt} N={N} K={K} T={T} {label} vs the old entry: max err/tol "
+                              f"{np.max(np.abs(got[label] - old_y) / tol):.3g}")
         be.free(pw)
         # ---- timing
         stride = -(-wb // 256) * 256
@@ -338,7 +430,7 @@ def mvp_main(argv) -> int:
         print(f"\n{kind}_{dt} N={N} K={K} ({wb / 1e6:.2f} MB, {copies} copies): read {read_us:.2f} us "
               f"{wb / read_us / 1e3:.0f} GB/s")
         table = {}
-        for T in MVP_T:
+        for T in ts:
             k, ents, pick = entries_of(kind, dt, T, N, K)
             _, packed = consts(kind, T, N, K, 0)
             for label, g in ents:
@@ -355,16 +447,27 @@ def mvp_main(argv) -> int:
             print(f"  {label:10s} grid {g1[0]:5d} shm {g1.shared_bytes:6d}  {cells}")
         be.free(big)
     print("\nsummary, us a launch (GB/s): old entry / _p / the best variant, and the read ceiling")
-    for kind, dt, N, K in MVP_SHAPES:
+    for kind, dt, N, K in shapes:
         rs = [r for r in results if (r["kind"], r["dt"], r["N"], r["K"]) == (kind, dt, N, K)]
         cells = []
-        for T in MVP_T:
+        for T in ts:
             at = {r["variant"]: r for r in rs if r["T"] == T}
             best = min((r for v, r in at.items() if v != "old"), key=lambda r: r["us"])
             cells.append(f"T={T}: {at['old']['us']:.1f} / {at['_p']['us']:.1f} / {best['variant']} {best['us']:.1f} "
                          f"({at['_p']['gbs']:.0f} GB/s)")
         print(f"  {kind}_{dt} {N}x{K}: read {rs[0]['read_us']:.1f}  " + "  ".join(cells))
-    print(f"\ncorrectness: {fails} failures (bit-identity with the old entry at T = {MVP_T}, float64 where small)")
+    print("\n_p GB/s a byte against q4_1's _p on the same shape (the K-quants' target: >= 0.9 at T = 1)")
+    for kind, dt, N, K in shapes:
+        ref = [r for r in results if (r["kind"], r["dt"], r["N"], r["K"], r["variant"]) == (kind, "q4_1", N, K, "_p")]
+        if dt == "q4_1" or not ref:
+            continue
+        cells = []
+        for T in ts:
+            p = next(r for r in results if (r["kind"], r["dt"], r["N"], r["K"], r["T"], r["variant"]) == (kind, dt, N, K, T, "_p"))
+            p1 = next(r for r in ref if r["T"] == T)
+            cells.append(f"T={T}: {p['us']:.1f} us {p['gbs']:.0f} GB/s vs {p1['us']:.1f} us {p1['gbs']:.0f} GB/s = {p['gbs'] / p1['gbs']:.2f}")
+        print(f"  {kind}_{dt} {N}x{K}: " + "  ".join(cells))
+    print(f"\ncorrectness: {fails} failures (bit-identity with the old entry at T = {ts}, float64 where small)")
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "gemv_mvp.json"), "w") as f:
             json.dump(dict(fails=fails, results=results), f, indent=1)

@@ -7,7 +7,7 @@ stored) and each slot's KV cache (persistent state). ``forward(T, logits)`` buil
 
     x = embed(tokens) [* sqrt(dim)]                     # (T, dim)
     for each block:
-        qkv = rmsnorm(x) @ [Wq; Wk; Wv]^T [+ bias]      # rmsnorm_matmul (bias_add): (T, q_dim + 2 * kv_dim)
+        qkv = rmsnorm(x) @ [Wq; Wk; Wv]^T [+ bias]      # rmsnorm_matmul a run of one type (bias_add): (T, q_dim + 2 * kv_dim)
         [q, k heads = rmsnorm(head) * q_norm / k_norm]  # qk_rmsnorm
         rope(q), rope(k) at pos; kv_cache[pos] = k, v   # rope_kv_store[_ff][_f16] (the block's base; pos < 0: padding)
         o = attention(q, k_cache, v_cache, pos) @ Wo^T  # attention (GQA, causal, [sliding window])
@@ -33,7 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..hal import Access, GGUFError, TensorDesc
-from ..model import Binding, Dispatch, Fill, IODesc, ModelContext, ModelSession
+from ..model import Binding, Copy, Dispatch, Fill, IODesc, ModelContext, ModelSession
 from ..ops._attention_split import SPLIT_T_MAX, count_ints, workspace_floats
 from ._gemm import GemmLowering, lowers
 from ._gemm import f16_weights as _policy_f16_weights
@@ -124,10 +124,19 @@ class PlanSpec:
     outputs = ("logits", "argmax")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Part:
+    """Rows ``[row0, row0 + n)`` of a stacked projection held as their own weight ``wd`` (region, dtype)."""
+
+    wd: Any
+    row0: int
+    n: int
+
+
 @dataclasses.dataclass
 class _Block:
     attn_norm: Any
-    wqkv: Any  # (region, dtype) of the (q_dim + 2 * kv_dim, dim) projection
+    wqkv: Any  # [_Part]: the (q_dim + 2 * kv_dim, dim) projection, one part a run of q, k, v of one type
     wo: Any
     ffn_norm: Any
     wgu: Any  # (region, dtype) of the (2 * ffn_dim, dim) gate and up rows
@@ -250,7 +259,7 @@ class LlamaBuilder:
         for i in range(cfg.n_layer):
             p = f"blk.{i}."
             blk = _Block(
-                self._weight(p + "attn_norm.weight")[0], self._fused(p, self._qkv_parts(), self._qkv_rows),
+                self._weight(p + "attn_norm.weight")[0], self._stacked(p, self._qkv_parts(), self._qkv_rows),
                 self._weight(p + "attn_output.weight", True), self._weight(p + "ffn_norm.weight")[0],
                 self._fused(p, self._gu_parts()), self._weight(p + "ffn_down.weight", True),
                 s.scratch(ctx * self.kv_dim * kv_bytes, persistent=True, name=f"{p}k_cache"),
@@ -349,10 +358,11 @@ class LlamaBuilder:
         matrix_dtypes = {out_dt}
         for i in range(cfg.n_layer):
             p = f"blk.{i}."
-            qkv, gu = self._fused_dtype(p, self._qkv_parts()), self._fused_dtype(p, self._gu_parts())
+            qkv = {self._fused_dtype(p, run) for run in self._type_runs(p, self._qkv_parts())}
+            gu = self._fused_dtype(p, self._gu_parts())
             wo, wdown = dt(p + "attn_output.weight"), dt(p + "ffn_down.weight")
-            names |= {f"rmsnorm_matmul_{qkv}", ffn + gu, f"matmul_{wo}", f"matmul_{wdown}"}
-            matrix_dtypes |= {qkv, gu, wo, wdown}
+            names |= {f"rmsnorm_matmul_{q}" for q in qkv} | {ffn + gu, f"matmul_{wo}", f"matmul_{wdown}"}
+            matrix_dtypes |= qkv | {gu, wo, wdown}
         if self.gemm_min_t is not None and self.plan_sizes[-1] >= self.gemm_min_t:
             names |= GemmLowering.kernel_names(matrix_dtypes, arch.activation == "silu")
         return names
@@ -362,9 +372,8 @@ class LlamaBuilder:
         cfg = self.cfg
         if self.gemm_min_t is None or self.plan_sizes[-1] < self.gemm_min_t:
             return None
-        mats = [(w, n, k) for b in self.blocks for w, n, k in (
-            (b.wqkv, cfg.q_dim + 2 * self.kv_dim, cfg.dim), (b.wo, cfg.dim, cfg.q_dim),
-            (b.wgu, 2 * cfg.ffn_dim, cfg.dim), (b.wdown, cfg.dim, cfg.ffn_dim))]
+        mats = [(w, n, k) for b in self.blocks for w, n, k in [(p.wd, p.n, cfg.dim) for p in b.wqkv] + [
+            (b.wo, cfg.dim, cfg.q_dim), (b.wgu, 2 * cfg.ffn_dim, cfg.dim), (b.wdown, cfg.dim, cfg.ffn_dim)]]
         if not any(lowers(w[1], self.gemm_min_t, self.gemm_min_t) for w, _, _ in mats) and \
                 not lowers(self.out_dtype, self.gemm_min_t, self.gemm_min_t):
             return None
@@ -376,13 +385,43 @@ class LlamaBuilder:
         dts, ks = {t.dtype for t in ts}, {t.shape[1] for t in ts}
         return dts.pop() if len(dts) == 1 and len(ks) == 1 else "f32"
 
+    def _type_runs(self, prefix: str, parts: list[str]) -> list[list[str]]:
+        """``parts`` cut into runs of consecutive tensors of one dtype and K (llama.cpp's Q4_K_M gives
+        attn_v Q6_K beside Q4_K attn_q and attn_k on its ``use_more_bits`` layers: two runs)."""
+        runs: list[list[str]] = []
+        for p in parts:
+            t = self._tensor(f"{prefix}{p}.weight")
+            last = self._tensor(f"{prefix}{runs[-1][-1]}.weight") if runs else None
+            if last is not None and (last.dtype, last.shape[1]) == (t.dtype, t.shape[1]):
+                runs[-1].append(p)
+            else:
+                runs.append([p])
+        return runs
+
+    def _stacked(self, prefix: str, parts: list[str], rows: np.ndarray | None = None) -> list[_Part]:
+        """The rows of ``parts`` stacked, in the order ``rows``, as one weight a run of one type
+        (``_type_runs``): each a matrix product of its own type, none dequantized (a mixed stack used
+        to become one f32 weight, 7x a Q4_K one's bytes). ``rows`` must keep each run's rows within it.
+
+        Raises:
+            GGUFError: ``rows`` moves a row from one run to another (not the case for q, k, v)."""
+        out, row0 = [], 0
+        for run in self._type_runs(prefix, parts):
+            n = sum(self._tensor(f"{prefix}{p}.weight").shape[0] for p in run)
+            sub = None if rows is None else rows[row0:row0 + n] - row0
+            if sub is not None and (sub.min() < 0 or sub.max() >= n):
+                raise GGUFError(f"{prefix}{'+'.join(run)}: the row order moves rows across tensor types")
+            out.append(_Part(self._fused(prefix, run, sub), row0, n))
+            row0 += n
+        return out
+
     def _fused(self, prefix: str, parts: list[str], rows: np.ndarray | None = None):
         """Rows of several matrices of one dtype and K stacked into one weight (one matmul), in the
         order ``rows`` (default: as stored); a row of a block type is its blocks, moved whole."""
         ts = [self._tensor(f"{prefix}{p}.weight") for p in parts]
         name = prefix + "+".join(parts)
         if len({t.dtype for t in ts}) != 1 or len({t.shape[1] for t in ts}) != 1:
-            # mixed types (llama.cpp's Q4_K_M gives attn_v Q6_K beside Q4_K q, k on some layers):
+            # mixed types (q, k, v are cut into runs of one type instead: ``_stacked``):
             # dequantize to f32 (correct, slower)
             data = np.concatenate([t.dequantize() for t in ts], axis=0)
             data = np.ascontiguousarray(data if rows is None else data[rows])
@@ -413,6 +452,8 @@ class LlamaBuilder:
             sizes["tmp"] = T * cfg.dim  # a projection's output before its post-norm; the unscaled embeddings
         if arch.activation == "gelu_tanh":
             sizes["gu"] = T * 2 * cfg.ffn_dim
+        if T > 1 and any(len(b.wqkv) > 1 for b in self.blocks):  # qkv's parts before their rows are copied
+            sizes["qkv_parts"] = T * (cfg.q_dim + 2 * kvd)
         if self._gemm is not None and T >= self.gemm_min_t:
             self._gemm.declare(T)
         return {k: self.session.scratch(n * F32, name=f"T{T}.{k}") for k, n in sizes.items()}
@@ -472,10 +513,28 @@ class LlamaBuilder:
             return mm(w, src, tmp, dim, k, 0) + [
                 self._dispatch("rmsnorm_add", [tmp, norm, (x, RW)], dict(rows=T, dim=dim, eps=cfg.rms_eps))]
 
+        def qkv_product(b):
+            """qkv = rmsnorm(x) @ Wqkv^T, a product a part (``_Part``: a run of one type): a part alone
+            straight into qkv; several at T == 1 each into its columns, at T > 1 each into its (T, n)
+            block of ``qkv_parts`` (part after part), then its T rows copied into their columns."""
+            if len(b.wqkv) == 1:
+                return norm_mm(b.wqkv[0].wd, x, b.attn_norm, qkv, qkv_w)
+            out, off = [], 0
+            for p in b.wqkv:
+                if T == 1:
+                    out += norm_mm(p.wd, x, b.attn_norm, qkv.slice(F32 * p.row0, F32 * p.n), p.n)
+                    continue
+                blk = L["qkv_parts"].slice(F32 * off, F32 * T * p.n)
+                out += norm_mm(p.wd, x, b.attn_norm, blk, p.n)
+                out += [Copy(qkv.slice(F32 * (t * qkv_w + p.row0), F32 * p.n), blk.slice(F32 * t * p.n, F32 * p.n))
+                        for t in range(T)]
+                off += T * p.n
+            return out
+
         heads = dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, q_stride=qkv_w,
                      scale=1.0 / math.sqrt(cfg.head_dim))
         for b in self.blocks:
-            cmds += norm_mm(b.wqkv, x, b.attn_norm, qkv, qkv_w)
+            cmds += qkv_product(b)
             if b.bqkv is not None:
                 cmds.append(self._dispatch("bias_add", [(qkv, RW), b.bqkv], dict(rows=T, n=qkv_w)))
             if b.q_norm is not None:

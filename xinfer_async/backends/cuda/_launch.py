@@ -249,9 +249,10 @@ def mmq_usable(dt: str, stage_max: int, cc: tuple[int, int]) -> bool:
 
 
 #: the weight types of the pipelined matrix kernel (shaders/xi_mvp.cuh, entry ``_p``)
-MVP_TYPES = ("f16", "q8_0", "q4_0", "q4_1")
+MVP_TYPES = ("f16", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k", "q5_0")
 _MVP_WARPS, _MVP_XK, _MVP_TT = 8, 8192, 8  # XI_MVP_WARPS, XI_MVP_XK, XI_MVP_TT
-_MVP_GROUP = {"f16": 512, "q8_0": 272, "q4_0": 144, "q4_1": 160}  # bytes of 8 blocks of 32 (xi_mvp_group_bytes)
+#: bytes of a group of 256 elements (8 blocks of 32, a K-quant super-block: ``xi_mvp_group_bytes``)
+_MVP_GROUP = {dt: row_bytes(dt, 256) for dt in MVP_TYPES}
 #: where ``_p`` runs (``mvp_weight``): at most this many tokens, weights (both halves with GLU) of at
 #: least this many bytes (smaller ones keep xi_mv1 / xi_mvc, fast on SmolLM2-135M). Set from
 #: tools/gemv_variants.py's ``--mvp`` table on the H200 (2026-12-01): at T = 1 ``_p`` beats xi_mv1 on
@@ -263,9 +264,11 @@ _SMEM_PER_SM = {8: 164 * 1024, 9: 228 * 1024, 10: 228 * 1024}
 
 
 def mvp_params(dt: str, glu: bool) -> tuple[int, int, int]:
-    """(R rows a warp, S stages, CG groups of 8 blocks a region's chunk) of the ``_p`` entries
+    """(R rows a warp, S stages, CG groups of 256 elements a region's chunk) of the ``_p`` entries
     (XI_MVP_R, XI_MVP_S, XI_MVP_CG in shaders/xi_mvp.cuh): R = 2 (1 with GLU: a gate and an up
-    row), S = 3, CG for ~1-1.3 KB a chunk (8 q4_0 / q4_1 groups, 4 of q8_0, 2 of f16)."""
+    row), S = 3, CG for ~1-1.7 KB a chunk (8 groups of q4_0 / q4_1 and of the K-quants and q5_0,
+    whose chunks are then whole 16-byte words (q6_k's 210-byte super-blocks: 8 of them), 4 of q8_0,
+    2 of f16)."""
     return (1 if glu else 2), 3, {"q8_0": 4, "f16": 2}.get(dt, 8)
 
 
@@ -294,12 +297,13 @@ def mvp_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 
 
 def mvp_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: tuple[int, int]) -> bool:
     """Whether a product runs the pipelined kernel (``_p``, shaders/xi_mvp.cuh): a type of
-    MVP_TYPES on compute capability 8.0+ (cp.async), T <= MVP_MAX_T, K a multiple of 256, a weight
-    of at least MVP_MIN_BYTES, its shared bytes within ``stage_max``. Its rows' results are
-    bit-identical to the other entries' (xi_mv1, xi_mvc, xi_mvt), so the choice never changes a result."""
-    if dt not in MVP_TYPES or cc < (8, 0) or t > MVP_MAX_T or k % 256:
+    MVP_TYPES on compute capability 8.0+ (cp.async), T <= MVP_MAX_T, K a multiple of 256 and rows
+    of whole 16-byte words (its cp.async copies; q6_k: K a multiple of 2048), a weight of at least
+    MVP_MIN_BYTES, its shared bytes within ``stage_max``. Its rows' results are bit-identical to the
+    other entries' (xi_mv1, xi_mvc, xi_mvt), so the choice never changes a result."""
+    if dt not in MVP_TYPES or cc < (8, 0) or t > MVP_MAX_T or k % 256 or row_bytes(dt, k) % 16:
         return False
-    wbytes = n * (2 if glu else 1) * (k // 32) * _MVP_GROUP[dt] // 8
+    wbytes = n * (2 if glu else 1) * row_bytes(dt, k)
     return wbytes >= MVP_MIN_BYTES and mvp_shared(dt, k, t, glu) <= stage_max
 
 
