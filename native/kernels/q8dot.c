@@ -226,6 +226,140 @@ XI_Q8_TILE(q4_0, XI_Q4_0_BYTES)
 XI_Q8_TILE(q4_1, XI_Q4_1_BYTES)
 
 /* ------------------------------------------------------------------ */
+/* the row-interleaved layout r8 (a load-time repack of the cpu backend; the GGUF bytes' size):
+ * rows in groups of 8; group g's block b is 8 * BYTES bytes at g * 8 * rb + b * 8 * BYTES:
+ *   the 8 rows' f16 scales (16 bytes), q4_1: then the 8 rows' f16 mins (16 bytes),
+ *   then the codes in 32-byte chunks: chunk c holds 4 bytes of each row, row r at r * 4:
+ *     q8_0: codes 4c..4c+3 (8 chunks);
+ *     q4_0, q4_1: the GGUF block's qs bytes 4c..4c+3 (4 chunks): low nibbles elements 4c..4c+3,
+ *     high nibbles elements 16+4c..16+4c+3.
+ * The N % 8 last rows follow at row * rb in the GGUF layout. One broadcast 4-byte activation chunk
+ * meets 8 rows' codes in one vector, so a block's 8 integer sums land in the 8 lanes with no
+ * horizontal sum. The integer sums are the same exact integers, so the results are the same bits. */
+
+#if defined(__AVX2__) && defined(__F16C__)
+static inline __m256i bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+#define XI_R8_TILE(NAME, BYTES)                                                      \
+static inline __attribute__((always_inline)) void                                   \
+r8tile_##NAME(const uint8_t *g, long nb, const int8_t *q, const float *d, const float *s, \
+              const int32_t *qsum, float *res, const int TT)                        \
+{                                                                                    \
+    const int kind = XI_KIND_##NAME;                                                 \
+    __m256 acc[XI_Q8_TT];                                                            \
+    for (int t = 0; t < XI_Q8_TT; t++) acc[t] = _mm256_setzero_ps();                 \
+    for (long b = 0; b < nb; b++) {                                                  \
+        const uint8_t *blk = g + b * 8 * (BYTES);                                    \
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));    \
+        const __m256 mw = kind == 2 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16))) \
+                                    : _mm256_setzero_ps();                           \
+        const uint8_t *qs = blk + (kind == 2 ? 32 : 16);                             \
+        __m256i wt[8];                                                               \
+        if (kind == 0) {                                                             \
+            for (int c = 0; c < 8; c++) wt[c] = _mm256_loadu_si256((const __m256i *)(qs + 32 * c)); \
+        } else {                                                                     \
+            const __m256i m4 = _mm256_set1_epi8(15);                                 \
+            for (int c = 0; c < 4; c++) {                                            \
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c)); \
+                wt[c] = _mm256_and_si256(v, m4);                                     \
+                wt[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);           \
+            }                                                                        \
+        }                                                                            \
+        for (int t = 0; t < TT; t++) {                                               \
+            const long o = t * nb + b;                                               \
+            const int8_t *qb = q + o * 32;                                           \
+            __m256i S;                                                               \
+            if (kind == 0) {                                                         \
+                S = _mm256_setzero_si256();                                          \
+                for (int c = 0; c < 8; c++) S = _mm256_add_epi32(S, dot_signed(wt[c], bcast4(qb + 4 * c))); \
+            } else {                                                                 \
+                /* |sum of 8 maddubs lanes| <= 8 * 2 * 15 * 127 < 2^15: exact in int16 */ \
+                __m256i p = _mm256_maddubs_epi16(wt[0], bcast4(qb));                 \
+                for (int c = 1; c < 8; c++)                                          \
+                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wt[c], bcast4(qb + 4 * c))); \
+                S = _mm256_madd_epi16(p, _mm256_set1_epi16(1));                      \
+                if (kind == 1) S = _mm256_sub_epi32(S, _mm256_set1_epi32(8 * qsum[o])); \
+            }                                                                        \
+            const __m256 ds = _mm256_mul_ps(dw, _mm256_set1_ps(d[o]));               \
+            acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(ds, _mm256_cvtepi32_ps(S))); \
+            if (kind == 2)                                                           \
+                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(mw, _mm256_set1_ps(s[o]))); \
+        }                                                                            \
+    }                                                                                \
+    for (int t = 0; t < TT; t++) _mm256_storeu_ps(res + 8 * t, acc[t]);              \
+}
+#else
+/* portable: code j of row r read from the interleaved block; the same operations as above */
+#define XI_R8_TILE(NAME, BYTES)                                                      \
+static inline void                                                                   \
+r8tile_##NAME(const uint8_t *g, long nb, const int8_t *q, const float *d, const float *s, \
+              const int32_t *qsum, float *res, const int TT)                        \
+{                                                                                    \
+    const int kind = XI_KIND_##NAME;                                                 \
+    (void)qsum;                                                                      \
+    for (int r = 0; r < 8; r++) {                                                    \
+        float acc[XI_Q8_TT] = {0};                                                   \
+        for (long b = 0; b < nb; b++) {                                              \
+            const uint8_t *blk = g + b * 8 * (BYTES);                                \
+            const float dw = xi_h2f(xi_rd16(blk + 2 * r));                           \
+            const float mw = kind == 2 ? xi_h2f(xi_rd16(blk + 16 + 2 * r)) : 0.0f;   \
+            const uint8_t *qs = blk + (kind == 2 ? 32 : 16);                         \
+            int32_t c[32];                                                           \
+            for (int j = 0; j < 32; j++) {                                           \
+                if (kind == 0) {                                                     \
+                    c[j] = (int8_t)qs[(j / 4) * 32 + r * 4 + j % 4];                 \
+                } else {                                                             \
+                    const uint8_t u = qs[((j & 15) / 4) * 32 + r * 4 + j % 4];       \
+                    c[j] = (j < 16 ? u & 15 : u >> 4) - (kind == 1 ? 8 : 0);         \
+                }                                                                    \
+            }                                                                        \
+            for (int t = 0; t < TT; t++) {                                           \
+                const long o = t * nb + b;                                           \
+                int32_t S = 0;                                                       \
+                for (int j = 0; j < 32; j++) S += c[j] * q[o * 32 + j];              \
+                acc[t] = acc[t] + (dw * d[o]) * (float)S;                            \
+                if (kind == 2) acc[t] = acc[t] + mw * s[o];                          \
+            }                                                                        \
+        }                                                                            \
+        for (int t = 0; t < TT; t++) res[8 * t + r] = acc[t];                        \
+    }                                                                                \
+}
+#endif
+
+XI_R8_TILE(q8_0, XI_Q8_0_BYTES)
+XI_R8_TILE(q4_0, XI_Q4_0_BYTES)
+XI_R8_TILE(q4_1, XI_Q4_1_BYTES)
+
+/* GGUF rows (N, K) -> the r8 layout (same size); src and dst must not overlap */
+#define XI_R8_REPACK(NAME, BYTES)                                                    \
+XI_SHARED void xi_q8_repack_r8_##NAME(const uint8_t *src, uint8_t *dst, long N, long K) \
+{                                                                                    \
+    const int kind = XI_KIND_##NAME;                                                 \
+    const long nb = K / 32, rb = nb * (BYTES), n8 = N / 8 * 8;                       \
+    const int head = kind == 2 ? 4 : 2, nqs = kind == 0 ? 32 : 16;                   \
+    for (long g = 0; g < n8; g += 8)                                                 \
+        for (long b = 0; b < nb; b++) {                                              \
+            uint8_t *o = dst + g * rb + b * 8 * (BYTES);                             \
+            for (int r = 0; r < 8; r++) {                                            \
+                const uint8_t *blk = src + (g + r) * rb + b * (BYTES);               \
+                memcpy(o + 2 * r, blk, 2);                                           \
+                if (kind == 2) memcpy(o + 16 + 2 * r, blk + 2, 2);                   \
+                for (int c = 0; c < nqs / 4; c++)                                    \
+                    memcpy(o + 8 * head + c * 32 + r * 4, blk + head + 4 * c, 4);    \
+            }                                                                        \
+        }                                                                            \
+    memcpy(dst + n8 * rb, src + n8 * rb, (size_t)((N - n8) * rb));                   \
+}
+XI_R8_REPACK(q8_0, XI_Q8_0_BYTES)
+XI_R8_REPACK(q4_0, XI_Q4_0_BYTES)
+XI_R8_REPACK(q4_1, XI_Q4_1_BYTES)
+
+/* ------------------------------------------------------------------ */
 /* scratch for the quantized activations: per calling thread, grown, kept */
 
 static __thread void *xi_q8_scratch;
@@ -247,9 +381,9 @@ static void *scratch(size_t nbytes)
 
 #define XI_Q8_MATMUL(NAME, BYTES)                                                    \
 static void q8_rows_##NAME(const uint8_t *w, const int8_t *q, const float *d, const float *s, \
-                           const int32_t *qsum, float *y, long T, long N, long K, int accum) \
+                           const int32_t *qsum, float *y, long T, long N, long K, int accum, int r8) \
 {                                                                                    \
-    const long nb = K / 32, rb = nb * (BYTES);                                       \
+    const long nb = K / 32, rb = nb * (BYTES), n8 = r8 ? N / 8 * 8 : 0;              \
     const long nchunks = (N + XI_Q8_NCHUNK - 1) / XI_Q8_NCHUNK;                      \
     _Pragma("omp parallel for schedule(static) if (nchunks > 1 && N * K * T >= 4 * XI_OMP_MIN_WORK)") \
     for (long ch = 0; ch < nchunks; ch++) {                                          \
@@ -261,12 +395,21 @@ static void q8_rows_##NAME(const uint8_t *w, const int8_t *q, const float *d, co
             for (long n = n0; n < n1; n += XI_Q8_NR) {                               \
                 const int nr = n1 - n < XI_Q8_NR ? (int)(n1 - n) : XI_Q8_NR;         \
                 float res[XI_Q8_TT * XI_Q8_NR];                                      \
-                const uint8_t *wr = w + n * rb;                                      \
-                switch (tt) {                                                        \
-                case 1: q8tile_##NAME(wr, rb, nr, nb, q + o * 32, d + o, s + o, qsum + o, res, 1); break; \
-                case 2: q8tile_##NAME(wr, rb, nr, nb, q + o * 32, d + o, s + o, qsum + o, res, 2); break; \
-                case 3: q8tile_##NAME(wr, rb, nr, nb, q + o * 32, d + o, s + o, qsum + o, res, 3); break; \
-                default: q8tile_##NAME(wr, rb, nr, nb, q + o * 32, d + o, s + o, qsum + o, res, 4); break; \
+                const uint8_t *wr = w + n * rb; /* a group of the r8 layout starts there too */ \
+                if (n < n8) {                                                        \
+                    switch (tt) {                                                    \
+                    case 1: r8tile_##NAME(wr, nb, q + o * 32, d + o, s + o, qsum + o, res, 1); break; \
+                    case 2: r8tile_##NAME(wr, nb, q + o * 32, d + o, s + o, qsum + o, res, 2); break; \
+                    case 3: r8tile_##NAME(wr, nb, q + o * 32, d + o, s + o, qsum + o, res, 3); break; \
+                    default: r8tile_##NAME(wr, nb, q + o * 32, d + o, s + o, qsum + o, res, 4); break; \
+                    }                                                                \
+                } else {                                                             \
+                    switch (tt) {                                                    \
+                    case 1: q8tile_##NAME(wr, rb, nr, nb, q + o * 32, d + o, s + o, qsum + o, res, 1); break; \
+                    case 2: q8tile_##NAME(wr, rb, nr, nb, q + o * 32, d + o, s + o, qsum + o, res, 2); break; \
+                    case 3: q8tile_##NAME(wr, rb, nr, nb, q + o * 32, d + o, s + o, qsum + o, res, 3); break; \
+                    default: q8tile_##NAME(wr, rb, nr, nb, q + o * 32, d + o, s + o, qsum + o, res, 4); break; \
+                    }                                                                \
                 }                                                                    \
                 for (long t = 0; t < tt; t++)                                        \
                     for (int r = 0; r < nr; r++) {                                   \
@@ -277,8 +420,8 @@ static void q8_rows_##NAME(const uint8_t *w, const int8_t *q, const float *d, co
         }                                                                            \
     }                                                                                \
 }                                                                                    \
-XI_SHARED void xi_q8dot_rows_##NAME(const uint8_t *w, const float *x, float *y, long T, long N, \
-                                    long K, int accumulate)                          \
+static void q8dot_##NAME(const uint8_t *w, const float *x, float *y, long T, long N, long K, \
+                         int accumulate, int r8)                                     \
 {                                                                                    \
     if (T <= 0 || N <= 0) return;                                                    \
     const long nb = K / 32;                                                          \
@@ -289,7 +432,7 @@ XI_SHARED void xi_q8dot_rows_##NAME(const uint8_t *w, const float *x, float *y, 
         float *d = (float *)(q + T * K), *s = d + T * nb;                            \
         int32_t *qsum = (int32_t *)(s + T * nb);                                     \
         xi_q8_quantize_rows(x, T, K, q, d, s, qsum);                                 \
-        q8_rows_##NAME(w, q, d, s, qsum, y, T, N, K, accumulate != 0);               \
+        q8_rows_##NAME(w, q, d, s, qsum, y, T, N, K, accumulate != 0, r8);           \
         return;                                                                      \
     }                                                                                \
     for (long t = 0; t < T; t++) { /* no scratch: one token at a time, the same bits */ \
@@ -297,8 +440,18 @@ XI_SHARED void xi_q8dot_rows_##NAME(const uint8_t *w, const float *x, float *y, 
         float d[nb > 0 ? nb : 1], s[nb > 0 ? nb : 1];                                \
         int32_t qsum[nb > 0 ? nb : 1];                                               \
         xi_q8_quantize_rows(x + t * K, 1, K, q, d, s, qsum);                         \
-        q8_rows_##NAME(w, q, d, s, qsum, y + t * N, 1, N, K, accumulate != 0);       \
+        q8_rows_##NAME(w, q, d, s, qsum, y + t * N, 1, N, K, accumulate != 0, r8);   \
     }                                                                                \
+}                                                                                    \
+XI_SHARED void xi_q8dot_rows_##NAME(const uint8_t *w, const float *x, float *y, long T, long N, \
+                                    long K, int accumulate)                          \
+{                                                                                    \
+    q8dot_##NAME(w, x, y, T, N, K, accumulate, 0);                                   \
+}                                                                                    \
+XI_SHARED void xi_q8dot_rows_##NAME##_r8(const uint8_t *w, const float *x, float *y, long T, long N, \
+                                         long K, int accumulate)                     \
+{                                                                                    \
+    q8dot_##NAME(w, x, y, T, N, K, accumulate, 1);                                   \
 }
 
 XI_Q8_MATMUL(q8_0, XI_Q8_0_BYTES)

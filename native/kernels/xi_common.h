@@ -85,6 +85,10 @@ XI_SHARED void xi_matmul_rows_q6_k(const uint8_t *w, const float *x, float *y, l
 XI_SHARED void xi_matmul_rows_iq4_nl(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_matmul_rows_iq4_xs(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_matmul_rows_bf16(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+/* quant.c: the block types' r8 layout (q8dot.c) */
+XI_SHARED void xi_matmul_rows_q8_0_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q4_0_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q4_1_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 /* the same for the block types through int8 activations (q8dot.c: llama.cpp's numerics); x (T, K)
  * quantized per block of 32 into codes q (T, K) int8, scales d (T, K/32), s = d * sum(codes) (T, K/32)
  * and sum(codes) qsum (T, K/32) */
@@ -92,6 +96,14 @@ XI_SHARED void xi_q8_quantize_rows(const float *x, long T, long K, int8_t *q, fl
 XI_SHARED void xi_q8dot_rows_q8_0(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_q8dot_rows_q4_0(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_q8dot_rows_q4_1(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+/* the same over weights in the row-interleaved r8 layout (q8dot.c), and the load-time repack
+ * GGUF rows (N, K) -> r8 (the same byte count; src and dst do not overlap) */
+XI_SHARED void xi_q8dot_rows_q8_0_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8dot_rows_q4_0_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8dot_rows_q4_1_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8_repack_r8_q8_0(const uint8_t *src, uint8_t *dst, long N, long K);
+XI_SHARED void xi_q8_repack_r8_q4_0(const uint8_t *src, uint8_t *dst, long N, long K);
+XI_SHARED void xi_q8_repack_r8_q4_1(const uint8_t *src, uint8_t *dst, long N, long K);
 
 /* The row driver of the float-path matmuls (quant.c: f32, f16; kquant.c: the K-quants, q5, iq4, bf16):
  * weight rows in chunks of XI_NCHUNK (threads split the chunks), x in tiles of up to 4 tokens;
