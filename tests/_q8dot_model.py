@@ -71,3 +71,19 @@ def quantization_bound(x, deq):
     amax = np.abs(x.astype(np.float64)).reshape(T, K // 32, 32).max(-1)  # (T, nb)
     wabs = np.abs(deq.astype(np.float64)).reshape(deq.shape[0], K // 32, 32).sum(-1)  # (N, nb)
     return (amax / 254 * (1 + 1e-6)) @ wabs.T
+
+
+def repack_r8(wq, dt, N, K):
+    """GGUF block bytes of an (N, K) matrix -> the cpu backend's row-interleaved r8 layout (uint8,
+    the same size; native/kernels/q8dot.c): rows in groups of 8, a group's block b holds the 8 rows'
+    f16 scales, (q4_1) their f16 mins, then the codes in 32-byte chunks of 4 bytes a row; the N % 8
+    last rows stay GGUF rows."""
+    bpb = BLOCK_BYTES[dt]
+    head = 4 if dt == "q4_1" else 2
+    blk = np.ascontiguousarray(wq).view(np.uint8).reshape(N, K // 32, bpb)
+    n8 = N // 8 * 8
+    g = blk[:n8].reshape(n8 // 8, 8, K // 32, bpb).transpose(0, 2, 1, 3)  # (group, block, row, byte)
+    scales = g[..., :head].reshape(n8 // 8, K // 32, 8, head // 2, 2).transpose(0, 1, 3, 2, 4)  # d rows, then m rows
+    codes = g[..., head:].reshape(n8 // 8, K // 32, 8, (bpb - head) // 4, 4).transpose(0, 1, 3, 2, 4)  # chunk, row
+    out = np.concatenate([scales.reshape(n8 // 8, K // 32, 8 * head), codes.reshape(n8 // 8, K // 32, 8 * (bpb - head))], -1)
+    return np.concatenate([out.reshape(-1), blk[n8:].reshape(-1)])
