@@ -99,6 +99,14 @@ typedef struct { int32_t T; int32_t dim; int32_t vocab; } xi_get_rows_q4_1_r8_c;
 typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; } xi_matmul_q4_1_r8_c;
 typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; } xi_rmsnorm_matmul_q4_1_r8_c;
 typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_q4_1_r8_c;
+typedef struct { int32_t T; int32_t dim; int32_t vocab; } xi_get_rows_q5_0_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; } xi_matmul_q5_0_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; } xi_rmsnorm_matmul_q5_0_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_q5_0_r8_c;
+typedef struct { int32_t T; int32_t dim; int32_t vocab; } xi_get_rows_q5_1_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; } xi_matmul_q5_1_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; } xi_rmsnorm_matmul_q5_1_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_q5_1_r8_c;
 
 /* kernels: b[i] = address of binding i, c = constants struct; 0, XI_EINVAL or XI_ENOMEM */
 int xi_k_affine(void *const *b, const void *c);
@@ -196,5 +204,13 @@ int xi_k_get_rows_q4_1_r8(void *const *b, const void *c);
 int xi_k_matmul_q4_1_r8(void *const *b, const void *c);
 int xi_k_rmsnorm_matmul_q4_1_r8(void *const *b, const void *c);
 int xi_k_rmsnorm_matmul_swiglu_q4_1_r8(void *const *b, const void *c);
+int xi_k_get_rows_q5_0_r8(void *const *b, const void *c);
+int xi_k_matmul_q5_0_r8(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_q5_0_r8(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_swiglu_q5_0_r8(void *const *b, const void *c);
+int xi_k_get_rows_q5_1_r8(void *const *b, const void *c);
+int xi_k_matmul_q5_1_r8(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_q5_1_r8(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_swiglu_q5_1_r8(void *const *b, const void *c);
 
 #endif

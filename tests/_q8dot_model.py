@@ -6,7 +6,7 @@ products in int64, then the scales applied in float32 in the C's order. Shared b
 import numpy as np
 
 F32 = np.float32
-BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}
+BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q5_0": 22, "q5_1": 24}
 
 
 def quantize_q8(x):
@@ -31,11 +31,21 @@ def quantize_q8(x):
 
 def weight_codes(wq, dt, N, K):
     """GGUF block bytes of an (N, K) matrix -> (codes int64 (N, K/32, 32) in element order,
-    scale float32 (N, K/32), min float32 (N, K/32) or None)."""
+    scale float32 (N, K/32), min float32 (N, K/32) or None); q5_0 / q5_1: nibble | fifth bit << 4
+    (minus 16 for q5_0)."""
     blk = np.ascontiguousarray(wq).view(np.uint8).reshape(N, K // 32, BLOCK_BYTES[dt])
     dw = blk[..., 0:2].copy().view(np.float16)[..., 0].astype(F32)
     if dt == "q8_0":
         return blk[..., 2:].copy().view(np.int8).astype(np.int64), dw, None
+    if dt in ("q5_0", "q5_1"):
+        h = 2 if dt == "q5_0" else 4
+        qh = blk[..., h:h + 4].copy().view("<u4")[..., 0].astype(np.int64)  # (N, nb)
+        nib = blk[..., h + 4:h + 20].astype(np.int64)
+        fifth = (qh[..., None] >> np.arange(32)) & 1
+        codes = np.concatenate([nib & 15, nib >> 4], -1) | (fifth << 4)
+        if dt == "q5_0":
+            return codes - 16, dw, None
+        return codes, dw, blk[..., 2:4].copy().view(np.float16)[..., 0].astype(F32)
     nib = blk[..., 2:18] if dt == "q4_0" else blk[..., 4:20]
     codes = np.concatenate([nib & 15, nib >> 4], -1).astype(np.int64)
     if dt == "q4_0":
@@ -45,10 +55,10 @@ def weight_codes(wq, dt, N, K):
 
 def matmul_q8(wq, dt, x, y=None):
     """The C result, modelled: y (T, N) float32 = (y if given else 0) + w (N, K) @ x (T, K)^T,
-    w the GGUF bytes of type dt (q8_0, q4_0, q4_1).
+    w the GGUF bytes of type dt (q8_0, q4_0, q4_1, q5_0, q5_1).
 
     Per (token, row), block after block from acc = 0: acc = acc + (dw * d) * float(S), S the exact
-    integer dot product of the block's weight codes and x codes; q4_1 then acc = acc + mw * s."""
+    integer dot product of the block's weight codes and x codes; q4_1, q5_1 then acc = acc + mw * s."""
     T, K = x.shape
     N = np.asarray(wq).view(np.uint8).size // (K // 32 * BLOCK_BYTES[dt])
     q, d, s = quantize_q8(x)
@@ -76,14 +86,22 @@ def quantization_bound(x, deq):
 def repack_r8(wq, dt, N, K):
     """GGUF block bytes of an (N, K) matrix -> the cpu backend's row-interleaved r8 layout (uint8,
     the same size; native/kernels/q8dot.c): rows in groups of 8, a group's block b holds the 8 rows'
-    f16 scales, (q4_1) their f16 mins, then the codes in 32-byte chunks of 4 bytes a row; the N % 8
-    last rows stay GGUF rows."""
+    f16 scales, (q4_1, q5_1) their f16 mins, (q5_0, q5_1) 32 bytes of fifth bits, then the codes in
+    32-byte chunks of 4 bytes a row; the N % 8 last rows stay GGUF rows."""
     bpb = BLOCK_BYTES[dt]
-    head = 4 if dt == "q4_1" else 2
+    head = 4 if dt in ("q4_1", "q5_1") else 2
+    h5 = 4 if dt in ("q5_0", "q5_1") else 0
     blk = np.ascontiguousarray(wq).view(np.uint8).reshape(N, K // 32, bpb)
-    n8 = N // 8 * 8
-    g = blk[:n8].reshape(n8 // 8, 8, K // 32, bpb).transpose(0, 2, 1, 3)  # (group, block, row, byte)
-    scales = g[..., :head].reshape(n8 // 8, K // 32, 8, head // 2, 2).transpose(0, 1, 3, 2, 4)  # d rows, then m rows
-    codes = g[..., head:].reshape(n8 // 8, K // 32, 8, (bpb - head) // 4, 4).transpose(0, 1, 3, 2, 4)  # chunk, row
-    out = np.concatenate([scales.reshape(n8 // 8, K // 32, 8 * head), codes.reshape(n8 // 8, K // 32, 8 * (bpb - head))], -1)
+    n8, G, nb = N // 8 * 8, N // 8, K // 32
+    g = blk[:n8].reshape(G, 8, nb, bpb).transpose(0, 2, 1, 3)  # (group, block, row, byte)
+    scales = g[..., :head].reshape(G, nb, 8, head // 2, 2).transpose(0, 1, 3, 2, 4)  # d rows, then m rows
+    codes = g[..., head + h5:].reshape(G, nb, 8, (bpb - head - h5) // 4, 4).transpose(0, 1, 3, 2, 4)  # chunk, row
+    parts = [scales.reshape(G, nb, 8 * head)]
+    if h5:  # byte r * 4 + i, bit c: the fifth bit of row r's element 4c + i
+        qh = g[..., head:head + 4].copy().view("<u4")[..., 0].astype(np.int64)  # (G, nb, 8)
+        j = 4 * np.arange(8)[None, :] + np.arange(4)[:, None]  # (i, c) -> element
+        bits = (qh[..., None, None] >> j) & 1  # (G, nb, 8, 4, 8)
+        parts.append((bits << np.arange(8)).sum(-1).astype(np.uint8).reshape(G, nb, 32))
+    parts.append(codes.reshape(G, nb, 8 * (bpb - head - h5)))
+    out = np.concatenate(parts, -1)
     return np.concatenate([out.reshape(-1), blk[n8:].reshape(-1)])

@@ -16,14 +16,23 @@ import numpy as np
 import pytest
 
 from _q8dot_model import BLOCK_BYTES, matmul_q8, quantization_bound, repack_r8
-from test_native_kernels import F32_EPS, call, encode, poison
+from test_native_kernels import F32_EPS, call, poison
 
 from xinfer_async._native import ffi, lib
 
-DTS = ["q8_0", "q4_0", "q4_1"]
+DTS = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]
 SHAPES = [(1, 576, 576), (1, 1536, 576), (1, 576, 1536), (3, 33, 96), (5, 200, 576), (64, 192, 576),
           (2, 1, 32), (7, 50, 4096)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def encode(w, dt):
+    """float32 (N, K) -> GGUF bytes of type dt (gguf-py's quantizer) and their float32 values."""
+    import gguf
+
+    qt = gguf.GGMLQuantizationType[dt.upper()]
+    q = gguf.quants.quantize(w.astype(np.float32), qt)
+    return np.ascontiguousarray(q), gguf.quants.dequantize(q, qt).astype(np.float32).reshape(w.shape)
 
 
 def _inputs(rng, dt, T, N, K):
@@ -101,7 +110,7 @@ out = {{}}
 for dt in {dts!r}:
     x, wq = d["x"], d["w_" + dt]
     T, K = x.shape
-    N = wq.size // (K // 32 * {{"q8_0": 34, "q4_0": 18, "q4_1": 20}}[dt])
+    N = wq.size // (K // 32 * {{"q8_0": 34, "q4_0": 18, "q4_1": 20, "q5_0": 22, "q5_1": 24}}[dt])
     y = np.full((T, N), np.nan, np.float32)
     assert call("matmul_" + dt, [wq, x, y], {{"T": T, "N": N, "K": K, "accumulate": 0}}) == 0
     out[dt] = y

@@ -365,20 +365,6 @@ XI_MATMUL(f32, 128, K * 4, 0, scalar_f32)
 XI_MATMUL(f16, 64, K * 2, 0, scalar_f16)
 
 /* block types: int8 activations, exact integer dot products, scales after (q8dot.c) */
-#define XI_MATMUL_Q8(NAME)                                                           \
-void xi_matmul_rows_##NAME(const uint8_t *w, const float *x, float *y, long T, long N, long K, \
-                           int accumulate)                                           \
-{                                                                                    \
-    xi_q8dot_rows_##NAME(w, x, y, T, N, K, accumulate);                              \
-}                                                                                    \
-int xi_k_matmul_##NAME(void *const *b, const void *c)                                \
-{                                                                                    \
-    XI_C(xi_matmul_##NAME##_c);                                                      \
-    if (k->T < 0 || k->N < 0 || k->K < 0 || k->K % 32 != 0) return XI_EINVAL;        \
-    xi_matmul_rows_##NAME((const uint8_t *)b[0], (const float *)b[1], (float *)b[2], \
-                          k->T, k->N, k->K, k->accumulate);                          \
-    return XI_OK;                                                                    \
-}
 XI_MATMUL_Q8(q8_0)
 XI_MATMUL_Q8(q4_0)
 XI_MATMUL_Q8(q4_1)
@@ -398,3 +384,5 @@ int xi_repack_##NAME##_r8(const void *src, void *dst, int64_t N, int64_t K)     
 XI_REPACK_R8(q8_0)
 XI_REPACK_R8(q4_0)
 XI_REPACK_R8(q4_1)
+XI_REPACK_R8(q5_0)
+XI_REPACK_R8(q5_1)

@@ -17,7 +17,7 @@ class DType(enum.Enum):
     (iq4_xs). ``ggml_type`` is the type's number in GGUF's tensor info (``enum ggml_type``), ``None``
     for a type GGUF has no number for.
 
-    ``q8_0_r8``, ``q4_0_r8``, ``q4_1_r8``: the cpu backend's row-interleaved layouts of those block
+    ``q8_0_r8``, ``q4_0_r8``, ``q4_1_r8``, ``q5_0_r8``, ``q5_1_r8``: the cpu backend's row-interleaved layouts of those block
     types (``Backend.matrix_dtype``; the same bytes rearranged, 8 rows' blocks side by side:
     native/kernels/q8dot.c), the same byte count as the GGUF layout; no GGUF number.
     """
@@ -42,6 +42,8 @@ class DType(enum.Enum):
     q8_0_r8 = ("q8_0_r8", 32, 34, None, None)
     q4_0_r8 = ("q4_0_r8", 32, 18, None, None)
     q4_1_r8 = ("q4_1_r8", 32, 20, None, None)
+    q5_0_r8 = ("q5_0_r8", 32, 22, None, None)
+    q5_1_r8 = ("q5_1_r8", 32, 24, None, None)
 
     def __init__(self, label: str, block_size: int, block_nbytes: int, numpy_type, ggml_type: int | None):
         self.label = label

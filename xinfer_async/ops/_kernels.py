@@ -223,7 +223,8 @@ _declare("argmax", [("x", R, "(rows, n)", _f32(lambda c: c["rows"] * c["n"])),
 #: the cpu backend's row-interleaved layouts -> the block type whose bytes they rearrange
 #: (``CPUBackend.matrix_dtype`` picks them at load; native/kernels/q8dot.c): the same numerics, so
 #: the same bits. Only the cpu backend has their kernels (cuda keeps the GGUF layout).
-REPACKED_DTYPES = {DType.q8_0_r8: DType.q8_0, DType.q4_0_r8: DType.q4_0, DType.q4_1_r8: DType.q4_1}
+REPACKED_DTYPES = {DType.q8_0_r8: DType.q8_0, DType.q4_0_r8: DType.q4_0, DType.q4_1_r8: DType.q4_1,
+                   DType.q5_0_r8: DType.q5_0, DType.q5_1_r8: DType.q5_1}
 for _dt in REPACKED_DTYPES:
     _declare_get_rows(_dt)
     _declare_matmul(_dt)
