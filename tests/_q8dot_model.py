@@ -1,6 +1,7 @@
-"""numpy model of the block-type matrix products of the cpu backend (native/kernels/q8dot.c):
-x quantized per block of 32 to int8 (q8_0 / q8_1 style, float32 scales), exact integer dot
-products in int64, then the scales applied in float32 in the C's order. Shared by the kernel tests
+"""numpy model of the block-type matrix products of the cpu backend (native/kernels/q8dot.c,
+q8kdot.c): x quantized per block of 32 (256 for the K-quants) to int8 (q8_0 / q8_1 / q8_K style,
+float32 scales), exact integer dot products in int64, then the scales applied in float32 in the
+C's order; and the cpu backend's row-interleaved r8 weight layout. Shared by the kernel tests
 (tests/test_q8dot.py) and the float64 bound of tests/test_native_kernels.py."""
 
 import numpy as np
@@ -9,12 +10,12 @@ F32 = np.float32
 BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q5_0": 22, "q5_1": 24}
 
 
-def quantize_q8(x):
-    """x float32 (T, K), K % 32 == 0 -> (codes int64 (T, K/32, 32), d float32 (T, K/32),
-    s float32 (T, K/32)): amax = max|x|, d = amax / 127, q = rint(x * (127 / amax)) (ties to
+def quantize_q8(x, block=32):
+    """x float32 (T, K), K % block == 0 -> (codes int64 (T, K/block, block), d float32 (T, K/block),
+    s float32 (T, K/block)): amax = max|x|, d = amax / 127, q = rint(x * (127 / amax)) (ties to
     even), s = d * sum(q); amax == 0 -> zeros; a NaN or inf in the block -> d = s = NaN, q = 0."""
     T, K = x.shape
-    xb = x.reshape(T, K // 32, 32).astype(F32)
+    xb = x.reshape(T, K // block, block).astype(F32)
     with np.errstate(all="ignore"):
         a = np.abs(xb)
         bad = ~(a < F32(np.inf)).all(-1)
@@ -74,12 +75,16 @@ def matmul_q8(wq, dt, x, y=None):
         return acc if y is None else (y.astype(F32) + acc).astype(F32)
 
 
-def quantization_bound(x, deq):
-    """Bound on |w @ x - w @ x_q| from quantizing x (T, K) per block (|x - d q| <= d / 2 per
-    element, plus the float32 rounding of x * id): (T, N) float64, with deq (N, K) the weights."""
+#: the weight types whose cpu products quantize x, and the block of that quantization
+ACTIVATION_BLOCK = {"q8_0": 32, "q4_0": 32, "q4_1": 32, "q5_0": 32, "q5_1": 32, "q4_k": 256, "q5_k": 256, "q6_k": 256}
+
+
+def quantization_bound(x, deq, block=32):
+    """Bound on |w @ x - w @ x_q| from quantizing x (T, K) per block of ``block`` (|x - d q| <= d / 2
+    per element, plus the float32 rounding of x * id): (T, N) float64, with deq (N, K) the weights."""
     T, K = x.shape
-    amax = np.abs(x.astype(np.float64)).reshape(T, K // 32, 32).max(-1)  # (T, nb)
-    wabs = np.abs(deq.astype(np.float64)).reshape(deq.shape[0], K // 32, 32).sum(-1)  # (N, nb)
+    amax = np.abs(x.astype(np.float64)).reshape(T, K // block, block).max(-1)  # (T, nb)
+    wabs = np.abs(deq.astype(np.float64)).reshape(deq.shape[0], K // block, block).sum(-1)  # (N, nb)
     return (amax / 254 * (1 + 1e-6)) @ wabs.T
 
 
@@ -105,3 +110,77 @@ def repack_r8(wq, dt, N, K):
     parts.append(codes.reshape(G, nb, 8 * (bpb - head - h5)))
     out = np.concatenate(parts, -1)
     return np.concatenate([out.reshape(-1), blk[n8:].reshape(-1)])
+
+
+# ------------------------------------------------------------------ the K-quants (native/kernels/q8kdot.c)
+
+K_BLOCK_BYTES = {"q4_k": 144, "q5_k": 176, "q6_k": 210}
+
+
+def quantize_q8k(x):
+    """x float32 (T, K), K % 256 == 0 -> (codes int64 (T, K/256, 256), d float32 (T, K/256), sums of
+    each 16 codes int64 (T, K/256, 16)): as ``quantize_q8`` with one scale a super-block of 256."""
+    T, K = x.shape
+    q, d, _ = quantize_q8(x, 256)
+    return q, d, q.reshape(T, K // 256, 16, 16).sum(-1)
+
+
+def _scale_min_k4(sc12):
+    """The 12 scale bytes of q4_k / q5_k (..., 12) uint8 -> 6-bit (scales, mins) int64 (..., 8)."""
+    q = sc12.astype(np.int64)
+    sc = np.concatenate([q[..., 0:4] & 63, (q[..., 8:12] & 15) | ((q[..., 0:4] >> 2) & 0x30)], -1)
+    m = np.concatenate([q[..., 4:8] & 63, (q[..., 8:12] >> 4) | ((q[..., 4:8] >> 2) & 0x30)], -1)
+    return sc, m
+
+
+def k_weight_codes(wq, dt, N, K):
+    """GGUF super-blocks of an (N, K) K-quant matrix -> (codes int64 (N, nb, 256) in element order,
+    scales int64 (N, nb, 8 or 16), mins int64 (N, nb, 8) or None, d float32 (N, nb), dmin float32
+    (N, nb) or None): ggml-common.h's block_q4_K / q5_K / q6_K."""
+    nb = K // 256
+    blk = np.ascontiguousarray(wq).view(np.uint8).reshape(N, nb, K_BLOCK_BYTES[dt])
+    f16 = lambda o: blk[..., o:o + 2].copy().view(np.float16)[..., 0].astype(F32)  # noqa: E731
+    if dt == "q6_k":
+        ql, qh = blk[..., :128].astype(np.int64), blk[..., 128:192].astype(np.int64)
+        halves = []
+        for h in range(2):
+            a, b, e = ql[..., 64 * h:64 * h + 32], ql[..., 64 * h + 32:64 * h + 64], qh[..., 32 * h:32 * h + 32]
+            halves += [(a & 15) | ((e & 3) << 4), (b & 15) | (((e >> 2) & 3) << 4),
+                       (a >> 4) | (((e >> 4) & 3) << 4), (b >> 4) | (((e >> 6) & 3) << 4)]
+        return np.concatenate(halves, -1), blk[..., 192:208].view(np.int8).astype(np.int64), None, f16(208), None
+    sc, m = _scale_min_k4(blk[..., 4:16])
+    qs = blk[..., 48:176] if dt == "q5_k" else blk[..., 16:144]
+    groups = []
+    for g in range(8):
+        c = (qs[..., 32 * (g // 2):32 * (g // 2) + 32].astype(np.int64) >> (4 * (g % 2))) & 15
+        if dt == "q5_k":
+            c |= ((blk[..., 16:48].astype(np.int64) >> g) & 1) << 4
+        groups.append(c)
+    return np.concatenate(groups, -1), sc, m, f16(0), f16(2)
+
+
+def matmul_q8k(wq, dt, x, y=None):
+    """The C result of a K-quant product, modelled: y (T, N) float32 = (y if given else 0) + w @ x^T.
+
+    Per (token, row), super-block after super-block from acc = 0: acc = acc + (dw * d) * float(S);
+    q4_k, q5_k then acc = acc - (dmin * d) * float(M); S, M the exact integers of q8kdot.c's
+    header (scales applied to the integer group sums; q6_k's codes offset by 32 via the sums of 16)."""
+    T, K = x.shape
+    nb = K // 256
+    N = np.asarray(wq).view(np.uint8).size // (nb * K_BLOCK_BYTES[dt])
+    q, d, bs = quantize_q8k(x)
+    codes, sc, mins, dw, dmin = k_weight_codes(wq, dt, N, K)
+    gs = 16 if dt == "q6_k" else 32
+    G = codes.reshape(N, nb, 256 // gs, gs)
+    P = np.einsum("nbgj,tbgj->tnbg", G, q.reshape(T, nb, 256 // gs, gs))  # (T, N, nb, groups) exact
+    if dt == "q6_k":
+        P = P - 32 * bs[:, None]
+    S = (P * sc[None]).sum(-1)  # (T, N, nb)
+    M = None if mins is None else (mins[None] * bs.reshape(T, 1, nb, 8, 2).sum(-1)).sum(-1)
+    acc = np.zeros((T, N), F32)
+    with np.errstate(all="ignore"):
+        for b in range(nb):
+            acc = (acc + ((dw[None, :, b] * d[:, None, b]).astype(F32) * S[..., b].astype(F32)).astype(F32)).astype(F32)
+            if M is not None:
+                acc = (acc - ((dmin[None, :, b] * d[:, None, b]).astype(F32) * M[..., b].astype(F32)).astype(F32)).astype(F32)
+        return acc if y is None else (y.astype(F32) + acc).astype(F32)

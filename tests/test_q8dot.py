@@ -1,4 +1,4 @@
-"""The block-type matrix products of the cpu backend (native/kernels/q8dot.c: int8 activations,
+"""The block-type matrix products of the cpu backend (native/kernels/q8dot.c, q8kdot.c: int8 activations,
 exact integer dot products, llama.cpp's numerics) against their numpy model (tests/_q8dot_model.py)
 bit for bit, and against float64 within the bound that quantizing x implies.
 
@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from _q8dot_model import BLOCK_BYTES, matmul_q8, quantization_bound, repack_r8
+from _q8dot_model import BLOCK_BYTES, matmul_q8, matmul_q8k, quantization_bound, repack_r8
 from test_native_kernels import F32_EPS, call, poison
 
 from xinfer_async._native import ffi, lib
@@ -285,3 +285,92 @@ def test_r8_get_rows_and_fused_equal_the_gguf_kernels(rng, dt):
     assert call(f"rmsnorm_matmul_swiglu_{dt}", [wq, x, norm, want], consts) == 0
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     assert np.isfinite(got).all()
+
+
+# ------------------------------------------------------------------ the K-quants (q8kdot.c)
+
+KDTS = ["q4_k", "q5_k", "q6_k"]
+
+
+def _k_inputs(rng, dt, T, N, K):
+    from test_kquant_kernels import weights
+
+    wq, deq = weights(rng, dt, N, K)
+    x = (rng.standard_normal((T, K)) * rng.uniform(0.01, 10, (T, 1))).astype(np.float32)
+    x[rng.random((T, K)) < 0.01] *= 50
+    return wq, deq, x
+
+
+@pytest.mark.parametrize("dt", KDTS)
+@pytest.mark.parametrize("T,N,K", [(1, 64, 256), (5, 33, 512), (9, 20, 1536), (64, 17, 768)])
+@pytest.mark.parametrize("accumulate", [0, 1])
+def test_k_matches_model_and_float64_bound(rng, dt, T, N, K, accumulate):
+    wq, deq, x = _k_inputs(rng, dt, T, N, K)
+    y0 = rng.standard_normal((T, N)).astype(np.float32)
+    y = y0.copy() if accumulate else poison(T, N)
+    assert call(f"matmul_{dt}", [wq, x, y], {"T": T, "N": N, "K": K, "accumulate": accumulate}) == 0
+    model = matmul_q8k(wq, dt, x, y0 if accumulate else None)
+    np.testing.assert_array_equal(y.view(np.uint32), model.view(np.uint32))
+    ref = (y0.astype(np.float64) if accumulate else 0) + x.astype(np.float64) @ deq.T
+    mag = np.abs(x).astype(np.float64) @ np.abs(deq).T + (np.abs(y0) if accumulate else 0)
+    err, qb = np.abs(y - ref), quantization_bound(x, deq, 256)
+    print(f"{dt} T={T} N={N} K={K}: max |y - f64| / sum|w x| = {np.max(err / mag):.2e}, "
+          f"max err / quantization bound = {np.max(err / qb):.2f}")
+    assert (err <= qb + 16 * F32_EPS * mag).all()
+
+
+@pytest.mark.parametrize("dt", KDTS)
+def test_k_nonfinite_and_zero_blocks(rng, dt):
+    T, N, K = 4, 24, 512
+    wq, _, x = _k_inputs(rng, dt, T, N, K)
+    x[1, 40] = np.nan
+    x[2, 300] = -np.inf
+    x[3, 256:] = 0.0
+    y = poison(T, N)
+    assert call(f"matmul_{dt}", [wq, x, y], {"T": T, "N": N, "K": K, "accumulate": 0}) == 0
+    assert np.isnan(y[1]).all() and np.isnan(y[2]).all()
+    np.testing.assert_array_equal(y[[0, 3]].view(np.uint32), matmul_q8k(wq, dt, x)[[0, 3]].view(np.uint32))
+
+
+@pytest.fixture(scope="module")
+def q8kdot_builds(tmp_path_factory):
+    """q8kdot.c compiled on its own with -march=x86-64 (portable) and -march=x86-64-v3 (AVX2)."""
+    import importlib.util
+
+    import cffi
+
+    native = os.path.join(ROOT, "native")
+    mods = {}
+    for march in ("x86-64", "x86-64-v3"):
+        name = "_q8kdot_" + march.replace("-", "_")
+        ffi_ = cffi.FFI()
+        ffi_.cdef("\n".join(f"void k_{dt}(void *w, void *x, void *y, long T, long N, long K, int acc);" for dt in KDTS))
+        src = '#include "xi_common.h"\n' + "\n".join(
+            f"void k_{dt}(void *w, void *x, void *y, long T, long N, long K, int acc)"
+            f" {{ xi_q8dot_rows_{dt}(w, x, y, T, N, K, acc); }}" for dt in KDTS)
+        ffi_.set_source(name, src, sources=[os.path.join(native, "kernels", "q8kdot.c")],
+                        include_dirs=[native, os.path.join(native, "kernels")],
+                        extra_compile_args=["-O3", f"-march={march}", "-fopenmp", "-fno-math-errno",
+                                            "-ffp-contract=off", "-std=gnu11"],
+                        extra_link_args=["-fopenmp"])
+        so = ffi_.compile(tmpdir=str(tmp_path_factory.mktemp(name)))
+        spec = importlib.util.spec_from_file_location(name, so)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mods[march] = mod
+    return mods
+
+
+@pytest.mark.parametrize("march", ["x86-64", "x86-64-v3"])
+@pytest.mark.parametrize("dt", KDTS)
+@pytest.mark.parametrize("T,N,K", [(1, 40, 256), (6, 17, 768)])
+def test_k_portable_and_avx2_paths_match_model(rng, q8kdot_builds, march, dt, T, N, K):
+    mod = q8kdot_builds[march]
+    wq, _, x = _k_inputs(rng, dt, T, N, K)
+    x[0, 5] = np.nan if T > 1 else x[0, 5]
+    for accumulate in (0, 1):
+        y0 = rng.standard_normal((T, N)).astype(np.float32)
+        y = y0.copy() if accumulate else poison(T, N)
+        getattr(mod.lib, f"k_{dt}")(mod.ffi.from_buffer(wq), mod.ffi.from_buffer(x), mod.ffi.from_buffer(y),
+                                     T, N, K, accumulate)
+        np.testing.assert_array_equal(y.view(np.uint32), matmul_q8k(wq, dt, x, y0 if accumulate else None).view(np.uint32))

@@ -117,18 +117,6 @@ static inline void deq_q3_k(const uint8_t *blk, float *o)
             }
 }
 
-/* the 6-bit scale and min of group j (0..7) of q4_K / q5_K's 12 scale bytes */
-static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
-{
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 15) | ((q[j - 4] >> 2) & 0x30);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 2) & 0x30);
-    }
-}
-
 /* block_q4_K: d, dmin, scales[12], qs[128] */
 static inline void deq_q4_k(const uint8_t *blk, float *o)
 {
@@ -136,7 +124,7 @@ static inline void deq_q4_k(const uint8_t *blk, float *o)
     const uint8_t *scales = blk + 4, *qs = blk + 16;
     for (int g = 0; g < 8; g++) { /* 8 groups of 32 */
         int sc, m;
-        scale_min_k4(g, scales, &sc, &m);
+        xi_scale_min_k4(g, scales, &sc, &m);
         const float dl = d * (float)sc, ml = dmin * (float)m;
         const uint8_t *q = qs + 32 * (g >> 1);
         const int sh = 4 * (g & 1);
@@ -151,7 +139,7 @@ static inline void deq_q5_k(const uint8_t *blk, float *o)
     const uint8_t *scales = blk + 4, *qh = blk + 16, *qs = blk + 48;
     for (int g = 0; g < 8; g++) {
         int sc, m;
-        scale_min_k4(g, scales, &sc, &m);
+        xi_scale_min_k4(g, scales, &sc, &m);
         const float dl = d * (float)sc, ml = dmin * (float)m;
         const uint8_t *q = qs + 32 * (g >> 1);
         const int sh = 4 * (g & 1);
@@ -221,7 +209,7 @@ static inline void vdeq_q4_k(const uint8_t *blk, float *o)
     const __m256i m4 = _mm256_set1_epi8(15);
     for (int g = 0; g < 8; g++) {
         int sc, m;
-        scale_min_k4(g, blk + 4, &sc, &m);
+        xi_scale_min_k4(g, blk + 4, &sc, &m);
         const float dl = d * (float)sc, ml = dmin * (float)m;
         const __m256i q = _mm256_and_si256(srl8(ld32(blk + 16 + 32 * (g >> 1)), 4 * (g & 1)), m4);
         emit32(q, dl, dl, ml, ml, o + 32 * g, 1);
@@ -234,7 +222,7 @@ static inline void vdeq_q5_k(const uint8_t *blk, float *o)
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1), qh = ld32(blk + 16);
     for (int g = 0; g < 8; g++) {
         int sc, m;
-        scale_min_k4(g, blk + 4, &sc, &m);
+        xi_scale_min_k4(g, blk + 4, &sc, &m);
         const float dl = d * (float)sc, ml = dmin * (float)m;
         const __m256i lo = _mm256_and_si256(srl8(ld32(blk + 48 + 32 * (g >> 1)), 4 * (g & 1)), m4);
         const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(srl8(qh, g), one), 4);
@@ -444,12 +432,12 @@ XI_MATMUL_DRIVER(NAME, ktile, QK, ROWBYTES, BLOCKED, TAIL)
 /* q5_0, q5_1: matmul through int8 activations (q8dot.c), also over the r8 layout */
 XI_KGET_ROWS(q5_0, 32, 22)
 XI_KDEQUANTIZE(q5_0, 32, 22)
-XI_MATMUL_Q8(q5_0)
+XI_MATMUL_Q8(q5_0, 32)
 XI_KGET_ROWS(q5_1, 32, 24)
 XI_KDEQUANTIZE(q5_1, 32, 24)
-XI_MATMUL_Q8(q5_1)
-XI_MATMUL_Q8(q5_0_r8)
-XI_MATMUL_Q8(q5_1_r8)
+XI_MATMUL_Q8(q5_1, 32)
+XI_MATMUL_Q8(q5_0_r8, 32)
+XI_MATMUL_Q8(q5_1_r8, 32)
 /* get_rows of the r8 layout: row id's block gathered back into GGUF bytes (the fifth bits too) */
 #define XI_KGET_ROWS_R8(NAME, BYTES, HEAD)                                           \
 XI_GET_ROWS(NAME##_r8, BYTES, 32, 32, {                                              \
@@ -476,8 +464,15 @@ XI_KGET_ROWS_R8(q5_1, 24, 4)
 XI_KQUANT(iq4_nl, 32, 18)
 XI_KQUANT(q2_k, XI_QKK, 84)
 XI_KQUANT(q3_k, XI_QKK, 110)
-XI_KQUANT(q4_k, XI_QKK, 144)
-XI_KQUANT(q5_k, XI_QKK, 176)
-XI_KQUANT(q6_k, XI_QKK, 210)
+/* q4_k, q5_k, q6_k: matmul through int8 activations per 256 (q8kdot.c) */
+XI_KGET_ROWS(q4_k, XI_QKK, 144)
+XI_KDEQUANTIZE(q4_k, XI_QKK, 144)
+XI_MATMUL_Q8(q4_k, XI_QKK)
+XI_KGET_ROWS(q5_k, XI_QKK, 176)
+XI_KDEQUANTIZE(q5_k, XI_QKK, 176)
+XI_MATMUL_Q8(q5_k, XI_QKK)
+XI_KGET_ROWS(q6_k, XI_QKK, 210)
+XI_KDEQUANTIZE(q6_k, XI_QKK, 210)
+XI_MATMUL_Q8(q6_k, XI_QKK)
 XI_KQUANT(iq4_xs, XI_QKK, 136)
 XI_KMATMUL(bf16, 32, 64, K * 2, 0, scalar_bf16)

@@ -365,13 +365,13 @@ XI_MATMUL(f32, 128, K * 4, 0, scalar_f32)
 XI_MATMUL(f16, 64, K * 2, 0, scalar_f16)
 
 /* block types: int8 activations, exact integer dot products, scales after (q8dot.c) */
-XI_MATMUL_Q8(q8_0)
-XI_MATMUL_Q8(q4_0)
-XI_MATMUL_Q8(q4_1)
+XI_MATMUL_Q8(q8_0, 32)
+XI_MATMUL_Q8(q4_0, 32)
+XI_MATMUL_Q8(q4_1, 32)
 /* the same over the row-interleaved r8 layout (q8dot.c): the same bits */
-XI_MATMUL_Q8(q8_0_r8)
-XI_MATMUL_Q8(q4_0_r8)
-XI_MATMUL_Q8(q4_1_r8)
+XI_MATMUL_Q8(q8_0_r8, 32)
+XI_MATMUL_Q8(q4_0_r8, 32)
+XI_MATMUL_Q8(q4_1_r8, 32)
 
 /* the load-time repack into r8 (xinfer_native.h) */
 #define XI_REPACK_R8(NAME)                                                           \

@@ -74,6 +74,18 @@ static inline __m256i xi_q5_codes(const uint8_t *qh, const uint8_t *qs)
 
 #endif
 
+/* the 6-bit scale and min of group j (0..7) of q4_K / q5_K's 12 scale bytes */
+static inline void xi_scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 15) | ((q[j - 4] >> 2) & 0x30);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 2) & 0x30);
+    }
+}
+
 #define XI_C(type) const type *k = (const type *)c
 #define XI_OMP_MIN_WORK 32768L  /* below this much work, stay single-threaded */
 
@@ -130,6 +142,10 @@ XI_SHARED void xi_q8dot_rows_q5_0_r8(const uint8_t *w, const float *x, float *y,
 XI_SHARED void xi_q8dot_rows_q5_1_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_q8_repack_r8_q5_0(const uint8_t *src, uint8_t *dst, long N, long K);
 XI_SHARED void xi_q8_repack_r8_q5_1(const uint8_t *src, uint8_t *dst, long N, long K);
+/* q8kdot.c: the K-quants through int8 activations quantized per block of 256 (K a multiple of 256) */
+XI_SHARED void xi_q8dot_rows_q4_k(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8dot_rows_q5_k(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8dot_rows_q6_k(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 
 /* The row driver of the float-path matmuls (quant.c: f32, f16; kquant.c: the K-quants, q5, iq4, bf16):
  * weight rows in chunks of XI_NCHUNK (threads split the chunks), x in tiles of up to 4 tokens;
@@ -209,8 +225,9 @@ int xi_k_get_rows_##NAME(void *const *b, const void *c)                         
     return XI_OK;                                                                    \
 }
 
-/* matmul_DT of a block type through int8 activations (q8dot.c): xi_matmul_rows_DT, xi_k_matmul_DT */
-#define XI_MATMUL_Q8(NAME)                                                           \
+/* matmul_DT of a block type through int8 activations (q8dot.c, q8kdot.c): xi_matmul_rows_DT,
+ * xi_k_matmul_DT; K a multiple of QK */
+#define XI_MATMUL_Q8(NAME, QK)                                                       \
 void xi_matmul_rows_##NAME(const uint8_t *w, const float *x, float *y, long T, long N, long K, \
                            int accumulate)                                           \
 {                                                                                    \
@@ -219,7 +236,7 @@ void xi_matmul_rows_##NAME(const uint8_t *w, const float *x, float *y, long T, l
 int xi_k_matmul_##NAME(void *const *b, const void *c)                                \
 {                                                                                    \
     XI_C(xi_matmul_##NAME##_c);                                                      \
-    if (k->T < 0 || k->N < 0 || k->K < 0 || k->K % 32 != 0) return XI_EINVAL;        \
+    if (k->T < 0 || k->N < 0 || k->K < 0 || k->K % (QK) != 0) return XI_EINVAL;      \
     xi_matmul_rows_##NAME((const uint8_t *)b[0], (const float *)b[1], (float *)b[2], \
                           k->T, k->N, k->K, k->accumulate);                          \
     return XI_OK;                                                                    \
