@@ -10,7 +10,8 @@
  * are (the K-quants), the same operations on the same values (tests/test_kquant_kernels.py checks
  * each bit for bit against gguf).
  *
- * q5_0 and q5_1 multiply through int8 activations (q8dot.c, llama.cpp's numerics). The other
+ * q5_0, q5_1 (q8dot.c) and q4_k, q5_k, q6_k (q8kdot.c) multiply through int8 activations (llama.cpp's
+ * numerics). The other
  * matmuls dequantize one block (32 or 256 weights) of a weight row exactly into a float buffer
  * (in L1), then FMA it against up to 4 x rows in float32: every token's sum runs in 4 chains of 8
  * floats (AVX2+FMA) over the blocks in order, whatever the number of tokens sharing the tile, so a
