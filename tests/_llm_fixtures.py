@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -149,3 +150,45 @@ async def cancel_generation_after(model, prompt: str, n: int = 3) -> None:
             if count == n:
                 scope.cancel()
     assert scope.cancelled_caught
+
+
+def golden_named(name: str) -> dict:
+    """A golden JSON of ../shared/golden (where ``golden`` looks), e.g. gemma3_llamacpp.json; skip if absent."""
+    for p in _GOLDEN_CANDIDATES:
+        if (p.parent / name).is_file():
+            return json.loads((p.parent / name).read_text())
+    pytest.skip(f"golden file {name} not found")
+
+
+GEMMA_NAME = "gemma-3-270m-q4_k_m.gguf"
+
+
+def gemma_file() -> Path | None:
+    """The real Gemma 3 270M Q4_K_M file: $XINFER_GEMMA_PATH, else the cache (``pull gemma3-270m``)."""
+    from xinfer_async.llm._registry import MODELS, model_path
+
+    env = os.environ.get("XINFER_GEMMA_PATH")
+    places = [Path(env)] if env else []
+    if "gemma3-270m" in MODELS:
+        places.append(model_path("gemma3-270m"))
+    return next((p for p in places if p.is_file()), None)
+
+
+def require_gemma() -> Path:
+    p = gemma_file()
+    if p is None:
+        pytest.skip(f"{GEMMA_NAME} not found (set XINFER_GEMMA_PATH, or pull 'gemma3-270m')")
+    return p
+
+
+@functools.lru_cache(maxsize=1)
+def _gemma_tokenizer(path: Path):
+    from xinfer_async.llm._gguf_reader import read_gguf
+    from xinfer_async.llm._tokenizer import Tokenizer
+
+    return Tokenizer.from_gguf(read_gguf(path).metadata)
+
+
+def gemma_tokenizer():
+    """The Gemma 3 270M tokenizer, built once from the file's metadata (no weight read); skip if absent."""
+    return _gemma_tokenizer(require_gemma())

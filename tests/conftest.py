@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+
 import pytest
 
 import xinfer_async
@@ -33,7 +37,51 @@ def rng():
     return np.random.default_rng(seed)
 
 
+_precompile: dict = {}
+
+
+def pytest_collection_finish(session):
+    """A cold cubin cache: when the selection has cuda tests and a GPU is here, compile every shader
+    on a pool of processes (``backends/cuda/_precompile.py``, one a core, the costliest first) on a
+    background thread while the tests start; a test that loads a kernel meanwhile waits for the
+    pool's cubin (the cache's lock) instead of compiling it again. Under pytest-xdist only worker
+    gw0 runs the pool (every worker collects the same tests); the others' kernels wait for it the
+    same way. ``XINFER_PRECOMPILE=0`` turns it off; ``$XINFER_NVRTC_LOG`` logs every compile."""
+    if os.environ.get("XINFER_PRECOMPILE", "1") == "0" or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return
+    if not any("cuda" in item.nodeid or item.get_closest_marker("cuda") for item in session.items):
+        return
+    ok, _ = cuda_status()
+    if not ok:
+        return
+    from xinfer_async.backends.cuda._precompile import device_target, precompile
+
+    def run():
+        t0 = time.perf_counter()
+        try:
+            results = precompile(device_target())
+            _precompile["summary"] = (f"{sum(r.outcome == 'compiled' for r in results)} of {len(results)} shaders "
+                                      f"compiled ({sum(r.seconds for r in results if r.outcome == 'compiled'):.0f} s "
+                                      f"of NVRTC), {time.perf_counter() - t0:.1f} s wall")
+        except Exception as exc:  # the test that loads the kernel reports the same error
+            _precompile["summary"] = f"failed: {type(exc).__name__}: {exc}"
+
+    _precompile["thread"] = threading.Thread(target=run, name="precompile shaders", daemon=True)
+    _precompile["thread"].start()
+
+
+def pytest_sessionfinish(session):
+    if "thread" in _precompile:
+        _precompile["thread"].join()
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if "summary" in _precompile:
+        terminalreporter.write_line(f"shader precompile (tests/conftest.py): {_precompile['summary']}")
+    _skip_summary(terminalreporter)
+
+
+def _skip_summary(terminalreporter):
     """After the run: how many tests skipped, grouped by why (most of them need a GPU), so a
     suite that skips ~500 tests on a machine without one says so plainly instead of ``s`` marks."""
     from collections import Counter

@@ -105,9 +105,10 @@ async def test_attention_gqa(devices, rng):
     q, k, v = f32(rng, T, nh, hd), f32(rng, ctx, nkv, hd), f32(rng, ctx, nkv, hd)
     q[1] *= 300.0  # scores ~1e4 on this row
     k[:4] *= 10.0
+    k[0, 0] = q[1, 0] / 30.0  # one key along row 1's first head: a score > 1e3 whatever the seed
     pos = np.array([3, 7, -1, 15], np.int32)
     scale = 1.0 / np.sqrt(hd)
-    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": ctx, "q_stride": nh * hd, "scale": scale}
+    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": ctx, "q_stride": nh * hd, "scale": scale, "window": 0}
     (out,) = await run(devices, "attention", [q, k, v, pos, nan(T, nh, hd)], [4], consts)
     ref = attention_ref(q, k, v, pos, nh, nkv, hd, np.float32(scale))
     s_max = np.abs(k[: pos[1] + 1, 0].astype(np.float64) @ q[1, 0].astype(np.float64) * scale).max()
@@ -129,7 +130,7 @@ async def _check_batched_row(dev, row, qt, k, v, first, last, seq_ctx, nh, nkv, 
     p = last - first
     ref = attention_ref(qt[None], kt, vt, np.array([p]), nh, nkv, hd, np.float32(scale))
     np.testing.assert_allclose(row, ref[0], rtol=RTOL, atol=2e-5)
-    c1 = {"T": 1, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": seq_ctx, "q_stride": nh * hd, "scale": scale}
+    c1 = {"T": 1, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": seq_ctx, "q_stride": nh * hd, "scale": scale, "window": 0}
     (single,) = await run(dev, "attention", [np.ascontiguousarray(qt[None]), kt, vt, np.array([p], np.int32),
                                              nan(1, nh, hd)], [4], c1)
     np.testing.assert_array_equal(row, single[0])
@@ -146,7 +147,7 @@ async def test_attention_batched(devices, rng):
     last = first + np.array([seq_ctx - 1, 0, 17, 0, 5], np.int32)
     last[3] = -1  # padding: zero row
     scale = 1.0 / np.sqrt(hd)
-    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": nh * hd, "scale": scale}
+    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": nh * hd, "scale": scale, "window": 0}
     (out,) = await run(devices, "attention_batched", [q, k, v, first, last, nan(T, nh, hd)], [5], consts)
     assert np.isfinite(out).all()
     np.testing.assert_array_equal(out[3], 0.0)
@@ -166,7 +167,7 @@ async def test_attention_batched_wide_matches_single(devices, rng, nh, nkv, hd):
     first = np.arange(T, dtype=np.int32) * seq_ctx
     last = first + rng.integers(0, seq_ctx, size=T).astype(np.int32)
     scale = 1.0 / np.sqrt(hd)
-    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": nh * hd, "scale": scale}
+    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": nh * hd, "scale": scale, "window": 0}
     (out,) = await run(devices, "attention_batched", [q, k, v, first, last, nan(T, nh, hd)], [5], consts)
     assert np.isfinite(out).all()
     for t in rng.choice(T, size=4, replace=False):
@@ -318,3 +319,77 @@ async def test_kquant_kernels(devices, rng, dt):
             sg = np.abs(gate / (1 + np.exp(-gate)))
         gb = 1e-4 * np.abs(gref) + 1.1 * dg * np.abs(up) + sg * du + 1.1 * dg * du
         assert (np.abs(g.reshape(T, N) - gref) <= gb).all(), np.max(np.abs(g.reshape(T, N) - gref) / gb)
+
+
+# -- the blocks of the other decoder families (llm/_arch.py) -----------------------------------------
+@pytest.mark.parametrize("window", [1, 3, 6])
+async def test_attention_sliding_window(devices, rng, window):
+    """Keys j with pos - j < window only (llama.cpp is_masked_swa): the float64 reference over the
+    window's keys alone; a window as large as the context is plain causal attention, bit for bit."""
+    T, nh, nkv, hd, ctx = 5, 4, 2, 32, 16
+    q, k, v = f32(rng, T, nh, hd), f32(rng, ctx, nkv, hd), f32(rng, ctx, nkv, hd)
+    pos = np.array([0, 2, 7, -1, 15], np.int32)
+    scale = 1.0 / np.sqrt(hd)
+    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": ctx, "q_stride": nh * hd, "scale": scale}
+    (out,) = await run(devices, "attention", [q, k, v, pos, nan(T, nh, hd)], [4], dict(consts, window=window))
+    for t in (0, 1, 2, 4):
+        s = max(0, int(pos[t]) - window + 1)
+        ref = attention_ref(q[t:t + 1], k[s:], v[s:], np.array([pos[t] - s]), nh, nkv, hd, np.float32(scale))
+        np.testing.assert_allclose(out[t], ref[0], rtol=RTOL, atol=2e-5)
+    np.testing.assert_array_equal(out[3], 0.0)
+    (full,) = await run(devices, "attention", [q, k, v, pos, nan(T, nh, hd)], [4], dict(consts, window=ctx))
+    (none,) = await run(devices, "attention", [q, k, v, pos, nan(T, nh, hd)], [4], dict(consts, window=0))
+    np.testing.assert_array_equal(full, none)
+    # the batched kernel over the same keys (one sequence at rows 0..ctx-1): bit-identical
+    first, last = np.where(pos < 0, -1, 0).astype(np.int32), pos.copy()
+    cb = dict(consts, rows=ctx, window=window)
+    del cb["ctx"]
+    (bat,) = await run(devices, "attention_batched", [q, k, v, first, last, nan(T, nh, hd)], [5], cb)
+    np.testing.assert_array_equal(bat, out)
+
+
+async def test_qk_rmsnorm(devices, rng):
+    T, nh, nkv, hd, eps = 3, 4, 2, 32, 1e-6
+    stride = (nh + 2 * nkv) * hd + 5  # q, k, v heads and padding: v and the padding untouched
+    x, qn, kn = f32(rng, T, stride, scale=3.0), f32(rng, hd), f32(rng, hd)
+    (y,) = await run(devices, "qk_rmsnorm", [x, qn, kn], [0],
+                     {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "row_stride": stride, "eps": eps})
+    heads = x[:, :(nh + nkv) * hd].astype(np.float64).reshape(T, nh + nkv, hd)
+    ref = heads / np.sqrt((heads ** 2).mean(-1, keepdims=True) + np.float64(np.float32(eps)))
+    ref[:, :nh] *= qn
+    ref[:, nh:] *= kn
+    np.testing.assert_allclose(y[:, :(nh + nkv) * hd].reshape(T, nh + nkv, hd), ref, rtol=RTOL, atol=1e-6)
+    np.testing.assert_array_equal(y[:, (nh + nkv) * hd:], x[:, (nh + nkv) * hd:])
+
+
+async def test_rmsnorm_add(devices, rng):
+    rows, dim, eps = 4, 640, 1e-6
+    x, w, y0 = f32(rng, rows, dim, scale=5.0), f32(rng, dim), f32(rng, rows, dim)
+    (y,) = await run(devices, "rmsnorm_add", [x, w, y0.copy()], [2], {"rows": rows, "dim": dim, "eps": eps})
+    x64 = x.astype(np.float64)
+    ref = y0 + x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + np.float64(np.float32(eps))) * w
+    np.testing.assert_allclose(y, ref, rtol=RTOL, atol=1e-5)
+
+
+async def test_geglu(devices, rng):
+    rows, n = 3, 100
+    gu = f32(rng, rows, 2 * n, scale=3.0)
+    gu[0, :4] = [-12.0, 12.0, 0.0, -0.5]  # the tails of the tanh
+    (y,) = await run(devices, "geglu", [gu, nan(rows, n)], [1], {"rows": rows, "n": n})
+    g = gu[:, :n].astype(np.float64)
+    gelu = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+    np.testing.assert_allclose(y, gelu * gu[:, n:], rtol=RTOL, atol=1e-6)
+
+
+async def test_bias_add(devices, rng):
+    rows, n = 5, 97
+    y0, b = f32(rng, rows, n), f32(rng, n)
+    (y,) = await run(devices, "bias_add", [y0.copy(), b], [0], {"rows": rows, "n": n})
+    np.testing.assert_allclose(y, y0.astype(np.float64) + b, rtol=RTOL, atol=1e-6)
+
+
+async def test_softcap(devices, rng):
+    n, cap = 1000, 30.0
+    x = f32(rng, n, scale=50.0)
+    (y,) = await run(devices, "softcap", [x], [0], {"n": n, "cap": cap})
+    np.testing.assert_allclose(y, cap * np.tanh(x.astype(np.float64) / cap), rtol=RTOL, atol=1e-5)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _llm_fixtures import require_model, write_tiny_gguf
+from _llm_fixtures import require_gemma, require_model, write_tiny_gguf
 from xinfer_async._open import cuda_status
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,8 +65,14 @@ BAD = [
     (["-p", "hi", "-n", "-5"], "-n must be >= 1 (the number of tokens to generate at most), got -5"),
     (["-p", "hi", "--ctx", "0"], "--ctx must be >= 1, got 0"),
     (["-p", "hi", "--device", "gpu"], "--device gpu: not a device; choose cpu, cuda, cuda:N or auto"),
-    (["-p", "hi", "--chat"], "--chat: the model file {model} has no chat template (tokenizer.chat_template); "
-                             "leave --chat out"),
+    (["-p", "hi", "--chat"], "--chat: the model file {model} has no chat template (tokenizer.chat_template): it is "
+                             "probably a base (not instruct) model; give one with --chat-template NAME|FILE (chatml, "
+                             "gemma, llama3, or a .jinja file), or leave --chat out"),
+    (["-p", "hi", "--chat-template", "chatml"], "--chat-template chatml is used with --chat (add --chat to wrap the "
+                                                "prompt in it)"),
+    (["-p", "hi", "--chat", "--chat-template", "gemma3"], "--chat-template: unknown chat template 'gemma3': give a "
+                                                          "built-in name (chatml, gemma, llama3) or the path of a "
+                                                          ".jinja file"),
 ]
 
 
@@ -86,7 +92,30 @@ def test_chat_checks_before_loading(tiny):
     assert (rc, err.strip()) == (2, "xinfer-async chat: error: --repeat-penalty must be a finite number > 0, got -1.0")
     rc, err, _ = run_cli("chat", "-m", str(tiny))
     assert rc == 2 and "LOADING" not in err
-    assert err.strip().endswith("has no chat template (tokenizer.chat_template); use generate -p TEXT with it")
+    assert err.strip().endswith("has no chat template (tokenizer.chat_template): it is probably a base (not "
+                                "instruct) model; give one with --chat-template NAME|FILE (chatml, gemma, llama3, or "
+                                "a .jinja file), or use generate -p TEXT with it")
+
+
+@pytest.mark.model
+def test_chat_template_option_supplies_a_missing_template(tmp_path):
+    """Gemma 3 270M (a base model) has no template: chat says so; --chat-template gemma (or a .jinja
+    file) passes the checks (the wrapped CLI reaches loading: exit 99, LOADING)."""
+    gemma = require_gemma()
+    rc, err, _ = run_cli("chat", "-m", str(gemma), "--device", "cpu")
+    assert rc == 2 and "has no chat template (tokenizer.chat_template): it is probably a base" in err
+    rc, err, _ = run_cli("chat", "-m", str(gemma), "--chat-template", "gemma", "--device", "cpu")
+    assert (rc, err.strip()) == (99, "LOADING")
+    f = tmp_path / "mine.jinja"
+    f.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    rc, err, _ = run_cli("generate", "-m", str(gemma), "-p", "hi", "--chat", "--chat-template", str(f),
+                         "--device", "cpu", "--ctx", "4")  # counts the prompt's tokens with the template
+    assert (rc, err.strip()) == (99, "LOADING")
+    # <bos> <start_of_turn> user \n, "hi" + 7 x " hi" (trimmed), <end_of_turn> \n <start_of_turn> model \n: 17
+    rc, err, _ = run_cli("generate", "-m", str(gemma), "-p", "hi " * 8, "--chat", "--chat-template", "gemma",
+                         "--device", "cpu", "--ctx", "12")
+    assert rc == 2 and err.strip().endswith("-p has 17 tokens in the chat template but the context holds 12: shorten "
+                                            "the prompt or give a larger --ctx (at most the model's context length)")
 
 
 def test_cuda_without_a_gpu_says_why_once_and_suggests_cpu(tiny):
@@ -107,13 +136,13 @@ def test_model_argument_errors(tiny, tmp_path):
     rc, err, _ = run_cli("generate", "-m", str(tmp_path / "missing.gguf"), "-p", "hi")
     assert rc == 2 and err.strip().endswith(f"-m {tmp_path / 'missing.gguf'}: model file not found")
     rc, err, _ = run_cli("generate", "-m", "llama3", "-p", "hi")
-    assert rc == 2 and "unknown model 'llama3'; known models: smollm2-135m (fetch one with `xinfer-async pull NAME`)" in err
+    assert rc == 2 and "unknown model 'llama3'; known models: gemma3-270m, smollm2-135m (fetch one with `xinfer-async pull NAME`)" in err
 
 
 def test_pull_unknown_name_does_not_suggest_a_path():
     rc, err, _ = run_cli("pull", "llama3")
     assert rc == 2
-    assert err.strip() == ("xinfer-async pull: error: unknown model 'llama3'; known models: smollm2-135m. `pull` "
+    assert err.strip() == ("xinfer-async pull: error: unknown model 'llama3'; known models: gemma3-270m, smollm2-135m. `pull` "
                            "fetches only these; to run your own .gguf file, pass it to generate, chat or "
                            "perplexity with -m PATH")
 

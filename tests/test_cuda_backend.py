@@ -32,7 +32,7 @@ from xinfer_async.hal._commands import (CopyCmd, DispatchCmd, FillCmd, GemmCmd, 
 FIELDS = {
     "affine": "n i, a f, b f", "add": "n i", "rmsnorm": "rows i, dim i, eps f",
     "rope": "rows i, n_head i, head_dim i, row_stride i, theta f", "swiglu": "rows i, n i, in_stride i",
-    "softmax": "rows i, n i", "attention": "T i, n_head i, n_kv i, head_dim i, ctx i, q_stride i, scale f",
+    "softmax": "rows i, n i", "attention": "T i, n_head i, n_kv i, head_dim i, ctx i, q_stride i, scale f, window i",
     "kv_store": "T i, width i, ctx i, src_stride i", "get_rows": "T i, dim i, vocab i",
     "matmul": "T i, N i, K i, accumulate i", "dequantize": "n i", "argmax": "rows i, n i",
 }
@@ -166,7 +166,7 @@ def test_attention(be, q, n_head, n_kv, hd, ctx, pos):
     pos = np.array(pos, np.int32)
     scale = 1 / np.sqrt(hd)
     out = run(be, q, "attention", [qm, k, v, pos, np.full((T, n_head, hd), 7, np.float32)],
-              dict(T=T, n_head=n_head, n_kv=n_kv, head_dim=hd, ctx=ctx, q_stride=n_head * hd, scale=scale))[4]
+              dict(T=T, n_head=n_head, n_kv=n_kv, head_dim=hd, ctx=ctx, q_stride=n_head * hd, scale=scale, window=0))[4]
     # online softmax over up to 8192 keys in f32: each rescale adds ~2^-24, the sums ~sqrt(ctx) * 2^-24
     np.testing.assert_allclose(out, attention_ref(qm, k, v, pos, n_head, n_kv, hd, scale), rtol=1e-4, atol=1e-5)
 

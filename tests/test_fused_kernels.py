@@ -278,6 +278,43 @@ async def test_rope_kv_store(devices, rng, T, n_head, n_kv, hd, extra):
                                       err_msg=f"rope_kv_store vs rope + rope + kv_store + kv_store: {name}")
 
 
+@pytest.mark.parametrize("n_head,n_kv,hd,extra", HEADS[:2])
+async def test_rope_kv_store_ff(devices, rng, n_head, n_kv, hd, extra):
+    """Frequency factors (Llama 3 rope scaling): pair i rotated by pos * theta^(-2i/hd) / ff[i], vs
+    float64; all-ones factors give rope_kv_store's bits."""
+    T = 5
+    stride, ctx, kvw = (n_head + 2 * n_kv) * hd + extra, T + 2, n_kv * hd
+    qkv = f32(rng, T, stride)
+    pos = np.array([4095, -1, 17, 0, 900], np.int32)
+    row = np.arange(T, dtype=np.int32)
+    ff = rng.uniform(1.0, 8.0, hd // 2).astype(np.float32)
+    consts = {"T": T, "n_head": n_head, "n_kv": n_kv, "head_dim": hd, "row_stride": stride, "ctx": ctx, "theta": THETA}
+    bufs = [devices.upload(qkv), devices.upload(pos), devices.upload(row), devices.upload(_caches(ctx, kvw)),
+            devices.upload(_caches(ctx, kvw)), devices.upload(ff)]
+    ones = [devices.upload(qkv), bufs[1], bufs[2], devices.upload(_caches(ctx, kvw)), devices.upload(_caches(ctx, kvw)),
+            devices.upload(np.ones(hd // 2, np.float32))]
+    plain = [devices.upload(qkv), bufs[1], bufs[2], devices.upload(_caches(ctx, kvw)), devices.upload(_caches(ctx, kvw))]
+    out, k1, o_ones, o_plain = await run(devices, [
+        ("rope_kv_store_ff", bufs, consts), ("rope_kv_store_ff", ones, consts), ("rope_kv_store", plain, consts),
+    ], [(bufs[0], (T, stride), np.float32), (bufs[3], (ctx, kvw), np.float32),
+        (ones[0], (T, stride), np.float32), (plain[0], (T, stride), np.float32)])
+    qk = (n_head + n_kv) * hd
+    ref = qkv.astype(np.float64)
+    freqs = THETA ** (-np.arange(0, hd, 2) / hd) / ff.astype(np.float64)
+    for t in range(T):
+        if pos[t] < 0:
+            continue
+        c, s_ = np.cos(pos[t] * freqs), np.sin(pos[t] * freqs)
+        for h in range(n_head + n_kv):
+            a, b = ref[t, h * hd:(h + 1) * hd:2].copy(), ref[t, h * hd + 1:(h + 1) * hd:2].copy()
+            ref[t, h * hd:(h + 1) * hd:2] = a * c - b * s_
+            ref[t, h * hd + 1:(h + 1) * hd:2] = a * s_ + b * c
+    np.testing.assert_allclose(out[:, :qk], ref[:, :qk], rtol=0, atol=8 * EPS32 * np.abs(qkv).max())
+    np.testing.assert_array_equal(k1[2].view(np.uint32), out[2, n_head * hd:qk].view(np.uint32))
+    assert not np.array_equal(out, o_plain)  # the factors matter
+    np.testing.assert_array_equal(o_ones.view(np.uint32), o_plain.view(np.uint32))
+
+
 # ------------------------------------------------------------------ bad constants
 
 def _dispatch_error(dev, name, bindings, consts):

@@ -114,14 +114,16 @@ def test_everything_unsupported_is_listed_at_once(tmp_path, rng):
     """Architecture, tokenizer model, each unsupported tensor type with its count, a quantized norm:
     one message, before the config (whose checks would stop at the first problem) or any weight."""
     p = tmp_path / "tiny.gguf"
-    write_tiny_gguf(p, rng=rng, arch="gemma3", override={"tokenizer.ggml.model": ("string", "llama")},
+    write_tiny_gguf(p, rng=rng, arch="gemma2", override={"tokenizer.ggml.model": ("string", "bert"),
+                                                         "gemma2.rope.scaling.type": ("string", "yarn")},
                     raw_types={"blk.0.attn_q.weight": "Q8_1", "blk.1.attn_q.weight": "Q8_1",
                                "blk.0.ffn_up.weight": "MXFP4", "blk.0.attn_norm.weight": "Q8_0"})
     with pytest.raises(GGUFError) as e:
         load_gguf(p)
     msg = str(e.value)
-    assert msg.startswith(f"{p}: unsupported: architecture 'gemma3' (supported: llama); tokenizer.ggml.model 'llama' "
-                          "(supported: gpt2); 1 tensor of type MXFP4 (e.g. 'blk.0.ffn_up.weight'); 2 tensors of type "
+    assert msg.startswith(f"{p}: unsupported: architecture 'gemma2' (supported: llama, qwen2, qwen3, gemma3, phi3); "
+                          "rope scaling 'yarn' (supported: none); tokenizer.ggml.model 'bert' "
+                          "(supported: gpt2, llama); 1 tensor of type MXFP4 (e.g. 'blk.0.ffn_up.weight'); 2 tensors of type "
                           "Q8_1 (e.g. 'blk.0.attn_q.weight'); 1 vector of type Q8_0 (e.g. 'blk.0.attn_norm.weight'; "
                           "a norm must be F32 or F16); supported tensor types: F32, F16, "), msg
 
@@ -175,7 +177,7 @@ def test_missing_optional_key_warns_and_defaults(tmp_path, rng, key, default, fi
 def test_other_architecture(tmp_path, rng):
     p = tmp_path / "tiny.gguf"
     write_tiny_gguf(p, rng=rng, arch="gpt2")
-    with pytest.raises(GGUFError, match=re.escape("unsupported: architecture 'gpt2' (supported: llama)")):
+    with pytest.raises(GGUFError, match=re.escape("unsupported: architecture 'gpt2' (supported: llama, qwen2, qwen3, gemma3, phi3)")):
         load_gguf(p)
 
 

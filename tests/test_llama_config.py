@@ -100,9 +100,11 @@ def test_token_arrays_must_match_the_vocabulary(tmp_path, rng):
 
 
 def test_unexpected_and_unsupported_tensors(tmp_path, rng):
-    _fails(tmp_path, rng, "unexpected tensor 'rope_freqs.weight' (not part of a llama of block_count 2)",
-           shapes={"rope_freqs.weight": (32,)})
-    _fails(tmp_path, rng, "tensor 'blk.0.ffn_norm.weight' has type Q8_0, a norm must be F32 or F16",
+    _fails(tmp_path, rng, "unexpected tensor 'blk.0.attn_qkv.weight' (not part of a llama of block_count 2)",
+           shapes={"blk.0.attn_qkv.weight": (32,)})
+    # a llama may carry Llama 3's rope_freqs, of head_dim / 2 factors
+    _fails(tmp_path, rng, "tensor 'rope_freqs.weight' has shape (32,), expected (8,)", shapes={"rope_freqs.weight": (32,)})
+    _fails(tmp_path, rng, "tensor 'blk.0.ffn_norm.weight' has type Q8_0, a norm or bias must be F32 or F16",
            raw_types={"blk.0.ffn_norm.weight": "Q8_0"}, shapes={"blk.0.ffn_norm.weight": (1, 64)})
 
 

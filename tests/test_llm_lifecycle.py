@@ -1,6 +1,6 @@
 """Closing a model: waiting requests end with an error (no hang), held slots are released after
 their holders, a device opened by ``load`` is closed; stop strings keep real timings;
-``GenerationStream.read_nowait`` drains what was delivered."""
+``GenerationStream.read_nowait`` drains what was delivered and ``at_end`` says when that was all."""
 
 import pytest
 import trio
@@ -108,5 +108,28 @@ async def test_read_nowait_returns_the_tokens_already_delivered_and_leaves_the_e
             parts.append(piece + rest)
         assert "".join(parts) == ref.text and stream.result.token_ids == ref.token_ids
         assert bunched >= 1 and stream.read_nowait() == ""  # some tokens came meanwhile; after the end nothing
+    finally:
+        await model.aclose()
+
+
+async def test_at_end_says_when_every_token_is_read_and_the_next_anext_ends(tmp_path):
+    from xinfer_async import llm
+    from xinfer_async.llm._synthetic import write_synthetic_gguf
+
+    path = write_synthetic_gguf(tmp_path / "tiny.gguf", "tiny")
+    model = await llm.load(str(path), device="cpu", ctx=128, slots=2, batching=True)
+    try:
+        ref = await model.complete("once upon a time", max_tokens=6, ignore_eos=True)
+        stream = model.generate("once upon a time", max_tokens=6, ignore_eos=True)
+        assert not stream.at_end()  # not started
+        text = await stream.__anext__()
+        while not stream.at_end():  # the scheduler delivers the rest and closes the request
+            await trio.sleep(0.01)
+            text += stream.read_nowait()
+        assert stream.token_count == 6 and stream.result is None  # read, the end not seen yet
+        with trio.fail_after(1):
+            async for piece in stream:  # at once: the held-back text, if any, then the end
+                text += piece
+        assert text == ref.text and stream.result.token_ids == ref.token_ids
     finally:
         await model.aclose()

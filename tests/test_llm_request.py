@@ -131,3 +131,20 @@ def test_timings_of_stages_not_reached_are_zero():
     queued.ended_at = 12.0
     t = queued.timings()
     assert (t.queue_wait_s, t.time_to_first_token_s, t.prefill_s, t.decode_s) == (2.0, 0.0, 0.0, 0.0)
+
+
+def test_logprobs_are_recorded_with_each_token_and_cut_by_stop():
+    rng = np.random.default_rng(4)
+    req = Request([1], GREEDY, max_tokens=10, ctx=100, top_logprobs=2)
+    assert not req.greedy  # its tokens come from the logits on the host
+    rows = [rng.standard_normal(16).astype(np.float32) for _ in range(4)]
+    for t, row in zip([3, 5, 7, 9], rows):
+        assert req.advance(t, row) is None
+    assert [e.token_id for e in req.logprobs] == [3, 5, 7, 9]
+    x = rows[1].astype(np.float64)
+    assert req.logprobs[1].logprob == pytest.approx(x[5] - np.logaddexp.reduce(x), abs=1e-12)
+    req.stop(2)
+    assert req.tokens == [3, 5] and [e.token_id for e in req.logprobs] == [3, 5]
+    with pytest.raises(ValueError, match="a request with top_logprobs needs the step's logits"):
+        Request([1], GREEDY, max_tokens=10, ctx=100, top_logprobs=0).advance(3)
+    assert Request([1], GREEDY, max_tokens=10, ctx=100).greedy

@@ -241,7 +241,7 @@ def test_attention(rng, T, nh, nkv, hd, ctx, qextra):
             kk = k[pick, g].astype(np.float64)
             q[t * qs + h * hd: t * qs + (h + 1) * hd] = kk * (1e4 / scale / (kk @ kk))
     out = poison(T, nh, hd)
-    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": ctx, "q_stride": qs, "scale": scale}
+    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": ctx, "q_stride": qs, "scale": scale, "window": 0}
     assert call("attention", [q, k, v, pos, out], consts) == 0
     ref = attention_ref(q, k, v, pos, T, nh, nkv, hd, ctx, qs, scale)
     assert np.isfinite(out).all()
@@ -273,7 +273,7 @@ def test_attention_batched(rng, T, nh, nkv, hd, seq_ctx, qextra):
         first[2], last[2] = 7, 3  # last < first: zero row
     scale = 1.0 / np.sqrt(hd)
     out = poison(T, nh, hd)
-    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": qs, "scale": scale}
+    consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": qs, "scale": scale, "window": 0}
     assert call("attention_batched", [q, k, v, first, last, out], consts) == 0
     assert np.isfinite(out).all()
     for t in range(T):
@@ -287,7 +287,7 @@ def test_attention_batched(rng, T, nh, nkv, hd, seq_ctx, qextra):
         ref = attention_ref(qt, kt, vt, np.array([p]), 1, nh, nkv, hd, seq_ctx, nh * hd, scale)
         np.testing.assert_allclose(out[t], ref[0], rtol=1e-5, atol=2e-5)
         single = poison(1, nh, hd)
-        c1 = {"T": 1, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": seq_ctx, "q_stride": nh * hd, "scale": scale}
+        c1 = {"T": 1, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": seq_ctx, "q_stride": nh * hd, "scale": scale, "window": 0}
         assert call("attention", [qt, kt, vt, np.array([p], np.int32), single], c1) == 0
         assert np.array_equal(out[t], single[0]), f"row {t} differs from attention on its own sequence"
 
@@ -439,13 +439,22 @@ def _einval_cases():
         ("rope", 2, {"rows": 2, "n_head": 2, "head_dim": 4, "row_stride": 4, "theta": 1e4}),
         ("swiglu", 3, {"rows": 1, "n": 8, "in_stride": 4}),
         ("softmax", 2, {"rows": 1, "n": -5}),
-        ("attention", 5, {"T": 1, "n_head": 3, "n_kv": 2, "head_dim": 4, "ctx": 4, "q_stride": 12, "scale": 1.0}),
-        ("attention", 5, {"T": 1, "n_head": 2, "n_kv": 0, "head_dim": 4, "ctx": 4, "q_stride": 8, "scale": 1.0}),
-        ("attention", 5, {"T": 2, "n_head": 2, "n_kv": 1, "head_dim": 4, "ctx": 4, "q_stride": 4, "scale": 1.0}),
-        ("attention_batched", 6, {"T": 1, "n_head": 3, "n_kv": 2, "head_dim": 4, "rows": 4, "q_stride": 12, "scale": 1.0}),
-        ("attention_batched", 6, {"T": 2, "n_head": 2, "n_kv": 1, "head_dim": 4, "rows": 4, "q_stride": 4, "scale": 1.0}),
+        ("attention", 5, {"T": 1, "n_head": 3, "n_kv": 2, "head_dim": 4, "ctx": 4, "q_stride": 12, "scale": 1.0, "window": 0}),
+        ("attention", 5, {"T": 1, "n_head": 2, "n_kv": 0, "head_dim": 4, "ctx": 4, "q_stride": 8, "scale": 1.0, "window": 0}),
+        ("attention", 5, {"T": 2, "n_head": 2, "n_kv": 1, "head_dim": 4, "ctx": 4, "q_stride": 4, "scale": 1.0, "window": 0}),
+        ("attention_batched", 6, {"T": 1, "n_head": 3, "n_kv": 2, "head_dim": 4, "rows": 4, "q_stride": 12, "scale": 1.0, "window": 0}),
+        ("attention_batched", 6, {"T": 2, "n_head": 2, "n_kv": 1, "head_dim": 4, "rows": 4, "q_stride": 4, "scale": 1.0, "window": 0}),
+        ("attention", 5, {"T": 1, "n_head": 2, "n_kv": 1, "head_dim": 4, "ctx": 4, "q_stride": 8, "scale": 1.0, "window": -1}),
+        ("attention_batched", 6, {"T": 1, "n_head": 2, "n_kv": 1, "head_dim": 4, "rows": 4, "q_stride": 8, "scale": 1.0,
+                                  "window": -1}),
         ("kv_store", 3, {"T": 1, "width": -4, "ctx": 4, "src_stride": 4}),
         ("argmax", 2, {"rows": 1, "n": -1}),
+        ("qk_rmsnorm", 3, {"T": 1, "n_head": 2, "n_kv": 1, "head_dim": 4, "row_stride": 8, "eps": 1e-6}),
+        ("rmsnorm_add", 3, {"rows": -1, "dim": 4, "eps": 1e-6}),
+        ("geglu", 2, {"rows": 1, "n": -1}),
+        ("bias_add", 2, {"rows": -1, "n": 4}),
+        ("softcap", 1, {"n": 4, "cap": 0.0}),
+        ("rope_kv_store_ff", 6, {"T": 1, "n_head": 1, "n_kv": 1, "head_dim": 3, "row_stride": 9, "ctx": 1, "theta": 1e4}),
     ] + [
         (f"get_rows_{dt}", 3, {"T": 1, "dim": 48, "vocab": 1}) for dt in BLOCK_TYPES
     ] + [

@@ -14,54 +14,93 @@ from xinfer_async.llm._reference import ReferenceLlama, quantize_q8_blocks, refe
 
 
 def _naive_forward(model, ids) -> np.ndarray:
-    """Llama forward in float64 with explicit loops over heads and positions."""
+    """The decoder in float64 with explicit loops over heads and positions, each family's blocks
+    written out from llama.cpp's graphs (src/models/*.cpp), not from the declaration's reader."""
     c = model.config
     W = {k: t.dequantize().astype(np.float64) for k, t in model.tensors.items()}
-    hd = c.head_dim
+    hd, arch = c.head_dim, c.arch
+    neox = arch in ("qwen2", "qwen3", "gemma3", "phi3")
 
     def norm(x, w):
         return x / np.sqrt(np.mean(x * x) + c.rms_eps) * w
 
-    def rot(v, pos):
+    ff = W.get("rope_freqs.weight", np.ones(hd // 2))  # Llama 3 rope scaling: frequency i / ff[i]
+
+    def rot(v, pos, theta):
         out = v.copy()
         for i in range(hd // 2):
-            a = pos * c.rope_theta ** (-2.0 * i / hd)
-            x0, x1 = v[2 * i], v[2 * i + 1]
-            out[2 * i] = x0 * np.cos(a) - x1 * np.sin(a)
-            out[2 * i + 1] = x0 * np.sin(a) + x1 * np.cos(a)
+            a = pos * theta ** (-2.0 * i / hd) / ff[i]
+            j0, j1 = (i, i + hd // 2) if neox else (2 * i, 2 * i + 1)
+            out[j0] = v[j0] * np.cos(a) - v[j1] * np.sin(a)
+            out[j1] = v[j0] * np.sin(a) + v[j1] * np.cos(a)
         return out
 
-    T = len(ids)
+    def act(g):
+        if arch == "gemma3":
+            return 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+        return g / (1 + np.exp(-g))
+
+    T, qd, kvd = len(ids), c.n_head * hd, c.n_kv_head * hd
     x = np.stack([W["token_embd.weight"][i] for i in ids])
+    if arch == "gemma3":
+        x = x * np.sqrt(c.dim)
     for layer in range(c.n_layer):
         b = f"blk.{layer}."
+        local = arch == "gemma3" and c.sliding_window > 0 and layer % c.swa_pattern < c.swa_pattern - 1
+        theta = c.rope_theta_swa if local else c.rope_theta
         new = np.empty_like(x)
         ks = [[None] * T for _ in range(c.n_kv_head)]
         vs = [[None] * T for _ in range(c.n_kv_head)]
         qs = [[None] * T for _ in range(c.n_head)]
         for t in range(T):
             n = norm(x[t], W[b + "attn_norm.weight"])
-            q, k, v = W[b + "attn_q.weight"] @ n, W[b + "attn_k.weight"] @ n, W[b + "attn_v.weight"] @ n
+            if arch == "phi3":
+                qkv = W[b + "attn_qkv.weight"] @ n
+                q, k, v = qkv[:qd], qkv[qd:qd + kvd], qkv[qd + kvd:]
+            else:
+                q, k, v = W[b + "attn_q.weight"] @ n, W[b + "attn_k.weight"] @ n, W[b + "attn_v.weight"] @ n
+            if arch == "qwen2":
+                q, k, v = q + W[b + "attn_q.bias"], k + W[b + "attn_k.bias"], v + W[b + "attn_v.bias"]
             for h in range(c.n_head):
-                qs[h][t] = rot(q[h * hd:(h + 1) * hd], t)
+                qh = q[h * hd:(h + 1) * hd]
+                if arch in ("qwen3", "gemma3"):
+                    qh = norm(qh, W[b + "attn_q_norm.weight"])
+                qs[h][t] = rot(qh, t, theta)
             for h in range(c.n_kv_head):
-                ks[h][t] = rot(k[h * hd:(h + 1) * hd], t)
+                kh = k[h * hd:(h + 1) * hd]
+                if arch in ("qwen3", "gemma3"):
+                    kh = norm(kh, W[b + "attn_k_norm.weight"])
+                ks[h][t] = rot(kh, t, theta)
                 vs[h][t] = v[h * hd:(h + 1) * hd]
         for t in range(T):
             heads = []
+            j0 = max(0, t - c.sliding_window + 1) if local else 0  # keys t - j < window
             for h in range(c.n_head):
                 kvh = h // (c.n_head // c.n_kv_head)
-                s = np.array([qs[h][t] @ ks[kvh][j] for j in range(t + 1)]) / np.sqrt(hd)
+                s = np.array([qs[h][t] @ ks[kvh][j] for j in range(j0, t + 1)]) / np.sqrt(hd)
                 p = np.exp(s - s.max())
                 p /= p.sum()
-                heads.append(sum(p[j] * vs[kvh][j] for j in range(t + 1)))
-            hcur = x[t] + W[b + "attn_output.weight"] @ np.concatenate(heads)
+                heads.append(sum(p[j - j0] * vs[kvh][j] for j in range(j0, t + 1)))
+            o = W[b + "attn_output.weight"] @ np.concatenate(heads)
+            if arch == "gemma3":
+                o = norm(o, W[b + "post_attention_norm.weight"])
+            hcur = x[t] + o
             n = norm(hcur, W[b + "ffn_norm.weight"])
-            g, u = W[b + "ffn_gate.weight"] @ n, W[b + "ffn_up.weight"] @ n
-            new[t] = hcur + W[b + "ffn_down.weight"] @ (g / (1 + np.exp(-g)) * u)
+            if arch == "phi3":
+                gu = W[b + "ffn_up.weight"] @ n
+                g, u = gu[:c.ffn_dim], gu[c.ffn_dim:]
+            else:
+                g, u = W[b + "ffn_gate.weight"] @ n, W[b + "ffn_up.weight"] @ n
+            f = W[b + "ffn_down.weight"] @ (act(g) * u)
+            if arch == "gemma3":
+                f = norm(f, W[b + "post_ffw_norm.weight"])
+            new[t] = hcur + f
         x = new
     out = W["token_embd.weight"] if c.tied_embeddings else W["output.weight"]
-    return np.stack([out @ norm(x[t], W["output_norm.weight"]) for t in range(T)])
+    logits = np.stack([out @ norm(x[t], W["output_norm.weight"]) for t in range(T)])
+    if c.logit_softcap:
+        logits = c.logit_softcap * np.tanh(logits / c.logit_softcap)
+    return logits
 
 
 @pytest.mark.parametrize("qtype", ["F32", "Q4_1"])
@@ -77,6 +116,30 @@ def test_tiny_model_against_float64_loops(tmp_path, qtype, tied):
     want = _naive_forward(m, ids)
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * np.abs(want).max())
     # causality: a prefix sees the same logits
+    np.testing.assert_allclose(reference_logits(m, ids[:5]), got[:5], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", ["tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-phi3",
+                                   "tiny-gemma3-softcap"])
+def test_each_family_against_float64_loops(tmp_path, shape):
+    """The reference of each family (its declaration read by ReferenceLlama) against the loops above,
+    on a tiny synthetic file (f16 weights) of 12 tokens: gemma3's window of 4 keys is crossed."""
+    import dataclasses
+
+    from xinfer_async.llm._synthetic import SHAPES, write_synthetic_gguf
+
+    rng = np.random.default_rng()
+    cfg = SHAPES[shape.replace("-softcap", "")]
+    if shape.endswith("softcap"):
+        cfg = dataclasses.replace(cfg, logit_softcap=0.5)  # small: the cap bends every logit
+    path = write_synthetic_gguf(tmp_path / "m.gguf", cfg, "f16", seed=int(rng.integers(1 << 30)))
+    m = load_gguf(path)
+    assert m.config == dataclasses.replace(cfg, rms_eps=m.config.rms_eps)  # eps stored as float32
+    assert m.config.rms_eps == pytest.approx(cfg.rms_eps, rel=1e-7)
+    ids = rng.integers(0, cfg.vocab_size, size=12)
+    got = reference_logits(m, ids)
+    want = _naive_forward(m, ids)
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * np.abs(want).max())
     np.testing.assert_allclose(reference_logits(m, ids[:5]), got[:5], rtol=1e-4, atol=1e-4)
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from xinfer_async.llm._sampling import Sampler, SamplingParams
+from xinfer_async.llm._sampling import Sampler, SamplingParams, log_softmax, token_logprobs
 
 N_DRAWS = 20000
 
@@ -275,3 +275,33 @@ def test_penalties_default_off():
     assert not p.penalized
     assert SamplingParams(repeat_penalty=1.1).penalized
     assert not SamplingParams(repeat_penalty=1.1, repeat_last_n=0).penalized
+
+
+def test_log_softmax_matches_a_float64_logsumexp(rng):
+    x = (rng.standard_normal(4096) * 8).astype(np.float32)
+    x[rng.choice(4096, 50, replace=False)] = -np.inf
+    x[7] = 300.0  # exp(300) overflows float64 unless the max is subtracted first
+    got = log_softmax(x)
+    ref = x.astype(np.float64) - np.logaddexp.reduce(x.astype(np.float64))
+    assert got.dtype == np.float64 and np.isneginf(got).sum() == 50
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(got[finite], ref[finite], rtol=0, atol=1e-12)
+    assert np.logaddexp.reduce(got) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="logits contain NaN"):
+        log_softmax(np.array([0.0, np.nan]))
+
+
+def test_token_logprobs_top_sorted_with_the_chosen(rng):
+    x = rng.standard_normal(1000).astype(np.float32)
+    x[[11, 12]] = x.max() + 1.0  # a tie at the top: the lower id first
+    ref = x.astype(np.float64) - np.logaddexp.reduce(x.astype(np.float64))
+    e = token_logprobs(x, 500, 20)
+    assert e.token_id == 500 and e.logprob == pytest.approx(ref[500], abs=1e-12)
+    order = sorted(range(1000), key=lambda i: (-ref[i], i))[:20]
+    assert [i for i, _ in e.top] == order and [i for i, _ in e.top][:2] == [11, 12]
+    assert [v for _, v in e.top] == pytest.approx(ref[order], abs=1e-12)
+    assert token_logprobs(x, 3, 0).top == ()
+    with pytest.raises(ValueError, match=r"top must be an integer in \[0, 20\], got 21"):
+        token_logprobs(x, 3, 21)
+    with pytest.raises(ValueError, match=r"token_id 1000 is outside the vocabulary \[0, 1000\)"):
+        token_logprobs(x, 1000, 2)

@@ -21,6 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import numpy as np
 import openai
 import pytest
 import trio
@@ -312,6 +313,60 @@ async def _max_active(model):
     return model.statistics()["scheduler"].max_active
 
 
+async def test_stream_pacing_wakes_every_waiting_stream_on_one_shared_tick(autojump_clock):
+    from xinfer_async.serve._sse import StreamPacing
+
+    pacing = StreamPacing(0.01)
+    woken = {}
+
+    async def stream(name: str, start: float) -> None:
+        await trio.sleep(start)
+        await pacing.wait(2)
+        woken[name] = trio.current_time()
+
+    t0 = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stream, "a", 0.0)
+        nursery.start_soon(stream, "b", 0.004)  # parks later, wakes on the same tick
+    assert woken["a"] == woken["b"] == pytest.approx(t0 + 0.01)
+    await trio.sleep(0.05)  # the clock stops after an idle period and restarts on demand
+    t1 = trio.current_time()
+    await pacing.wait(2)
+    assert trio.current_time() == pytest.approx(t1 + 0.01)
+    t2 = trio.current_time()
+    await StreamPacing(0).wait(64)  # interval 0: at once
+    assert trio.current_time() == t2
+
+
+def test_counted_histogram_equals_prometheus_histogram_observed_one_by_one():
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from xinfer_async.serve._metrics import ITL_BUCKETS, CountedHistogram
+
+    rng = np.random.default_rng(3)
+    values = rng.exponential(0.02, 300)
+    counts = rng.integers(0, 6, 300)
+    values[:5] = ITL_BUCKETS[:5]  # on a bound: counted in that bucket (le is inclusive)
+    ours, ref = CollectorRegistry(), CollectorRegistry()
+    h = CountedHistogram("x_seconds", "doc", ITL_BUCKETS, ours)
+    r = Histogram("x_seconds", "doc", buckets=ITL_BUCKETS, registry=ref)
+    for v, n in zip(values, counts):
+        h.observe(float(v), int(n))
+        for _ in range(n):
+            r.observe(float(v))
+
+    def samples(reg):
+        return {(s.name, s.labels.get("le")): s.value for f in text_string_to_metric_families(
+            generate_latest(reg).decode()) for s in f.samples if not s.name.endswith("_created")}
+
+    got, want = samples(ours), samples(ref)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert got[k] == pytest.approx(want[k], rel=1e-12), k
+    with pytest.raises(ValueError, match="buckets must be a non-empty increasing sequence"):
+        CountedHistogram("y", "doc", [0.1, 0.1], CollectorRegistry())
+
+
 def test_tokenize_and_detokenize(tiny):
     r = tiny.http("POST", "/tokenize", json={"content": "hello world"})
     ids = tiny.app.model.tokenize("hello world")
@@ -345,7 +400,10 @@ def test_bad_requests_are_refused_while_a_stream_runs_undisturbed(tiny):
         (401, "invalid_api_key", tiny.http("POST", "/v1/completions", key="sk-wrong", json={"prompt": "hi"})),
         (401, "invalid_api_key", tiny.http("GET", "/v1/models", key=None)),
         (404, "model_not_found", tiny.http("POST", "/v1/completions", json={"model": "gpt-4", "prompt": "hi"})),
-        (400, "unsupported_parameter", tiny.http("POST", "/v1/completions", json={"prompt": "hi", "logprobs": 1})),
+        (400, None, tiny.http("POST", "/v1/completions", json={"prompt": "hi", "logprobs": 21})),
+        (400, None, tiny.http("POST", "/v1/completions", json={"prompt": "hi", "logprobs": -1})),
+        (400, None, tiny.http("POST", "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
+                                                                    "logprobs": True, "top_logprobs": 21})),
         (400, None, tiny.http("POST", "/v1/completions", json={"prompt": "hi", "presence_penalty": 2.5})),
         (400, None, tiny.http("POST", "/v1/completions", json={"prompt": "hi", "repetition_penalty": 0})),
         (400, None, tiny.http("POST", "/v1/completions", json={"prompt": "hi", "max_tokens": 10 ** 6})),
@@ -371,8 +429,14 @@ def test_bad_requests_are_refused_while_a_stream_runs_undisturbed(tiny):
         tiny.client().completions.create(model="gpt-4", prompt="hi", max_tokens=2)
     with pytest.raises(openai.BadRequestError, match=r"frequency_penalty must be a number in \[-2, 2\], got 3"):
         tiny.client().completions.create(model="tiny", prompt="hi", max_tokens=2, frequency_penalty=3)
-    with pytest.raises(openai.BadRequestError, match="logprobs is not supported yet"):
-        tiny.client().completions.create(model="tiny", prompt="hi", max_tokens=2, logprobs=2)
+    with pytest.raises(openai.BadRequestError, match=r"logprobs must be an integer in \[0, 20\], got 21"):
+        tiny.client().completions.create(model="tiny", prompt="hi", max_tokens=2, logprobs=21)
+    with pytest.raises(openai.BadRequestError, match=r"top_logprobs must be an integer in \[0, 20\], got -1"):
+        tiny.client().chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                              max_tokens=2, logprobs=True, top_logprobs=-1)
+    with pytest.raises(openai.BadRequestError, match="top_logprobs needs logprobs: true"):
+        tiny.client().chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                              max_tokens=2, top_logprobs=2)
     after = tiny.metrics()
     assert after['xinfer_http_requests_total{route="/v1/completions",status="413"}'] \
         - before.get('xinfer_http_requests_total{route="/v1/completions",status="413"}', 0) == 2
@@ -432,6 +496,136 @@ def test_chat_equals_the_in_process_chat(smol):
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ref.text
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == ref.finish_reason
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(ref.token_ids)
+
+
+# logprobs: the chosen token's against a float64 log-softmax of the same step's logits, from the
+# in-process teacher-forced ``logits`` of prompt + generated tokens (identical on cpu to the decode
+# step's: the difference is the log-sum-exp's rounding; a cuda prefill kernel may round otherwise)
+LP_TOL = 1e-9 if DEVICE == "cpu" else 2e-2
+
+
+def reference_logprobs(server: LiveServer, prompt_ids: list[int], token_ids: list[int]) -> np.ndarray:
+    """float64 (len(token_ids), vocab): the log-softmax of the logits that generated each token."""
+    logits = server.call(server.app.model.logits, prompt_ids + token_ids[:-1]).astype(np.float64)
+    rows = logits[len(prompt_ids) - 1:]
+    return rows - np.logaddexp.reduce(rows, axis=1, keepdims=True)
+
+
+def token_text(server: LiveServer, token_id: int) -> str:
+    return server.app.model.tokenizer.token_bytes(token_id).decode("utf-8", errors="replace")
+
+
+def test_completion_logprobs_match_a_float64_log_softmax_streamed_or_not(smol):
+    model = smol.app.model
+    ids = model.tokenize("The capital of France is")
+    client = smol.client()
+    ref = smol.call(functools.partial(model.complete, ids, max_tokens=8))
+    lp = reference_logprobs(smol, ids, ref.token_ids)
+    r = client.completions.create(model="smollm2-135m", prompt=ids, max_tokens=8, temperature=0, logprobs=5)
+    got = r.choices[0].logprobs
+    assert r.choices[0].text == ref.text
+    assert got.tokens == [token_text(smol, t) for t in ref.token_ids]
+    assert all(t.isascii() for t in got.tokens)  # so each token is its text: the offsets add up
+    assert got.text_offset == [len("".join(got.tokens[:j])) for j in range(len(got.tokens))]
+    for j, (t, chosen, top) in enumerate(zip(ref.token_ids, got.token_logprobs, got.top_logprobs)):
+        assert chosen == pytest.approx(lp[j, t], abs=LP_TOL, rel=0)
+        best = np.argsort(-lp[j], kind="stable")[:5]
+        assert list(top) == [token_text(smol, i) for i in best]  # most likely first; greedy: the chosen first
+        assert list(top.values()) == pytest.approx(lp[j, best], abs=LP_TOL, rel=0)
+        assert got.tokens[j] in top and top[got.tokens[j]] == chosen
+    # streamed: the chunks' logprobs joined are the same
+    chunks = list(client.completions.create(model="smollm2-135m", prompt=ids, max_tokens=8, temperature=0,
+                                            logprobs=5, stream=True))
+    parts = [c.choices[0].logprobs for c in chunks if c.choices[0].logprobs is not None]
+    assert sum((p.tokens for p in parts), []) == got.tokens
+    assert sum((p.token_logprobs for p in parts), []) == got.token_logprobs
+    assert sum((p.text_offset for p in parts), []) == got.text_offset
+    assert sum((p.top_logprobs for p in parts), []) == got.top_logprobs
+    # logprobs=0: the chosen token's only
+    r0 = client.completions.create(model="smollm2-135m", prompt=ids, max_tokens=3, temperature=0, logprobs=0)
+    assert [list(t) for t in r0.choices[0].logprobs.top_logprobs] == [[t] for t in got.tokens[:3]]
+    # a sampled request: the raw logits' log-probabilities of the tokens it drew (seeded: the in-process ones)
+    sampled = smol.call(functools.partial(model.complete, ids, max_tokens=8, temperature=1.2, seed=5))
+    rs = client.completions.create(model="smollm2-135m", prompt=ids, max_tokens=8, temperature=1.2, seed=5,
+                                   logprobs=2)
+    assert rs.choices[0].text == sampled.text
+    lps = reference_logprobs(smol, ids, sampled.token_ids)
+    assert rs.choices[0].logprobs.token_logprobs == pytest.approx(
+        [lps[j, t] for j, t in enumerate(sampled.token_ids)], abs=LP_TOL, rel=0)
+
+
+def test_chat_logprobs_match_a_float64_log_softmax_streamed_or_not(smol):
+    model = smol.app.model
+    client = smol.client()
+    ref = smol.call(functools.partial(model.chat, MESSAGES, max_tokens=8))
+    lp = reference_logprobs(smol, model.render_chat(MESSAGES), ref.token_ids)
+    r = client.chat.completions.create(model="smollm2-135m", messages=MESSAGES, max_tokens=8, temperature=0,
+                                       logprobs=True, top_logprobs=3)
+    assert r.choices[0].message.content == ref.text
+    content = r.choices[0].logprobs.content
+    assert len(content) == len(ref.token_ids)
+    for j, (t, c) in enumerate(zip(ref.token_ids, content)):
+        assert c.bytes == list(model.tokenizer.token_bytes(t)) and c.token == token_text(smol, t)
+        assert c.logprob == pytest.approx(lp[j, t], abs=LP_TOL, rel=0)
+        best = np.argsort(-lp[j], kind="stable")[:3]
+        assert [a.token for a in c.top_logprobs] == [token_text(smol, i) for i in best]
+        assert [a.logprob for a in c.top_logprobs] == pytest.approx(lp[j, best], abs=LP_TOL, rel=0)
+        assert c.top_logprobs[0].token == c.token and c.top_logprobs[0].logprob == c.logprob  # greedy
+    chunks = list(client.chat.completions.create(model="smollm2-135m", messages=MESSAGES, max_tokens=8,
+                                                 temperature=0, logprobs=True, top_logprobs=3, stream=True))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [e.model_dump() for e in streamed] == [e.model_dump() for e in content]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == ref.text
+    # logprobs without top_logprobs: the chosen token's, no alternatives; without logprobs: none
+    r = client.chat.completions.create(model="smollm2-135m", messages=MESSAGES, max_tokens=3, temperature=0,
+                                       logprobs=True)
+    assert [(c.token, c.logprob, c.top_logprobs) for c in r.choices[0].logprobs.content] == \
+        [(e.token, e.logprob, []) for e in content[:3]]
+    r = client.chat.completions.create(model="smollm2-135m", messages=MESSAGES, max_tokens=3, temperature=0)
+    assert r.choices[0].logprobs is None
+
+
+async def test_a_chat_stream_writes_its_role_with_the_first_text_and_its_last_text_with_the_end():
+    """The ASGI messages of one streamed chat (the app called directly, in this trio.run): the role
+    chunk goes out with the first text, the last text with the finish, usage and [DONE] chunks --
+    a socket write less each; every token its own event otherwise (one stream: no pacing)."""
+    import json
+
+    model = await llm.load(require_model(), device="cpu", slots=1, ctx=128, batching=True)
+    try:
+        app = OpenAIServer("smollm2-135m")
+        app.set_model(model)
+        ref = await model.chat(MESSAGES, max_tokens=5, ignore_eos=True)
+        body = json.dumps({"messages": MESSAGES, "max_tokens": 5, "temperature": 0, "stream": True,
+                           "ignore_eos": True, "stream_options": {"include_usage": True}}).encode()
+        sent, requests = [], [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive():
+            if requests:
+                return requests.pop()
+            await trio.sleep_forever()
+
+        async def send(msg):
+            sent.append(msg)
+
+        scope = {"type": "http", "path": "/v1/chat/completions", "method": "POST", "headers": []}
+        with trio.fail_after(60):
+            await app(scope, receive, send)
+    finally:
+        await model.aclose()
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    writes = [m["body"] for m in sent[1:]]
+    events = [[json.loads(e[6:]) for e in w.decode().split("\n\n") if e.startswith("data: {")] for w in writes]
+    assert [m.get("more_body") for m in sent[1:]] == [True] * (len(writes) - 1) + [False]
+    assert writes[-1].endswith(b"data: [DONE]\n\n")
+    first, last = events[0], events[-1]
+    assert first[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""} and len(first) == 2
+    assert first[1]["choices"][0]["delta"]["content"]
+    assert last[-2]["choices"][0]["finish_reason"] == "length" and last[-1]["usage"]["completion_tokens"] == 5
+    assert last[0]["choices"][0]["delta"].get("content")  # the last text rides with the end
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for w in events for e in w if e["choices"])
+    assert text == ref.text
+    assert len(writes) <= 5  # 5 tokens: at most a write each, the role and the end in theirs
 
 
 def test_a_client_that_disconnects_mid_stream_frees_its_slot(smol):
@@ -533,3 +727,7 @@ def test_serve_command_help_and_a_model_that_fails_to_load(capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--port", "70000"])
     assert exc.value.code == 2 and "--port: must be in [0, 65535], got 70000" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--chat-template", "chatm1"])
+    assert exc.value.code == 2 and ("--chat-template: unknown chat template 'chatm1': give a built-in name (chatml, "
+                                    "gemma, llama3) or the path of a .jinja file") in capsys.readouterr().err

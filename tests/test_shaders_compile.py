@@ -1,14 +1,22 @@
 """Every shader compiles with NVRTC for sm_90 (the H200) where NVRTC is installed (``pip install -e
 '.[cuda]'`` or ``XINFER_NVRTC``), no GPU needed: a compile error shows up on a machine without one.
-Skips where NVRTC is absent (CI); on the H200 the cuda tests load every kernel anyway."""
+Skips where NVRTC is absent (CI); on the H200 the cuda tests load every kernel anyway.
+
+The shaders are compiled as the backend compiles them (``_kernel.compile_shader``: the device's
+target where a GPU is, else the H200's) through the cubin cache: a cached cubin is the output of a
+compile of exactly this source, headers, options, arch and NVRTC version (its key), so reading it
+proves the same as compiling again; a cold cache costs each shader's compile once (~320 s of one
+core for all of them, most of the cpu suite's time otherwise), and the PTX checks below read the PTX
+that compile made."""
 
 import os
 import re
 
 import pytest
 
-from xinfer_async.backends.cuda import _nvrtc
-from xinfer_async.backends.cuda._kernel import shader_dir
+from xinfer_async.backends.cuda import CUDABackend, _nvrtc
+from xinfer_async.backends.cuda._kernel import compile_shader, shader_dir, shader_ptx
+from xinfer_async.backends.cuda._precompile import ShaderTarget, device_target
 
 try:
     _nvrtc.load()
@@ -19,19 +27,16 @@ except OSError:
 SHADERS = sorted(f for f in os.listdir(shader_dir()) if f.endswith(".cu"))
 
 
-def _source_and_headers(name: str) -> tuple[str, dict[str, str]]:
-    """``shaders/<name>`` and every ``.cuh`` it may include, as NVRTC takes them."""
-    d = shader_dir()
-    headers = {h: open(os.path.join(d, h)).read() for h in os.listdir(d) if h.endswith(".cuh")}
-    return open(os.path.join(d, name)).read(), headers
+@pytest.fixture(scope="module")
+def target() -> ShaderTarget:
+    """The GPU's target where one is, else the H200's (sm_90, 100 KB of staged tokens)."""
+    return device_target() if CUDABackend.is_available()[0] else ShaderTarget("sm_90", 100 * 1024)
 
 
 @pytest.mark.skipif(not HAVE_NVRTC, reason="NVRTC not installed (pip install -e '.[cuda]')")
 @pytest.mark.parametrize("name", SHADERS)
-def test_shader_compiles_for_sm90(name, tmp_path, monkeypatch):
-    monkeypatch.setenv("XINFER_CACHE_DIR", str(tmp_path))  # compile, never read a cached cubin
-    source, headers = _source_and_headers(name)
-    cubin = _nvrtc.compile_cubin(source, name, "sm_90", headers)
+def test_shader_compiles_for_sm90(name, target):
+    cubin = compile_shader(name[:-3], target.arch, target.stage_max, target.driver_version)
     assert cubin[:4] == b"\x7fELF"
 
 
@@ -107,14 +112,13 @@ def test_unwaited_ops_sees_every_path():
 
 @pytest.mark.skipif(not HAVE_NVRTC, reason="NVRTC not installed (pip install -e '.[cuda]')")
 @pytest.mark.parametrize("name", SHADERS)
-def test_every_entry_waits_for_the_previous_kernel(name):
+def test_every_entry_waits_for_the_previous_kernel(name, target):
     """The backend launches every kernel with programmatic dependent launch on sm_90 (it may start
     before the previous kernel of its stream ends), so on every path through each entry point its
     threads must reach ``griddepcontrol.wait`` (xi_grid_begin in shaders/xi_common.cuh) before they
     read or write memory, synchronize or return: an entry that does not would race the kernel
     before it, or let the next one run ahead of it."""
-    source, headers = _source_and_headers(name)
-    ptx = _nvrtc.compile_ptx(source, name, "compute_90", headers)
+    ptx = shader_ptx(name[:-3], target.arch, target.stage_max, target.driver_version)
     entries = ptx.split(".entry ")[1:]
     assert entries, f"{name}: no entry point in the PTX"
     for body in entries:

@@ -1,7 +1,9 @@
-"""llm/_synthetic.py: random-weight Llama GGUF files of named shapes, and ``load("synthetic:...")``."""
+"""llm/_synthetic.py: random-weight GGUF files of named shapes (every family of llm/_arch.py), and
+``load("synthetic:...")``."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -24,12 +26,90 @@ def _params(shape: str) -> int:
 
 
 def test_named_shapes_have_the_models_parameter_counts():
-    # SmolLM2-135M: 134.5 M parameters; Llama-3.2-1B: 1.236 G (both with tied embeddings)
+    # SmolLM2-135M: 134.5 M parameters; Llama-3.2-1B: 1.236 G (both with tied embeddings); Gemma 3
+    # 270M: 268.1 M (the real file's tensors: 167.8 M of them the tied embedding)
     assert _params("smollm2-135m") == 134_515_008
     assert _params("llama-3.2-1b") == 1_235_814_400
+    assert _params("gemma3-270m") == 268_098_176
     c = SHAPES["llama-3.2-1b"]
     assert (c.n_layer, c.dim, c.n_head, c.n_kv_head, c.head_dim, c.ffn_dim, c.vocab_size, c.rope_theta) == \
         (16, 2048, 32, 8, 64, 8192, 128256, 500000.0)
+
+
+def test_7b_and_8b_shapes_have_the_models_sizes_and_pass_validation():
+    # Llama-3.1-8B: 8,030,261,248 parameters (untied output); Qwen2.5-7B: 7,615,616,512 less its
+    # q/k/v biases (28 x (3584 + 512 + 512) = 129,024), which the llama architecture has not
+    assert _params("llama-3.1-8b") == 8_030_261_248
+    assert _params("qwen2.5-7b") == 7_615_616_512 - 129_024
+    fields = lambda c: (c.n_layer, c.dim, c.n_head, c.n_kv_head, c.head_dim, c.ffn_dim, c.vocab_size,  # noqa: E731
+                        c.rope_theta, c.tied_embeddings)
+    assert fields(SHAPES["llama-3.1-8b"]) == (32, 4096, 32, 8, 128, 14336, 128256, 500000.0, False)
+    assert fields(SHAPES["qwen2.5-7b"]) == (28, 3584, 28, 4, 128, 18944, 152064, 1000000.0, False)
+    for name in ("llama-3.1-8b", "qwen2.5-7b"):
+        c = _synthetic.shape_config(name)
+        assert "output.weight" in llama_tensor_shapes(c)
+        for dtype in _synthetic.DTYPES:  # every row length is a multiple of 256: no fallback types
+            types = _synthetic.tensor_types(c, dtype)
+            assert set(types.values()) <= {"f32", "q8_0", "f16", "q6_k", dtype, _synthetic.MIXES.get(dtype)}, dtype
+        assert _synthetic.tensor_types(c, "q4_k_m")["output.weight"] == "q6_k"
+
+
+def _scaled(name: str, **kw) -> _synthetic.LlamaConfig:
+    """``SHAPES[name]`` with fewer layers and narrower widths, same head_dim, GQA ratio and the rest."""
+    c = SHAPES[name]
+    return dataclasses.replace(c, n_layer=2, n_kv_head=1, n_head=c.n_head // c.n_kv_head,
+                               dim=c.n_head // c.n_kv_head * c.head_dim, **kw)
+
+
+@pytest.mark.parametrize("name,dtype", [("llama-3.1-8b", "q4_1"), ("qwen2.5-7b", "q4_k_m")])
+def test_scaled_7b_8b_shapes_write_stream_and_load(tmp_path, monkeypatch, name, dtype):
+    """The 8B / 7B write path (untied output, head_dim 128, their GQA ratios and rope bases) on a
+    scaled-down config, several chunks a matrix: the file loads with the config written, and each
+    matrix holds its chunks in order, each drawn from default_rng([seed, tensor index, chunk]) and
+    encoded (what a write of the full shape does, tensor by tensor)."""
+    import gguf
+
+    c = _scaled(name, ffn_dim=512, vocab_size=1000)
+    monkeypatch.setattr(_synthetic, "_CHUNK_ELEMS", c.dim * 96)  # 96 rows a chunk: several a matrix
+    p = write_synthetic_gguf(tmp_path / "s.gguf", c, dtype, seed=11, threads=3)
+    m = load_gguf(p)
+    assert m.config == dataclasses.replace(c, rms_eps=m.config.rms_eps) and m.config.rms_eps == np.float32(c.rms_eps)
+    types = _synthetic.tensor_types(c, dtype)
+    reader = gguf.GGUFReader(p)
+    assert [t.name for t in reader.tensors] == list(types)
+    for index, t in enumerate(reader.tensors):
+        if len(t.shape) == 1:
+            continue
+        n, k = int(t.shape[1]), int(t.shape[0])
+        rows = max(1, _synthetic._CHUNK_ELEMS // k)
+        want = []
+        for ci, start in enumerate(range(0, n, rows)):
+            x = np.random.default_rng([11, index, ci]).standard_normal((min(rows, n - start), k), dtype=np.float32)
+            want.append(_synthetic.encode_tensor(x * np.float32(0.02), types[t.name])[0])
+        data = np.asarray(t.data)
+        want = np.concatenate(want)
+        assert np.array_equal(data.view(np.uint8).reshape(n, -1), want.view(np.uint8).reshape(n, -1)), t.name
+
+
+def test_writer_streams_tensors_instead_of_holding_the_file(tmp_path, monkeypatch):
+    """Peak memory (tracemalloc: numpy's buffers) while writing stays well under the file's size: the
+    writer keeps the tensors in flight (a byte budget, two at least), not every tensor until the end."""
+    import tracemalloc
+
+    c = _synthetic.LlamaConfig(n_layer=8, dim=512, n_head=4, n_kv_head=1, head_dim=128, ffn_dim=1024,
+                               vocab_size=4096, tied_embeddings=False)
+    monkeypatch.setattr(_synthetic, "_CHUNK_ELEMS", 1 << 16)
+    monkeypatch.setattr(_synthetic, "_INFLIGHT_BYTES", 1 << 20)  # drawn ahead: 1 MB (or two tensors)
+    tracemalloc.start()
+    try:
+        p = write_synthetic_gguf(tmp_path / "m.gguf", c, "q8_0", threads=2)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    size = p.stat().st_size
+    largest = max(math.prod(s) for s in llama_tensor_shapes(c).values()) * 34 // 32
+    print(f"file {size / 1e6:.1f} MB, peak traced {peak / 1e6:.1f} MB, largest tensor {largest / 1e6:.1f} MB")
+    assert size > 20e6 and peak < size / 3
 
 
 @pytest.mark.parametrize("dtype", ["q4_1", "q8_0", "f16"])
@@ -76,19 +156,21 @@ def test_tokenizer_encodes_any_text_and_every_token_decodes():
     ids = tok.encode(text)
     assert tok.decode(ids) == text and len(ids) < len(text.encode())  # the letter pairs merge
     assert all(tok.decode([i]) for i in range(300, 512))  # fillers: printable text
-    assert path.name == "tiny-q4_1-seed0-v1.gguf"
+    assert path.name == "tiny-q4_1-seed0-v2.gguf"
 
 
 def test_synthetic_model_is_cached_and_validated(tmp_path):
     p = synthetic_model("synthetic:tiny:q8_0", seed=5)
-    assert p.name == "tiny-q8_0-seed5-v1.gguf" and p.parent.name == "synthetic"
+    assert p.name == "tiny-q8_0-seed5-v2.gguf" and p.parent.name == "synthetic"
     mtime = p.stat().st_mtime_ns
     assert synthetic_model("synthetic:tiny:q8_0", seed=5) == p and p.stat().st_mtime_ns == mtime
     assert not list(p.parent.glob("*.part"))
-    with pytest.raises(ValueError, match=r"^unknown synthetic shape 'nope'; known shapes: smollm2-135m, llama-3.2-1b, tiny$"):
+    with pytest.raises(ValueError, match=r"^unknown synthetic shape 'nope'; known shapes: smollm2-135m, llama-3.2-1b, "
+                                         r"llama-3.1-8b, qwen2.5-7b, tiny, gemma3-270m, "
+                                         r"tiny-llama3, tiny-qwen2, tiny-qwen3, tiny-gemma3, tiny-phi3$"):
         llm.resolve_model("synthetic:nope")
     with pytest.raises(ValueError, match=r"^dtype must be one of q4_1, q8_0, f16, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k, "
-                                         r"iq4_nl, bf16, q4_k_m, q5_k_m, got 'q3_k'$"):
+                                         r"iq4_nl, bf16, f32, q4_k_m, q5_k_m, got 'q3_k'$"):
         synthetic_model("synthetic:tiny:q3_k")
 
 
@@ -202,3 +284,80 @@ def test_non_finite_block_scales_of_the_new_types_are_refused(tmp_path, tensor, 
     p.write_bytes(bytes(data))
     with pytest.raises(GGUFError, match=f"tensor '{tensor}' holds NaN or inf in its block scales"):
         load_gguf(p)
+
+
+FAMILIES = ["tiny", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-phi3"]
+
+
+@pytest.mark.parametrize("shape", FAMILIES)
+def test_each_family_writes_its_names_and_keys(tmp_path, shape):
+    """``arch=``/the shape's family: general.architecture, {arch}.* keys, the family's tensors only."""
+    import gguf
+
+    c = SHAPES[shape]
+    p = write_synthetic_gguf(tmp_path / "m.gguf", shape, "q8_0", seed=1)
+    r = gguf.GGUFReader(p)
+    keys = set(r.fields)
+    assert bytes(r.fields["general.architecture"].parts[-1]).decode() == c.arch
+    assert {f"{c.arch}.block_count", f"{c.arch}.embedding_length", f"{c.arch}.attention.head_count"} <= keys
+    assert (f"{c.arch}.attention.key_length" in keys) == (c.head_dim * c.n_head != c.dim)
+    assert (f"{c.arch}.attention.sliding_window" in keys) == (c.sliding_window > 0)
+    assert [t.name for t in r.tensors] == list(_synthetic.model_tensor_shapes(c))
+    assert ("rope_freqs.weight" in [t.name for t in r.tensors]) == c.rope_freqs
+    m = load_gguf(p)
+    assert m.config.arch == c.arch and m.config.head_dim == c.head_dim and m.config.sliding_window == c.sliding_window
+    # the same shape as another family: that family's names
+    if c.rope_freqs:  # rope_freqs belongs to llama only
+        return
+    q = write_synthetic_gguf(tmp_path / "q.gguf", shape, "q8_0", seed=1, arch="qwen2")
+    assert load_gguf(q).config.arch == "qwen2" and "blk.0.attn_q.bias" in load_gguf(q).tensors
+
+
+@pytest.mark.parametrize("shape", FAMILIES)
+@pytest.mark.parametrize("dtype", ["f16", "q4_k_m"])
+def test_each_family_runs_like_the_reference(tmp_path, devices, shape, dtype):
+    """A tiny file of each family through the device's kernels (the score plan, and greedy decoding on
+    the batched path) against the numpy reference of the same dequantized weights. f16: the float
+    kernels alone, within 1e-4 of the largest logit (measured on cpu: <= 5.5e-7 of ~1). q4_k_m:
+    llama.cpp's mix, here q8_0 for the embedding/output and the use_more_bits layers' ffn_down (dims
+    of 64 and 128 fall back from q6_k), which the cpu runs with int8 activations (1/254 of a block's
+    largest value an element, native/kernels/q8dot.c); the rounding passes through the layers (and
+    gemma3's post-norms), so within 1/100 of the largest logit (measured on cpu: <= 1/118)."""
+    from xinfer_async.llm._reference import reference_logits
+
+    c = SHAPES[shape]
+    p = write_synthetic_gguf(tmp_path / "m.gguf", shape, dtype, seed=7)
+    m = load_gguf(p)
+    rng = np.random.default_rng()
+    ids = [int(i) for i in rng.integers(0, c.vocab_size, size=13)]  # > gemma3's window of 4
+
+    async def run():
+        model = await llm.load(p, device=devices, slots=2, ctx=32)
+        try:
+            logits = await model.logits(ids)
+            r = await model.complete(ids[:6], max_tokens=6)
+            return logits, r.token_ids, await model.logits(ids[:6] + r.token_ids)
+        finally:
+            await model.aclose()
+
+    got, greedy, again = trio.run(run)
+    ref = reference_logits(m, ids)
+    err = np.abs(got - ref).max()
+    print(f"{shape} {dtype} {devices.name}: max |got - ref| {err:.3g}, max |ref| {np.abs(ref).max():.3g}")
+    atol = np.abs(ref).max() * (1e-4 if dtype == "f16" else 1e-2)
+    np.testing.assert_allclose(got, ref, rtol=1e-3, atol=atol)
+    # decoding (batched plans, one token a step) picks what the score plan ranks first
+    assert greedy == [int(i) for i in again[5:11].argmax(-1)]
+
+
+def test_llama3_rope_factors_are_the_converters():
+    """llama.cpp conversion/llama.py for Llama 3.1 8B (theta 500000, head_dim 128): 1 for the 29
+    shortest wavelengths (< 8192 / 4), 8 for the 29 longest (> 8192), the smooth blend between."""
+    f = _synthetic.llama3_rope_factors(128, 500000.0)
+    assert f.shape == (64,) and f.dtype == np.float32
+    assert (f[:29] == 1).all() and (f[35:] == 8).all() and ((f[29:35] > 1) & (f[29:35] < 8)).all()
+    # the blend at pair 29: wavelength 2 pi 500000^(58/128), smooth = (8192 / wavelength - 1) / 3
+    w = 2 * np.pi * 500000.0 ** (58 / 128)
+    sm = (8192 / w - 1) / 3
+    assert f[29] == pytest.approx(1 / ((1 - sm) / 8 + sm), rel=1e-5)
+    assert np.all(np.diff(f) >= 0)

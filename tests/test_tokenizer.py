@@ -6,7 +6,7 @@ import functools
 
 import pytest
 
-from _llm_fixtures import golden, require_model
+from _llm_fixtures import gemma_tokenizer, golden, golden_named, require_model
 from xinfer_async.hal._errors import GGUFError
 from xinfer_async.llm._tokenizer import StreamDecoder, Tokenizer
 
@@ -97,10 +97,100 @@ def test_bad_ids(tok):
         tok.encode(b"abc")
 
 
-def test_unsupported_pre(tok):
-    with pytest.raises(GGUFError, match=r"^unsupported tokenizer.ggml.pre 'qwen2'; supported: smollm, default, gpt2, gpt-2$"):
-        Tokenizer(["a", "b"], [], pre="qwen2")
+def test_unsupported_model_and_missing_keys():
     with pytest.raises(GGUFError, match=r"^missing required metadata key 'tokenizer.ggml.merges'$"):
         Tokenizer.from_gguf({"tokenizer.ggml.tokens": ["a"]})
-    with pytest.raises(GGUFError, match=r"^unsupported tokenizer.ggml.model 'llama'; supported: gpt2$"):
-        Tokenizer.from_gguf({"tokenizer.ggml.model": "llama"})
+    with pytest.raises(GGUFError, match=r"^missing required metadata key 'tokenizer.ggml.scores'$"):
+        Tokenizer.from_gguf({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["a"]})
+    with pytest.raises(GGUFError, match=r"^unsupported tokenizer.ggml.model 'bert'; supported: gpt2, llama$"):
+        Tokenizer.from_gguf({"tokenizer.ggml.model": "bert"})
+    with pytest.raises(GGUFError, match=r"^tokenizer.ggml.scores has 1 entries for 2 tokens$"):
+        Tokenizer(["a", "b"], model="llama", scores=[0.0])
+
+
+def test_unknown_pre_warns_and_uses_default():
+    with pytest.warns(UserWarning, match=r"^unknown tokenizer.ggml.pre 'qwen9': using the 'default' pre-tokenizer"):
+        t = Tokenizer(["a", "b"], [], pre="qwen9")
+    assert t.pre == "default"
+    with pytest.warns(UserWarning, match=r"^missing tokenizer.ggml.pre: using the 'default' pre-tokenizer"):
+        assert Tokenizer(["a", "b"], [], pre=None).pre == "default"
+    assert Tokenizer(["a"], [], pre="llama3").pre == "llama-bpe"
+
+
+def _four_variants(tok: Tokenizer, case: dict) -> None:
+    """ids / ids_special / ids_add_bos / ids_add_bos_special exact, and the text back from ids."""
+    text = case["text"]
+    assert tok.encode(text) == case["ids"]
+    assert tok.encode(text, special=True) == case["ids_special"]
+    assert tok.encode(text, add_special=True) == case["ids_add_bos"]
+    assert tok.encode(text, special=True, add_special=True) == case["ids_add_bos_special"]
+    assert case["detokenize_roundtrip"] is True
+    assert tok.decode(case["ids"]) == text
+
+
+def _extra_cases():
+    try:
+        return golden_named("smollm2_llamacpp_extra.json")["tokenizer"]
+    except BaseException:
+        return []
+
+
+@pytest.mark.parametrize("case", _extra_cases(), ids=lambda c: c["id"])
+def test_golden_extra_ids(tok, case):
+    _four_variants(tok, case)
+
+
+# -- Gemma 3 270M (SentencePiece, 262,144 tokens), from the metadata alone ----------------------
+
+@pytest.fixture
+def gemma() -> Tokenizer:
+    return gemma_tokenizer()
+
+
+def _gemma_cases():
+    try:
+        return golden_named("gemma3_llamacpp.json")["tokenizer"]
+    except BaseException:
+        return []
+
+
+@pytest.mark.parametrize("case", _gemma_cases(), ids=lambda c: c["id"])
+def test_gemma_golden_ids(gemma, case):
+    _four_variants(gemma, case)
+    assert gemma.decode(case["ids_special"]) == case["text"]
+
+
+def test_golden_special_tokens(tok, gemma):
+    for t, name in ((tok, "smollm2_llamacpp_extra.json"), (gemma, "gemma3_llamacpp.json")):
+        ref = golden_named(name)["special_tokens"]
+        assert sorted(t.eog_ids) == ref["eog_ids"]
+        assert (t.bos_id, t.eos_id, t.add_bos, t.add_eos, t.vocab_size) == (
+            ref["bos"], ref["eos"], ref["add_bos"], ref["add_eos"], ref["n_vocab"])
+
+
+def test_gemma_attributes(gemma):
+    g = gemma
+    assert (g.model, g.pre, g.vocab_size, g.bos_id, g.eos_id, g.unk_id) == ("llama", None, 262144, 2, 1, 3)
+    assert (g.add_bos, g.add_eos, g.add_space_prefix) == (True, False, False)
+    assert g.encode("") == [] and g.encode("", add_special=True) == [2]
+    assert g.encode("<start_of_turn>", special=True) == [105]
+    assert 105 not in g.encode("<start_of_turn>")
+    assert g.encode("\n") == [107]  # a user-defined token: matched without special too
+    assert g.encode("<bos>Hello", special=True, add_special=True)[:2] == [2, 2]  # as llama.cpp (it warns)
+    assert g.decode([2, 105], skip_special=True) == ""
+    # "</s>" (212) is user-defined in the file; llama.cpp makes it a control token (end of generation)
+    assert g.encode("</s>", special=True) == [212] and 212 not in g.encode("</s>")
+    assert g.decode([212]) == "</s>" and g.decode([212], skip_special=True) == ""
+
+
+def test_gemma_byte_fallback_and_stream(gemma):
+    text = "\u0b95\u0bbe \U0001f999 \x07 x"  # rare script, an emoji, a control character
+    ids = gemma.encode(text)
+    assert gemma.decode(ids) == text
+    sd = gemma.stream_decoder()
+    assert "".join(sd.push(i) for i in ids) + sd.flush() == text
+
+
+def test_gemma_chat_cases_tokenize(gemma):
+    for conv in golden_named("gemma3_llamacpp.json")["chat_template"]["conversations"]:
+        assert gemma.encode(conv["rendered"], special=True) == conv["ids"]

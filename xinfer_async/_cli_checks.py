@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["UsageError", "Preflight", "check_before_load", "check_pull_name"]
+__all__ = ["UsageError", "Preflight", "check_before_load", "check_pull_name", "no_template_error"]
 
 # flag of each SamplingParams field, for messages in command-line terms
 _FLAGS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k", "seed": "--seed",
@@ -38,11 +38,13 @@ class Preflight:
         metadata: the keys read (possibly only the first few), or None when none was needed.
         text_ids: perplexity only: the token ids of the file (no BOS), when the tokenizer was
             built to count them; None otherwise.
+        chat_template: the source of ``--chat-template`` (None when not given).
     """
 
     path: Path | None = None
     metadata: dict | None = None
     text_ids: list[int] | None = None
+    chat_template: str | None = None
 
 
 def check_pull_name(name: str) -> None:
@@ -62,8 +64,10 @@ def check_before_load(args: Any) -> Preflight:
         UsageError: a sampling value out of range, ``-n`` < 1, ``--ctx`` too small, an unknown or
             unusable ``--device`` (cuda without a usable GPU), a ``-m`` that is a directory, a
             missing file or an unknown name, an empty prompt or one longer than the context,
-            ``chat`` or ``--chat`` on a model without a chat template, a ``perplexity -f`` file that is
-            missing or shorter than one chunk of ``--ctx`` tokens.
+            ``chat`` or ``--chat`` on a model without a chat template and no ``--chat-template``, an
+            unknown ``--chat-template`` name or a bad template file, ``--chat-template`` given to
+            ``generate`` without ``--chat``, a ``perplexity -f`` file that is missing or shorter than
+            one chunk of ``--ctx`` tokens.
     """
     if hasattr(args, "temperature"):
         _check_sampling(args)
@@ -74,10 +78,20 @@ def check_before_load(args: Any) -> Preflight:
         raise UsageError(f"--ctx must be >= {low}, got {args.ctx}")
     _check_device(args.device)
     pre = Preflight(path=_model_path(args.model))
+    if getattr(args, "chat_template", None) is not None:
+        if args.command == "generate" and not args.chat:
+            raise UsageError(f"--chat-template {args.chat_template} is used with --chat (add --chat to wrap the "
+                             f"prompt in it)")
+        from .llm._chat import resolve_chat_template
+
+        try:
+            pre.chat_template = resolve_chat_template(args.chat_template)
+        except ValueError as exc:
+            raise UsageError(f"--chat-template: {exc}") from None
     if args.command == "generate":
         _check_prompt(args, pre)
     elif args.command == "chat":
-        _check_template(pre, "chat", "use generate -p TEXT with it")
+        _check_template(pre, "chat", CHAT_HINT)
     elif args.command == "perplexity":
         _check_text_file(args, pre)
     return pre
@@ -160,11 +174,23 @@ def _tokenizer(pre: Preflight):
     return Tokenizer.from_gguf(_metadata(pre))
 
 
+def no_template_error(what: str, path: Any, hint: str) -> UsageError:
+    """The error of ``chat`` / ``--chat`` (``what``) on a model file without a chat template."""
+    from .llm._chat import BUILTIN_TEMPLATES
+
+    return UsageError(f"{what}: the model file {path} has no chat template (tokenizer.chat_template): it is "
+                      f"probably a base (not instruct) model; give one with --chat-template NAME|FILE "
+                      f"({', '.join(BUILTIN_TEMPLATES)}, or a .jinja file), or {hint}")
+
+
+#: what ``chat`` on a model without a template suggests besides --chat-template
+CHAT_HINT = "use generate -p TEXT with it"
+
+
 def _check_template(pre: Preflight, what: str, hint: str) -> None:
     meta = _metadata(pre)
-    if meta is not None and not meta.get("tokenizer.chat_template"):
-        raise UsageError(f"{what}: the model file {pre.path} has no chat template "
-                         f"(tokenizer.chat_template); {hint}")
+    if pre.chat_template is None and meta is not None and not meta.get("tokenizer.chat_template"):
+        raise no_template_error(what, pre.path, hint)
 
 
 def _check_prompt(args: Any, pre: Preflight) -> None:
@@ -175,10 +201,11 @@ def _check_prompt(args: Any, pre: Preflight) -> None:
     ctx = _context(args, pre)
     if ctx is None:
         return
-    # byte-level BPE: every token covers at least one byte, so a prompt of b bytes is at most
-    # b tokens (+1 for BOS); the tokenizer is built only when that bound does not settle it
+    # every token but a SentencePiece space prefix covers at least one byte, so a prompt of b bytes
+    # is at most b + 1 tokens (+1 for BOS, +1 for EOS); the tokenizer (seconds for a large
+    # vocabulary) is built only when that bound does not settle it
     nbytes = len(args.prompt.encode("utf-8"))
-    if nbytes + 1 <= ctx and not getattr(args, "chat", False):
+    if nbytes + 3 <= ctx and not getattr(args, "chat", False):
         return
     n = _prompt_tokens(args, pre)
     with_template = " in the chat template" if getattr(args, "chat", False) else ""
@@ -192,12 +219,11 @@ def _prompt_tokens(args: Any, pre: Preflight) -> int:
     meta = _metadata(pre)
     tok = _tokenizer(pre)
     if getattr(args, "chat", False):
-        from .llm._chat import render_chat
+        from .llm._chat import chat_prompt_ids
 
-        text = render_chat(meta["tokenizer.chat_template"], [{"role": "user", "content": args.prompt}])
-        return len(tok.encode(text, special=True))
-    bos = 1 if meta.get("tokenizer.ggml.add_bos_token") and tok.bos_id is not None else 0
-    return len(tok.encode(args.prompt, special=args.special)) + bos
+        template = pre.chat_template or meta["tokenizer.chat_template"]
+        return len(chat_prompt_ids(template, [{"role": "user", "content": args.prompt}], tok))
+    return len(tok.encode(args.prompt, special=args.special, add_special=True))
 
 
 def _check_text_file(args: Any, pre: Preflight) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 _SYSFS_CPU = "/sys/devices/system/cpu"
+_DEFAULTED: set[str] = set()  # the variables configure() set in os.environ (not the user's)
 
 
 def physical_cores(cpus=None, sysfs_cpu: str = _SYSFS_CPU) -> int:
@@ -46,7 +47,10 @@ def configure(environ=None, cores=physical_cores) -> None:
         ValueError: ``XINFER_THREADS`` is set and is not a positive integer.
     """
     env = os.environ if environ is None else environ
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    mine = _DEFAULTED if environ is None else set()
+    if "OMP_WAIT_POLICY" not in env:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+        mine.add("OMP_WAIT_POLICY")
     if "OMP_NUM_THREADS" in env:
         return
     given = env.get("XINFER_THREADS")
@@ -60,3 +64,11 @@ def configure(environ=None, cores=physical_cores) -> None:
     else:
         n = cores()
     env["OMP_NUM_THREADS"] = str(n)
+    mine.add("OMP_NUM_THREADS")
+
+
+def defaulted() -> frozenset[str]:
+    """The names of the variables :func:`configure` set in ``os.environ`` itself (the ones the user
+    had set are not among them): what a child process that is not ours (a peer benchmark) should
+    not inherit."""
+    return frozenset(_DEFAULTED)

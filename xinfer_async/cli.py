@@ -35,6 +35,12 @@ def _add_model_args(p: argparse.ArgumentParser, *, sampling: bool = True,
                        help="recent tokens (prompt and generated) the penalties look at; -1: all (default 64)")
 
 
+def _add_template_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chat-template", default=None, metavar="NAME|FILE",
+                   help="the chat template when the model file has none (a base model) or to replace its own: "
+                        "chatml, gemma, llama3, or the path of a .jinja file")
+
+
 #: the sampling flags' dests, as ``generate``'s keyword arguments (and ``SamplingParams``'s fields)
 SAMPLING_ARGS = ("temperature", "top_p", "top_k", "seed", "min_p", "repeat_penalty", "presence_penalty",
                  "frequency_penalty", "repeat_last_n")
@@ -47,7 +53,8 @@ def _sampling(args) -> dict:
 async def _load(args, slots: int = 1, ctx: int | None = None):
     from . import llm
 
-    return await llm.load(args.model, device=args.device, slots=slots, ctx=ctx or args.ctx, progress=True)
+    return await llm.load(args.model, device=args.device, slots=slots, ctx=ctx or args.ctx, progress=True,
+                          chat_template=getattr(args, "chat_template", None))
 
 
 async def _generate(args) -> None:
@@ -77,6 +84,10 @@ async def _chat(args) -> None:
 
     model = await _load(args)
     try:
+        if not model.chat_template:  # a known model pulled by load: the checks could not read its file before
+            from ._cli_checks import CHAT_HINT, no_template_error
+
+            raise no_template_error("chat", model.path, CHAT_HINT)
         await run_chat(model, system=args.system, n_predict=args.n_predict, sampling=_sampling(args))
     finally:
         with trio.CancelScope(shield=True):
@@ -146,11 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--special", action="store_true", help="parse special tokens (<|im_start|>...) in the prompt")
     p.add_argument("--chat", action="store_true",
                    help="wrap the prompt in the model's chat template as one user message (for instruct models)")
+    _add_template_arg(p)
 
     p = sub.add_parser("chat", help="interactive chat with the model's template")
     _add_model_args(p)
     p.add_argument("-n", "--n-predict", type=int, default=256)
     p.add_argument("--system", default=None, help="a system message")
+    _add_template_arg(p)
 
     p = sub.add_parser("perplexity", help="perplexity of a text file")
     _add_model_args(p, sampling=False, ctx_help="tokens per chunk, each scored from position 0 (default 256)")

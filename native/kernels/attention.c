@@ -1,4 +1,4 @@
-/* attention: causal by position, GQA, max-subtracted softmax. */
+/* attention: causal by position (optionally within a sliding window), GQA, max-subtracted softmax. */
 #include <stdlib.h>
 #include "xi_common.h"
 
@@ -94,7 +94,7 @@ int xi_k_attention(void *const *b, const void *c)
 {
     XI_C(xi_attention_c);
     if (k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->ctx < 0 ||
-        k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim)
+        k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim || k->window < 0)
         return XI_EINVAL;
     const int32_t *pos = (const int32_t *)b[3];
     const long T = k->T, ctx = k->ctx;
@@ -105,8 +105,10 @@ int xi_k_attention(void *const *b, const void *c)
     for (long t = 0; t < T; t++) {
         long p = pos[t];
         if (p >= ctx) p = ctx - 1; /* keys past the cache do not exist */
-        start[t] = 0;
-        last[t] = p < 0 ? -1 : p;
+        /* sliding window: keys j with p - j < window, i.e. from p - window + 1 */
+        const long s = (k->window > 0 && p >= k->window) ? p - k->window + 1 : 0;
+        start[t] = s;
+        last[t] = p < 0 ? -1 : p - s;
     }
     xi_att_rows((const float *)b[0], (const float *)b[1], (const float *)b[2], start, last, T, k->n_head, k->n_kv,
                 k->head_dim, k->q_stride, k->scale, (float *)b[4]);
@@ -118,7 +120,7 @@ int xi_k_attention_batched(void *const *b, const void *c)
 {
     XI_C(xi_attention_batched_c);
     if (k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->rows < 0 ||
-        k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim)
+        k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim || k->window < 0)
         return XI_EINVAL;
     const int32_t *first = (const int32_t *)b[3], *lastk = (const int32_t *)b[4];
     const long T = k->T, rows = k->rows;
@@ -129,6 +131,7 @@ int xi_k_attention_batched(void *const *b, const void *c)
     for (long t = 0; t < T; t++) {
         long f = first[t], l = lastk[t];
         if (l >= rows) l = rows - 1; /* keys past the cache do not exist */
+        if (k->window > 0 && f >= 0 && l - f >= k->window) f = l - k->window + 1; /* sliding window */
         start[t] = f;
         last[t] = (f < 0 || l < f) ? -1 : l - f;
     }

@@ -1,4 +1,4 @@
-/* affine, add, swiglu, kv_store */
+/* affine, add, swiglu, geglu, bias_add, softcap, kv_store */
 #include "xi_common.h"
 
 int xi_k_affine(void *const *b, const void *c)
@@ -46,6 +46,52 @@ int xi_k_swiglu(void *const *b, const void *c)
     XI_C(xi_swiglu_c);
     if (k->rows < 0 || k->n < 0 || k->in_stride < k->n) return XI_EINVAL;
     xi_swiglu_rows((const float *)b[0], (const float *)b[1], (float *)b[2], k->rows, k->n, k->in_stride);
+    return XI_OK;
+}
+
+/* gelu, tanh approximation (ggml_gelu_f32 without ggml's float16 lookup table) */
+static inline float xi_gelu_tanh(float g)
+{
+    const float s2pi = 0.79788456080286535587989211986876f, a = 0.044715f;
+    return 0.5f * g * (1.0f + tanhf(s2pi * g * (1.0f + a * g * g)));
+}
+
+int xi_k_geglu(void *const *b, const void *c)
+{
+    XI_C(xi_geglu_c);
+    if (k->rows < 0 || k->n < 0) return XI_EINVAL;
+    const float *gu = (const float *)b[0];
+    float *y = (float *)b[1];
+    const long rows = k->rows, n = k->n;
+#pragma omp parallel for schedule(static) if (rows * n >= 2 * XI_OMP_MIN_WORK)
+    for (long r = 0; r < rows; r++) {
+        const float *g = gu + r * 2 * n, *u = g + n;
+        float *o = y + r * n;
+        for (long i = 0; i < n; i++) o[i] = xi_gelu_tanh(g[i]) * u[i];
+    }
+    return XI_OK;
+}
+
+int xi_k_bias_add(void *const *b, const void *c)
+{
+    XI_C(xi_bias_add_c);
+    if (k->rows < 0 || k->n < 0) return XI_EINVAL;
+    float *y = (float *)b[0];
+    const float *bias = (const float *)b[1];
+    for (long r = 0; r < k->rows; r++)
+        for (long i = 0; i < k->n; i++) y[r * k->n + i] += bias[i];
+    return XI_OK;
+}
+
+int xi_k_softcap(void *const *b, const void *c)
+{
+    XI_C(xi_softcap_c);
+    if (k->n < 0 || !(k->cap > 0.0f)) return XI_EINVAL;
+    float *x = (float *)b[0];
+    const float cap = k->cap;
+    const long n = k->n;
+#pragma omp parallel for schedule(static) if (n >= 8 * XI_OMP_MIN_WORK)
+    for (long i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
     return XI_OK;
 }
 

@@ -7,12 +7,14 @@
  * the head loop with vfmaddsub, a fused multiply-add, despite -ffp-contract=off, and the heads left
  * to the scalar remainder round twice; so a head's result depends on nh and its index. rope_kv_store
  * therefore calls this one (noinline) copy with the same (xr, nh) as the two rope calls it replaces. */
-static __attribute__((noinline)) void xi_rope_row(float *xr, int32_t p, long nh, long hd, double ltheta)
+static __attribute__((noinline)) void xi_rope_row(float *xr, int32_t p, long nh, long hd, double ltheta,
+                                                   const float *ff)
 {
     const long half = hd / 2;
     for (long i = 0; i < half; i++) {
-        /* angle in double: pos * theta^(-2i/hd) loses nothing for large pos */
-        const double ang = (double)p * exp(-ltheta * (double)(2 * i) / (double)hd);
+        /* angle in double: pos * theta^(-2i/hd) loses nothing for large pos; ff: divided by ff[i] */
+        double ang = (double)p * exp(-ltheta * (double)(2 * i) / (double)hd);
+        if (ff) ang /= (double)ff[i];
         const float cs = (float)cos(ang), sn = (float)sin(ang);
         for (long h = 0; h < nh; h++) {
             float *v = xr + h * hd + 2 * i;
@@ -35,7 +37,7 @@ int xi_k_rope(void *const *b, const void *c)
     const double ltheta = log((double)k->theta);
 #pragma omp parallel for schedule(static) if (rows > 1 && rows * nh * hd >= 4 * XI_OMP_MIN_WORK)
     for (long r = 0; r < rows; r++) {
-        if (pos[r] >= 0) xi_rope_row(x + r * st, pos[r], nh, hd, ltheta);
+        if (pos[r] >= 0) xi_rope_row(x + r * st, pos[r], nh, hd, ltheta, NULL);
     }
     return XI_OK;
 }
@@ -43,9 +45,9 @@ int xi_k_rope(void *const *b, const void *c)
 /* rope of the q heads and of the k heads of each qkv row (two calls of the row routine, as rope on
  * q and rope on k make), then kv_store of its k and v parts at row[t]: bit for bit rope(q) +
  * rope(k) + kv_store(k) + kv_store(v). The stores run after every row is rotated, in t order. */
-int xi_k_rope_kv_store(void *const *b, const void *c)
+/* rope_kv_store and rope_kv_store_ff (freq factors ff, or NULL) */
+static int xi_rope_kv_store_impl(void *const *b, const xi_rope_kv_store_c *k, const float *ff)
 {
-    XI_C(xi_rope_kv_store_c);
     if (k->T < 0 || k->n_head < 0 || k->n_kv < 0 || k->head_dim < 0 || (k->head_dim & 1) || k->ctx < 0 ||
         (long)k->row_stride < ((long)k->n_head + 2L * k->n_kv) * k->head_dim || !(k->theta > 0.0f))
         return XI_EINVAL;
@@ -57,11 +59,23 @@ int xi_k_rope_kv_store(void *const *b, const void *c)
 #pragma omp parallel for schedule(static) if (T > 1 && T * (nh + nkv) * hd >= 4 * XI_OMP_MIN_WORK)
     for (long t = 0; t < T; t++) {
         if (pos[t] >= 0) {
-            xi_rope_row(qkv + t * st, pos[t], nh, hd, ltheta);
-            xi_rope_row(qkv + t * st + nh * hd, pos[t], nkv, hd, ltheta);
+            xi_rope_row(qkv + t * st, pos[t], nh, hd, ltheta, ff);
+            xi_rope_row(qkv + t * st + nh * hd, pos[t], nkv, hd, ltheta, ff);
         }
     }
     xi_kv_store_rows(qkv + nh * hd, kc, row, T, nkv * hd, k->ctx, st);
     xi_kv_store_rows(qkv + (nh + nkv) * hd, vc, row, T, nkv * hd, k->ctx, st);
     return XI_OK;
+}
+
+int xi_k_rope_kv_store(void *const *b, const void *c)
+{
+    XI_C(xi_rope_kv_store_c);
+    return xi_rope_kv_store_impl(b, k, NULL);
+}
+
+int xi_k_rope_kv_store_ff(void *const *b, const void *c)
+{
+    XI_C(xi_rope_kv_store_c);
+    return xi_rope_kv_store_impl(b, k, (const float *)b[5]);
 }

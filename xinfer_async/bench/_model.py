@@ -28,11 +28,24 @@ the prefill's tok/s (median of ``--repeats``). Warm-up requests on every slot ru
 left out; every time is taken after the fence is awaited (a token reaches the caller only then).
 
 Usage: ``xinfer-async bench model [--model NAME|PATH] [--device cpu|cuda] [--slots 1,4,8]
-[--batching] [--max-tokens 64] [--json FILE] [--plot FILE.png] [--compare torch]``
+[--batching] [--max-tokens 64] [--json FILE] [--plot FILE.png] [--compare torch]
+[--compare llama.cpp --llama-bench PATH [--repeats 3]]``
 
 ``--compare torch`` (where PyTorch sees a CUDA device) times ``_torch_ref``'s hand-written decode step of
 the model's shape, captured in a CUDA graph, at batch 1, 8 and 64 in the same process, and prints ms a
 step, tok/s and torch/ours against the rows of the same slot count.
+
+``--compare llama.cpp --llama-bench PATH`` (or ``$XINFER_LLAMA_BENCH``) runs llama.cpp's own benchmarks
+on the same GGUF file (a model name is resolved to its file first: a synthetic one is written, a known
+one pulled), interleaved with ours in the same run: ``--repeats`` times ours then llama.cpp's, for
+each slot count (one slot: ``llama-bench`` tg``--max-tokens``; N slots: ``llama-batched-bench``'s
+S_TG at N streams of a 32-token prompt, against our steady tok/s) and for the prefill
+(``llama-bench`` pp``--prompt-tokens``, against our prefill tok/s). Defaults become pp512 and tg128;
+on cpu both use the same threads (ours ``OMP_NUM_THREADS``, set from ``XINFER_THREADS``; llama.cpp
+``-t``), on cuda llama.cpp runs every layer on the GPU with flash attention. It prints ours, llama.cpp
+and ours/llama.cpp (medians, min and max), beside PyTorch's tok/s where ``--compare torch`` measured
+the same batch, and the load average. The binary, and ``llama-batched-bench`` beside it when a row
+has more than one slot, are checked before anything runs.
 
 ``--kernels`` times each kernel of the last row's decode step alone (``runtime/_profile.py``) and
 prints the device time a step spends in each kernel name.
@@ -40,13 +53,15 @@ prints the device time a step spends in each kernel name.
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
 import trio
 
+from .._omp import physical_cores
 from ..runtime._profile import by_label, profile_graph
-from . import _torch_ref
+from . import _llamacpp, _torch_ref
 from ._report import add_output_args, check_plot, plot_concurrency, write_json
 from . import parser as bench_parser
 
@@ -180,7 +195,10 @@ async def _main(args) -> dict:
     slot_counts = [int(s) for s in args.slots.split(",")]
     ctx = args.prompt_tokens + args.max_tokens + 64
     rows = []
-    model = None
+    model = peer = None
+    reps = args.repeats if args.peer is not None else 1
+    peer_rows: list[dict] = []
+    loadavg_start = os.getloadavg()
     for n in slot_counts:
         if model is not None:
             await model.aclose()
@@ -194,9 +212,20 @@ async def _main(args) -> dict:
             print(f"model {model!r}; weights {weight_bytes / 1e6:.1f} MB; loaded in {load_s:.2f} s")
             print(f"device {getattr(dev, 'description', dev.name)}; peak bandwidth: "
                   f"{f'{peak:.0f} GB/s' if peak else 'not known (reported only)'}")
+            if args.peer is not None:
+                peer = _llamacpp.LlamaCpp(cuda=dev.name.startswith("cuda"), **args.peer)
         await _decode_row(model, n, args.warmup_tokens)  # warm-up: every slot runs once
         before = model.statistics()["scheduler"] if model.batching else None
-        row = await _decode_row(model, n, args.max_tokens)
+        runs, theirs = [], []
+        for _ in range(reps):  # with llama.cpp: ours, theirs, ours, theirs, ...
+            runs.append(await _decode_row(model, n, args.max_tokens))
+            if peer is not None:
+                theirs.append(await trio.to_thread.run_sync(_peer_decode, peer, n, args.max_tokens))
+        ours = [_decode_rate(r) for r in runs]
+        row = runs[int(np.argsort(ours)[len(ours) // 2])]  # the median run's row
+        if peer is not None:
+            row["runs_tok_per_s"] = ours
+            peer_rows.append(dict(batch=n, ours=ours, theirs=[t["tok_per_s"] for t in theirs], raw=theirs))
         row["load_s"] = load_s
         if before is not None:  # the batched scheduler's steps over the row
             st = model.statistics()["scheduler"]
@@ -215,7 +244,18 @@ async def _main(args) -> dict:
             row["bandwidth_fraction"] = row["weight_gb_per_s"] / peak
         rows.append(row)
     await _request(model, PROMPTS[0], 2)  # warm-up of the prefill plan on a fresh slot
-    prefill = await _prefill(model, args.prompt_tokens, args.repeats)
+    if peer is None:
+        prefill = await _prefill(model, args.prompt_tokens, args.repeats)
+    else:  # interleaved with llama.cpp's pp{prompt_tokens}
+        runs, theirs = [], []
+        for _ in range(reps):
+            runs.append(await _prefill(model, args.prompt_tokens, 1))
+            theirs.append(await trio.to_thread.run_sync(peer.bench, args.prompt_tokens, 0))
+        rates = [r["prefill_tok_per_s"] for r in runs]
+        prefill = dict(prompt_tokens=runs[0]["prompt_tokens"], prefill_tok_per_s=float(np.median(rates)),
+                       prefill_tok_per_s_min=min(rates), prefill_tok_per_s_max=max(rates))
+        peer_rows.append(dict(batch=None, prompt_tokens=prefill["prompt_tokens"], ours=rates,
+                              theirs=[t["avg_ts"] for t in theirs], raw=theirs))
     profile = await _kernel_profile(model, rows[-1]["slots"]) if args.kernels else None
     await model.aclose()
 
@@ -245,9 +285,50 @@ async def _main(args) -> dict:
           f"(median of {args.repeats}; {prefill['prefill_tok_per_s_min']:.1f}-{prefill['prefill_tok_per_s_max']:.1f})")
     if profile is not None:
         print(_render_profile(profile, rows[-1]["gpu_ms_per_step"]))
+    llamacpp = None
+    if peer is not None:
+        build = next((t.get("build_commit") for r in peer_rows for t in r["raw"] if t.get("build_commit")), None)
+        llamacpp = dict(llama_bench=str(peer.llama_bench), batched_bench=str(peer.batched_bench or ""),
+                        model_path=str(peer.model), build_commit=build, threads=peer.threads, cuda=peer.cuda,
+                        repetitions=reps, loadavg=loadavg_start, loadavg_end=os.getloadavg(), runs=peer_rows)
     return dict(model=str(args.model), device=dev.name, weight_bytes=weight_bytes, batching=args.batching,
                 max_tokens=args.max_tokens, peak_gb_per_s=peak, decode=rows, prefill=prefill, config=model.config,
-                kernel_profile=profile)
+                kernel_profile=profile, llamacpp=llamacpp)
+
+
+def _decode_rate(row: dict) -> float:
+    """A decode row's figure to hold against llama.cpp's: the steady tok/s (all requests decoding;
+    one request: its tokens after the first / their time, llama-bench's tg), else the aggregate."""
+    return row["steady_tok_per_s"] or row["agg_tok_per_s"]
+
+
+def _peer_decode(peer: "_llamacpp.LlamaCpp", n: int, n_gen: int) -> dict:
+    """llama.cpp's decode figure at ``n`` streams: llama-bench tg{n_gen} (one), llama-batched-bench's
+    speed_tg (several); the run's output with ``tok_per_s``."""
+    if n == 1:
+        t = peer.bench(0, n_gen)
+        return dict(t, tok_per_s=t["avg_ts"])
+    b = peer.batched(n, n_gen)
+    return dict(b, tok_per_s=b["speed_tg"])
+
+
+def llamacpp_table(result: dict) -> dict:
+    """The ``--compare llama.cpp`` table's rows from ``_main``'s result (after ``--compare torch``
+    where it ran: its tok/s at a batch size goes beside ours)."""
+    lc = result["llamacpp"]
+    torch_rows = {r["batch"]: r for r in (result.get("compare") or {}).get("rows", [])}
+    rows = []
+    for r in lc["runs"]:
+        if r["batch"] is None:
+            what = f"prefill {r['prompt_tokens']} tokens (pp{r['prompt_tokens']})"
+            torch = None
+        else:
+            n = r["batch"]
+            what = (f"decode 1 stream (tg{result['max_tokens']})" if n == 1
+                    else f"decode {n} streams, steady (batched-bench S_TG)")
+            torch = torch_rows.get(n, {}).get("torch_tok_per_s")
+        rows.append(_llamacpp.comparison_row(what, r["batch"], r["ours"], r["theirs"], torch))
+    return dict(lc, rows=rows)
 
 
 def legend(device: str, peak: float | None) -> str:
@@ -270,18 +351,56 @@ def plot_title(result: dict) -> str:
             f"{'on' if result['batching'] else 'off'}, {result['max_tokens']} tokens a request")
 
 
+def _peer_config(args) -> dict:
+    """``LlamaCpp``'s fields but ``cuda``, checked before anything slow runs: the binaries, then the
+    model resolved to its file (a synthetic name is written into the cache, a known name pulled),
+    which ``args.model`` becomes, so both sides run the same file.
+
+    Raises:
+        ValueError: a binary missing or not executable, a row of more than one slot without
+            llama-batched-bench, or an unknown model name.
+        FileNotFoundError: a model path that does not exist.
+    """
+    from ..llm import resolve_model
+
+    bench = _llamacpp.check_binary(args.llama_bench, "--llama-bench")
+    batched = None
+    if any(int(n) > 1 for n in args.slots.split(",")):
+        if args.llama_batched_bench:
+            batched = _llamacpp.check_binary(args.llama_batched_bench, "--llama-batched-bench")
+        else:
+            batched = _llamacpp.batched_bench_beside(bench)
+            if batched is None:
+                raise ValueError(f"--slots {args.slots} needs llama-batched-bench for the rows of more than one "
+                                 f"slot: none beside {str(bench)!r}; pass --llama-batched-bench PATH")
+    model = resolve_model(args.model)
+    args.model = str(model)
+    threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or physical_cores()
+    return dict(llama_bench=bench, batched_bench=batched, model=model, threads=threads)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = bench_parser("model", __doc__)
     p.add_argument("--model", default="smollm2-135m", help="a known model name or a .gguf path (default: smollm2-135m)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: $XINFER_DEVICE, else auto)")
     p.add_argument("--slots", default="1,4,8", help="comma-separated slot counts, one row each (default: 1,4,8)")
-    p.add_argument("--max-tokens", type=int, default=64, help="generated tokens a request (default: 64)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="generated tokens a request (default: 64; 128 with --compare llama.cpp, as tg128)")
     p.add_argument("--warmup-tokens", type=int, default=8, help="tokens of each warm-up request (default: 8)")
-    p.add_argument("--prompt-tokens", type=int, default=256, help="prompt length of the prefill row (default: 256)")
-    p.add_argument("--repeats", type=int, default=3, help="prefill runs, median reported (default: 3)")
+    p.add_argument("--prompt-tokens", type=int, default=None,
+                   help="prompt length of the prefill row (default: 256; 512 with --compare llama.cpp, as pp512)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="prefill runs, median reported; with --compare llama.cpp, the interleaved runs of every "
+                        "figure, ours and llama.cpp's (default: 3)")
     p.add_argument("--peak-gbs", type=float, default=None, help="device memory bandwidth, GB/s (cuda default: 4300)")
-    p.add_argument("--compare", choices=["torch"], default=None,
-                   help="also time a hand-written PyTorch decode step of the same shape (CUDA graph) and print the ratio")
+    p.add_argument("--compare", action="append", choices=["torch", "llama.cpp"], default=[],
+                   help="torch: also time a hand-written PyTorch decode step of the same shape (CUDA graph); "
+                        "llama.cpp: run llama.cpp's llama-bench (and llama-batched-bench) on the same file, "
+                        "interleaved with ours; print the ratio (may be given twice)")
+    p.add_argument("--llama-bench", metavar="PATH", default=os.environ.get(_llamacpp.ENV_LLAMA_BENCH),
+                   help=f"llama.cpp's llama-bench binary (default: ${_llamacpp.ENV_LLAMA_BENCH})")
+    p.add_argument("--llama-batched-bench", metavar="PATH", default=None,
+                   help="llama.cpp's llama-batched-bench, for rows of more than one slot (default: beside llama-bench)")
     p.add_argument("--batching", action="store_true",
                    help="load with batching=True: the N requests decode in one batched step (default: a step per slot)")
     p.add_argument("--compare-batches", default="1,8,64", help="PyTorch batch sizes (default: 1,8,64)")
@@ -293,12 +412,26 @@ def main(argv: list[str] | None = None) -> int:
         check_plot(args.plot)
     except RuntimeError as exc:
         p.error(str(exc))
+    with_llamacpp = "llama.cpp" in args.compare
+    args.max_tokens = args.max_tokens or (128 if with_llamacpp else 64)
+    args.prompt_tokens = args.prompt_tokens or (512 if with_llamacpp else 256)
+    if args.repeats < 1:
+        p.error(f"--repeats must be >= 1, got {args.repeats}")
+    args.peer = None
+    if with_llamacpp:
+        try:
+            args.peer = _peer_config(args)
+        except (ValueError, FileNotFoundError) as exc:
+            p.error(str(exc))
     result = trio.run(_main, args)
-    if args.compare == "torch":
+    if "torch" in args.compare:
         device = result["device"] if result["device"].startswith("cuda") else "cuda"
         batches = [int(b) for b in args.compare_batches.split(",")]
         result["compare"] = _torch_ref.compare(result["config"], result["decode"], batches, device)
         print(_torch_ref.render(result["compare"]))
+    if with_llamacpp:
+        result["llamacpp"] = llamacpp_table(result)
+        print(_llamacpp.render(result["llamacpp"]))
     if args.json:
         write_json(args.json, result)
     if args.plot:

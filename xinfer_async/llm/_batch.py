@@ -318,13 +318,13 @@ class Batcher:
         self._inflight = nxt
         self._steps += 1
         self._rows += len(step.rows)
-        ids, logits = outs["argmax"], outs.get("logits")
+        ids, logits = outs["argmax"].tolist(), outs.get("logits")  # ints: one conversion a step, not a row
         for i, r in enumerate(step.rows):
             if r.done.is_set():
                 continue  # ended after this step was submitted: its row is ignored
             r.pos += 1
             if not r.cancelled:
-                self._emit_or_end(r, int(ids[i]) if r.request.greedy else logits[i])
+                self._emit_or_end(r, ids[i] if r.request.greedy else logits[i])
         i0 = len(step.rows)
         for r, i, complete in step.prompts:
             n = i + 1 - i0
@@ -334,7 +334,7 @@ class Batcher:
                 continue
             r.pos += n
             if complete and not r.cancelled:
-                self._activate(r, int(ids[i]) if r.request.greedy else logits[i])
+                self._activate(r, ids[i] if r.request.greedy else logits[i])
 
     def _emit_or_end(self, r: BatchedRequest, nxt: Any) -> None:
         """``_emit``; an error there (a sampler's) ends ``r`` with it, not the scheduler and the
@@ -347,9 +347,12 @@ class Batcher:
     def _emit(self, r: BatchedRequest, nxt: Any) -> None:
         """Sample (non-greedy) and ``advance`` the request; end it when it is done."""
         req = r.request
-        token = nxt if req.greedy else req.sample(nxt)
+        if req.greedy:
+            token, logits = nxt, None
+        else:
+            token, logits = req.sample(nxt), nxt
         try:
-            finish = req.advance(token)
+            finish = req.advance(token, logits)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._end(r)  # the consumer closed the stream
             return

@@ -18,11 +18,11 @@ import trio
 
 from ..runtime import JobCancelledError, JobQueue, JobStatistics
 from ._batch import Batcher, BatchStatistics
-from ._chat import render_chat
+from ._chat import NO_TEMPLATE_HINT, chat_prompt_ids
 from ._generate import generate
 from ._request import Request
 from ._runner import Runner
-from ._sampling import SamplingParams
+from ._sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ._stream import CompletionResult, GenerationStream
 from ._tokenizer import Tokenizer
 
@@ -36,7 +36,7 @@ class LanguageModel:
     An async context manager: ``async with model:`` closes it at the block's end (``aclose``).
 
     Attributes:
-        config: the ``LlamaConfig``.
+        config: the ``ModelConfig`` (``LlamaConfig``, its earlier name).
         tokenizer: the ``Tokenizer`` from the file's metadata.
         device: the device it runs on.
         slots: concurrent requests (each a slot with its own KV cache of ``ctx`` tokens; with
@@ -48,15 +48,17 @@ class LanguageModel:
     """
 
     def __init__(self, path: Any, gguf_model: Any, builder: Any, prepared: Any, *, max_queued: int = 256,
-                 batched: Any = None, batch_seqs: int = 0, tokenizer: Tokenizer | None = None):
+                 batched: Any = None, batch_seqs: int = 0, tokenizer: Tokenizer | None = None,
+                 chat_template: str | None = None):
         self.path = path
         #: whether ``aclose`` closes the device (``load`` opened it from a name)
         self.owns_device = False
         self.config = gguf_model.config
         self.metadata = {k: v for k, v in gguf_model.metadata.items() if not k.startswith("tokenizer.ggml.")}
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer.from_gguf(gguf_model.metadata)
-        self.chat_template = gguf_model.metadata.get("tokenizer.chat_template")
-        self.add_bos = bool(gguf_model.metadata.get("tokenizer.ggml.add_bos_token", False))
+        #: the Jinja2 chat template: the one given (``load(chat_template=)``), else the file's, else None
+        self.chat_template = chat_template or gguf_model.metadata.get("tokenizer.chat_template")
+        self.add_bos = self.tokenizer.add_bos
         self.builder = builder
         self.prepared = prepared
         self.device = builder.device
@@ -69,7 +71,7 @@ class LanguageModel:
         self.batched_runner = Runner(builder.plan_specs(batched=True), self.ctx, self.chunk) if batched else None
         self._batch: Any = None
         self._batch_token: Any = None
-        self.stop_ids = {i for i in (self.tokenizer.eos_id, self.tokenizer.im_end_id) if i is not None}
+        self.stop_ids = set(self.tokenizer.eog_ids)  # llama.cpp's end-of-generation set
         self._max_queued = max_queued
         self._jobs: JobQueue | None = None
         self._jobs_token: Any = None  # the trio run whose system tasks serve ``_jobs``
@@ -120,9 +122,7 @@ class LanguageModel:
             ValueError: empty, longer than the context, or an id outside the vocabulary.
         """
         if isinstance(prompt, str):
-            ids = self.tokenize(prompt, special=special)
-            if self.add_bos and self.tokenizer.bos_id is not None:
-                ids = [self.tokenizer.bos_id] + ids
+            ids = self.tokenizer.encode(prompt, special=special, add_special=True)  # BOS/EOS as the file says
         else:
             ids = self._token_ids(prompt, what)
         if not ids:
@@ -159,25 +159,16 @@ class LanguageModel:
             if not isinstance(m.get("content"), str):
                 raise ValueError(f"messages[{i}]['content'] must be a str, got {m.get('content')!r:.60}")
         if not self.chat_template:
-            raise ValueError("this model file has no tokenizer.chat_template")
-        sentinels = [f"\x00xi{i}\x00" for i in range(len(messages))]
-        masked = [dict(m, content=s) for m, s in zip(messages, sentinels)]
-        text = render_chat(self.chat_template, masked, add_generation_prompt=True)
-        ids: list[int] = []
-        for i, s in enumerate(sentinels):
-            head, sep, text = text.partition(s)
-            ids += self.tokenize(head, special=True)
-            if sep:
-                ids += self.tokenize(messages[i]["content"], special=False)
-        ids += self.tokenize(text, special=True)
-        return ids
+            raise ValueError(f"this model file has no chat template (tokenizer.chat_template): {NO_TEMPLATE_HINT} "
+                             f"with load(..., chat_template=...) (the command line's --chat-template)")
+        return chat_prompt_ids(self.chat_template, messages, self.tokenizer)
 
     # -- requests --------------------------------------------------------------------------
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = None, stop: Sequence[str] = (),
                  special: bool = False, ignore_eos: bool = False, min_p: float = 0.0, repeat_penalty: float = 1.0,
                  presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-                 repeat_last_n: int = 64) -> GenerationStream:
+                 repeat_last_n: int = 64, logprobs: int | None = None) -> GenerationStream:
         """Stream the continuation of ``prompt`` as text pieces: ``async for piece in model.generate(...)``.
 
         Args:
@@ -196,16 +187,25 @@ class LanguageModel:
             ignore_eos: keep generating past end-of-sequence ids (they stay in the text's ids), to
                 ``max_tokens`` or the context's end: fixed-length requests, as serving benchmarks
                 run them.
+            logprobs: None (the default), or an int k in [0, 20]: record each generated token's
+                log-probability and the k most likely tokens' (``TokenLogprobs``: natural log of
+                the softmax of the step's raw logits, before penalties and temperature, computed
+                in float64 on the host), in ``stream.logprobs`` as they come and
+                ``result.logprobs``. Such a request takes its tokens from the logits on the host
+                (one row of logits comes back a step, as sampling does), greedy or not.
 
         Raises:
             TypeError: a prompt that is neither a str nor a sequence of int ids (bytes, a float, a
                 bool...).
-            ValueError: an empty prompt, one longer than the context, a negative max_tokens, or
-                invalid sampling values (raised here, before anything runs; the message names
-                the argument).
+            ValueError: an empty prompt, one longer than the context, a negative max_tokens,
+                ``logprobs`` not None or an int in [0, 20], or invalid sampling values (raised
+                here, before anything runs; the message names the argument).
         """
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
             raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                     or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
+            raise ValueError(f"logprobs must be None or an int in [0, {MAX_TOP_LOGPROBS}], got {logprobs!r}")
         if isinstance(stop, str):
             stop = [stop]
         if stop is None:
@@ -216,7 +216,8 @@ class LanguageModel:
                                 repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
                                 frequency_penalty=frequency_penalty, repeat_last_n=repeat_last_n)
         ids = self._prompt_ids(prompt, special)
-        request = Request(ids, params, max_tokens, self.ctx, frozenset() if ignore_eos else frozenset(self.stop_ids))
+        request = Request(ids, params, max_tokens, self.ctx, frozenset() if ignore_eos else frozenset(self.stop_ids),
+                          top_logprobs=logprobs)
         return GenerationStream(request, self.tokenizer.stream_decoder(skip_special=True), stop, self._submit)
 
     async def complete(self, prompt: str | Sequence[int], **kwargs: Any) -> CompletionResult:

@@ -18,8 +18,8 @@ from ._runner import Runner, StepRun
 
 async def generate(runner: Runner, slot: Any, request: Request) -> None:
     """Run ``request`` (max_tokens >= 1) on ``slot`` to its end. Greedy requests without a penalty
-    (``request.greedy``) take the argmax on the device (4 bytes come back a step); sampled or
-    penalized ones download the logits (``decode_sampled``: ``request.sample`` penalizes them).
+    or log-probabilities (``request.greedy``) take the argmax on the device (4 bytes come back a
+    step); the others download the logits (``decode_sampled``: ``request.sample`` penalizes them).
 
     Raises:
         trio.BrokenResourceError: the consumer closed its end of ``request.received``.
@@ -48,9 +48,10 @@ async def prefill(runner: Runner, slot: Any, ids: Sequence[int], output: str) ->
 async def decode_sampled(runner: Runner, slot: Any, request: Request, logits: np.ndarray) -> None:
     """Sample from ``logits`` (after the prompt), one decode run a token, until the request ends
     (``request.sample``: the penalties over the tokens so far, then the sampler; greedy with a
-    penalty is the argmax of the penalized logits)."""
+    penalty is the argmax of the penalized logits; ``request.advance`` takes the raw logits too,
+    for the token's log-probabilities when the request asks them)."""
     pos = len(request.prompt_ids)  # where the next sampled token is written
-    while request.advance(token := request.sample(logits)) is None:
+    while request.advance(token := request.sample(logits), logits) is None:
         out = await runner.run(slot, "decode", tokens=[token], positions=[pos], outputs=("logits",))
         logits = out["logits"][0]
         pos += 1

@@ -1,9 +1,9 @@
-"""GGUF loading for Llama-architecture models: read, validate, hand over memory-mapped tensors.
+"""GGUF loading for the decoder families of ``_arch``: read, validate, hand over memory-mapped tensors.
 
 The file format is the GGUF v2/v3 container of ggml (spec:
 https://github.com/ggml-org/ggml/blob/master/docs/gguf.md). ``_gguf_reader`` parses it with every
 count, length and offset bounded by the file size and maps the tensor data (nothing is copied until
-``GGUFTensor.dequantize()`` or a device upload); ``_llama_config`` checks the whole file as a Llama
+``GGUFTensor.dequantize()`` or a device upload); ``_llama_config`` checks the whole file as a model of its family
 (hyperparameters, tensor types and shapes, tokenizer keys, finite weights). Everything that can be
 wrong with a file becomes a :class:`~xinfer_async.hal._errors.GGUFError` naming the key or tensor
 and the value. The ``gguf`` package is not imported here (it takes ~0.6 s to import and its reader is
@@ -21,10 +21,10 @@ import numpy as np
 
 from ..hal._errors import GGUFError
 from ._gguf_reader import read_gguf
-from ._llama_config import LlamaConfig, validate_llama
+from ._llama_config import LlamaConfig, ModelConfig, validate_model
 from ._support import SUPPORTED_ARCHITECTURES, SUPPORTED_TYPES, check_supported
 
-__all__ = ["GGUFModel", "GGUFTensor", "LlamaConfig", "load_gguf", "SUPPORTED_ARCHITECTURES"]
+__all__ = ["GGUFModel", "GGUFTensor", "LlamaConfig", "ModelConfig", "load_gguf", "SUPPORTED_ARCHITECTURES"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # identity equality: data is a large array
@@ -67,14 +67,14 @@ class GGUFModel:
 
     Attributes:
         path: the file.
-        config: the Llama hyperparameters.
+        config: the hyperparameters (:class:`ModelConfig`, with the family in ``config.arch``).
         tensors: name -> :class:`GGUFTensor`, in file order.
         metadata: key -> plain Python value (str, int, float, bool, list), e.g.
             ``metadata["tokenizer.ggml.tokens"]`` is a ``list[str]``.
     """
 
     path: Path
-    config: LlamaConfig
+    config: ModelConfig
     tensors: dict[str, GGUFTensor]
     metadata: dict[str, Any]
 
@@ -88,11 +88,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def load_gguf(path: str | os.PathLike) -> GGUFModel:
-    """Open and validate a Llama-architecture GGUF file, memory-mapped.
+def load_gguf(path: str | os.PathLike, *, check_tokenizer: bool = True) -> GGUFModel:
+    """Open and validate a GGUF file of a supported family (``_arch.ARCHITECTURES``), memory-mapped.
 
     Args:
         path: the ``.gguf`` file.
+        check_tokenizer: refuse a ``tokenizer.ggml.model`` the tokenizer does not implement (default).
+            False: leave it out of the up-front check, for a caller that gives token ids itself
+            (scoring golden ids, ``ReferenceLlama``); its other ``tokenizer.ggml.*`` keys are still checked.
 
     Returns:
         A :class:`GGUFModel`; tensor data stays memory-mapped (nothing is copied or decoded).
@@ -102,25 +105,26 @@ def load_gguf(path: str | os.PathLike) -> GGUFModel:
             ``_gguf_reader.read_gguf``: counts, lengths and offsets past the end, unknown type ids,
             a bad alignment, tensors not aligned or not packed); or it holds anything unsupported
             (``_support.check_supported``, on the header alone, before any weight is read: the
-            architecture, the tokenizer model, each tensor type not in ``SUPPORTED_TYPES`` with a
-            count, a norm not F32/F16, all listed in one message); or it is not a Llama we can run (see
-            ``_llama_config.validate_llama``: missing or mistyped keys, hyperparameters out of range,
+            architecture, the tokenizer model, the rope scaling type, each tensor type not in
+            ``SUPPORTED_TYPES`` with a count, a norm not F32/F16, all listed in one message); or it is not a model we can run (see
+            ``_llama_config.validate_model``: missing or mistyped keys, hyperparameters out of range,
             tensors missing, left over, of an unsupported type or shape, NaN/inf weights, tokenizer
             keys inconsistent with the vocabulary). The message names the file, the key or tensor and
             the value.
 
     Warns:
-        UserWarning: an optional key is missing and its default is used (see :class:`LlamaConfig`).
+        UserWarning: an optional key is missing and its default is used (see :class:`ModelConfig`).
     """
     path = Path(path)
     if path.exists() and not path.is_file():
         raise GGUFError(f"{path}: not a regular file")
     f = read_gguf(path)
-    meta = {k: v if isinstance(v, str) else None for k, v in f.metadata.items()
-            if k in ("general.architecture", "tokenizer.ggml.model")}
-    check_supported(path, meta.get("general.architecture"), meta.get("tokenizer.ggml.model"),
-                    [(t.name, t.type_name, len(t.shape)) for t in f.tensors])
-    config = validate_llama(f)
+    text = lambda key: f.metadata[key] if isinstance(f.metadata.get(key), str) else None  # noqa: E731
+    arch = text("general.architecture")
+    check_supported(path, arch, text("tokenizer.ggml.model") if check_tokenizer else None,
+                    [(t.name, t.type_name, len(t.shape)) for t in f.tensors],
+                    rope_scaling=text(f"{arch}.rope.scaling.type") if arch else None)
+    config = validate_model(f)
     tensors = {
         t.name: GGUFTensor(name=t.name, dtype=SUPPORTED_TYPES[t.type_name], shape=t.shape, data=t.data,
                            nbytes=t.nbytes, ggml_type=t.type_name)

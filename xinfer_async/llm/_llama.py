@@ -1,20 +1,26 @@
-"""The Llama decoder built on the model layer (in the manner of gpt-fast's ~300-line Llama).
+"""The decoder of every family of ``_arch`` built on the model layer (in the manner of gpt-fast's
+~300-line Llama).
 
-One ``ModelSession`` holds the weights (quantized ones stay quantized: q4_1/q8_0 matrix-vector
-kernels read them as stored) and each slot's KV cache (persistent state). ``forward(T, logits)``
-builds one fragment for ``T`` tokens:
+One ``ModelSession`` holds the weights (quantized ones stay quantized: the matrix kernels read them as
+stored) and each slot's KV cache (persistent state). ``forward(T, logits)`` builds one fragment for
+``T`` tokens; the family's declaration (``cfg.architecture``) switches the optional blocks ([...]):
 
-    x = embed(tokens)                                   # (T, dim)
-    for each block:                                     # five kernels a block:
-        qkv = rmsnorm(x) @ [Wq; Wk; Wv]^T               # rmsnorm_matmul: (T, dim + 2 * kv_dim)
-        rope(q), rope(k) at pos; kv_cache[pos] = k, v   # rope_kv_store (GGUF adjacent pairs; pos < 0: padding)
-        x += attention(q, k_cache, v_cache, pos) @ Wo^T # attention (grouped-query, causal), matmul accumulate
-        act = swiglu(rmsnorm(x) @ [Wgate; Wup]^T)       # rmsnorm_matmul_swiglu: (T, ffn)
-        x += act @ Wdown^T                              # matmul accumulate
-    logits = rmsnorm(x[rows]) @ Wout^T                  # the last valid row, or every row
+    x = embed(tokens) [* sqrt(dim)]                     # (T, dim)
+    for each block:
+        qkv = rmsnorm(x) @ [Wq; Wk; Wv]^T [+ bias]      # rmsnorm_matmul (bias_add): (T, q_dim + 2 * kv_dim)
+        [q, k heads = rmsnorm(head) * q_norm / k_norm]  # qk_rmsnorm
+        rope(q), rope(k) at pos; kv_cache[pos] = k, v   # rope_kv_store[_ff] (the block's base; pos < 0: padding)
+        o = attention(q, k_cache, v_cache, pos) @ Wo^T  # attention (GQA, causal, [sliding window])
+        x += o                 [x += rmsnorm(o) * post_attention_norm]      # matmul accumulate / rmsnorm_add
+        act = act(rmsnorm(x) @ Wgate^T) * (rmsnorm(x) @ Wup^T)    # rmsnorm_matmul_swiglu / rmsnorm_matmul + geglu
+        x += act @ Wdown^T     [x += rmsnorm(act @ Wdown^T) * post_ffw_norm]
+    logits = rmsnorm(x[rows]) @ Wout^T [softcap]        # the last valid row, or every row
 
-Tensor names and layouts: the GGUF llama convention (``blk.N.attn_q.weight`` etc.; Q/K already
-permuted for the adjacent-pair rope, see llama.cpp ``convert_hf_to_gguf.py``).
+Tensor names and layouts: the GGUF conventions (``blk.N.attn_q.weight`` etc.). Llama's Q/K rows are
+already permuted for the adjacent-pair rope (llama.cpp ``convert_hf_to_gguf.py``); for a "neox" family
+(rotate_half: pairs ``(i, i + head_dim/2)``) the same permutation is applied here, at upload, to the q
+and k rows of each head (and their biases and q/k norm weights), so one rope kernel serves both: a
+dot product of q and k is unchanged when both are permuted alike, and v is left as it is.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import numpy as np
 
 from ..hal import Access, GGUFError, TensorDesc
 from ..model import Binding, Dispatch, IODesc, ModelContext, ModelSession
-from ._gguf import GGUFModel, LlamaConfig
+from ._gguf import GGUFModel, ModelConfig
 
 F32 = 4
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -67,19 +73,36 @@ class PlanSpec:
 @dataclasses.dataclass
 class _Block:
     attn_norm: Any
-    wqkv: Any
+    wqkv: Any  # (region, dtype) of the (q_dim + 2 * kv_dim, dim) projection
     wo: Any
     ffn_norm: Any
-    wgu: Any
+    wgu: Any  # (region, dtype) of the (2 * ffn_dim, dim) gate and up rows
     wdown: Any
     k_cache: Any
     v_cache: Any
+    theta: float  # rope base of this block
+    window: int  # sliding window (0: none)
+    bqkv: Any = None  # (q_dim + 2 * kv_dim,) biases
+    q_norm: Any = None  # (head_dim,) each
+    k_norm: Any = None
+    post_attn_norm: Any = None  # (dim,) each
+    post_ffw_norm: Any = None
     bk_cache: Any = None  # batched: (batch_seqs * ctx, kv_dim), sequence s owns rows [s*ctx, (s+1)*ctx)
     bv_cache: Any = None
 
 
+def neox_rows(n_heads: int, head_dim: int) -> np.ndarray:
+    """The row order that turns rotate_half rope into adjacent-pair rope: int64 (n_heads * head_dim,),
+    new row ``h*hd + 2i`` is old row ``h*hd + i`` and new row ``h*hd + 2i + 1`` old row ``h*hd + i + hd/2``."""
+    half = head_dim // 2
+    one = np.empty(head_dim, dtype=np.int64)
+    one[0::2] = np.arange(half)
+    one[1::2] = np.arange(half) + half
+    return (np.arange(n_heads)[:, None] * head_dim + one[None, :]).reshape(-1)
+
+
 class LlamaBuilder:
-    """Uploads a GGUF Llama's weights and builds forward fragments over them.
+    """Uploads a GGUF decoder's weights (any family of ``_arch``) and builds forward fragments over them.
 
     Args:
         gguf_model: from ``load_gguf``.
@@ -99,7 +122,7 @@ class LlamaBuilder:
         cfg = gguf_model.config
         if not 1 <= ctx <= cfg.context_length:
             raise ValueError(f"ctx={ctx} must be in [1, {cfg.context_length}] (the model's context length)")
-        self.cfg: LlamaConfig = cfg
+        self.cfg: ModelConfig = cfg
         self.ctx = ctx
         self.device = device
         self.kv_dim = cfg.n_kv_head * cfg.head_dim
@@ -114,22 +137,34 @@ class LlamaBuilder:
         out_name = "token_embd.weight" if cfg.tied_embeddings else "output.weight"
         self.out, self.out_dtype = (self.embd, self.embd_dtype) if cfg.tied_embeddings else self._weight(out_name)
         self.out_norm, _ = self._weight("output_norm.weight")
+        arch = cfg.architecture
+        self._qkv_rows = self._qkv_order() if arch.rope == "neox" else None
+        # Llama 3 rope scaling: pair i of a head (adjacent or, permuted, rotate-half) divides by factor i
+        self.rope_ff = self._vector("rope_freqs.weight", ["rope_freqs.weight"]) if cfg.rope_freqs else None
         self.blocks = []
         for i in range(cfg.n_layer):
             p = f"blk.{i}."
-            wqkv, qkv_dt = self._fused(p, ["attn_q", "attn_k", "attn_v"])
-            wgu, gu_dt = self._fused(p, ["ffn_gate", "ffn_up"])
-            wo, wo_dt = self._weight(p + "attn_output.weight")
-            wdown, down_dt = self._weight(p + "ffn_down.weight")
-            self.blocks.append(_Block(
-                self._weight(p + "attn_norm.weight")[0], (wqkv, qkv_dt), (wo, wo_dt), self._weight(p + "ffn_norm.weight")[0],
-                (wgu, gu_dt), (wdown, down_dt),
+            blk = _Block(
+                self._weight(p + "attn_norm.weight")[0], self._fused(p, self._qkv_parts(), self._qkv_rows),
+                self._weight(p + "attn_output.weight"), self._weight(p + "ffn_norm.weight")[0],
+                self._fused(p, self._gu_parts()), self._weight(p + "ffn_down.weight"),
                 s.scratch(ctx * self.kv_dim * F32, persistent=True, name=f"{p}k_cache"),
                 s.scratch(ctx * self.kv_dim * F32, persistent=True, name=f"{p}v_cache"),
-            ))
+                theta=cfg.layer_rope_theta(i), window=cfg.layer_window(i),
+            )
+            if arch.qkv_bias:
+                blk.bqkv = self._vector(p + "qkv.bias", [p + f"attn_{w}.bias" for w in "qkv"], self._qkv_rows)
+            if arch.qk_norm:
+                head = neox_rows(1, cfg.head_dim) if arch.rope == "neox" else None
+                blk.q_norm = self._vector(p + "attn_q_norm.weight", [p + "attn_q_norm.weight"], head)
+                blk.k_norm = self._vector(p + "attn_k_norm.weight", [p + "attn_k_norm.weight"], head)
+            if arch.post_norms:
+                blk.post_attn_norm = self._weight(p + "post_attention_norm.weight")[0]
+                blk.post_ffw_norm = self._weight(p + "post_ffw_norm.weight")[0]
             if batch_seqs:
-                self.blocks[-1].bk_cache = s.scratch(batch_seqs * ctx * self.kv_dim * F32, persistent=True, name=f"{p}bk_cache")
-                self.blocks[-1].bv_cache = s.scratch(batch_seqs * ctx * self.kv_dim * F32, persistent=True, name=f"{p}bv_cache")
+                blk.bk_cache = s.scratch(batch_seqs * ctx * self.kv_dim * F32, persistent=True, name=f"{p}bk_cache")
+                blk.bv_cache = s.scratch(batch_seqs * ctx * self.kv_dim * F32, persistent=True, name=f"{p}bv_cache")
+            self.blocks.append(blk)
         if not 1 <= chunk <= ctx:
             raise ValueError(f"chunk={chunk} must be in [1, ctx={ctx}]")
         self.chunk = chunk
@@ -169,20 +204,37 @@ class LlamaBuilder:
         t = self._tensor(name)
         return self.session.matrix_dtype(TensorDesc(t.shape, t.dtype)).label
 
+    def _qkv_parts(self) -> list[str]:
+        return ["attn_qkv"] if self.cfg.architecture.fused_qkv else ["attn_q", "attn_k", "attn_v"]
+
+    def _gu_parts(self) -> list[str]:
+        return ["ffn_up"] if self.cfg.architecture.fused_gate_up else ["ffn_gate", "ffn_up"]
+
+    def _qkv_order(self) -> np.ndarray:
+        """Rows of the stacked q, k, v projection in upload order: q and k heads in adjacent-pair
+        order (``neox_rows``), v as stored."""
+        c = self.cfg
+        return np.concatenate([neox_rows(c.n_head, c.head_dim), c.q_dim + neox_rows(c.n_kv_head, c.head_dim),
+                               c.q_dim + c.kv_dim + np.arange(c.kv_dim)])
+
     def _kernel_names(self, batch_seqs: int) -> set[str]:
-        """The kernels ``forward`` dispatches, from the tensors' types (as ``_weight`` and ``_fused``
-        choose them)."""
-        cfg = self.cfg
+        """The kernels ``forward`` dispatches, from the family and the tensors' types (as ``_weight``
+        and ``_fused`` choose them)."""
+        cfg, arch = self.cfg, self.cfg.architecture
         dt = self._matrix_dtype
         embd = dt("token_embd.weight") if cfg.tied_embeddings else self._tensor("token_embd.weight").dtype
-        names = {f"get_rows_{embd}", "get_rows_f32", "rope_kv_store", "attention", "argmax",
+        names = {f"get_rows_{embd}", "get_rows_f32", "rope_kv_store_ff" if cfg.rope_freqs else "rope_kv_store",
+                 "attention", "argmax",
                  f"rmsnorm_matmul_{embd if cfg.tied_embeddings else dt('output.weight')}"}
-        if batch_seqs:
-            names.add("attention_batched")
+        names |= {n for n, on in (("attention_batched", batch_seqs), ("affine", arch.embed_scale_sqrt_dim),
+                                  ("bias_add", arch.qkv_bias), ("qk_rmsnorm", arch.qk_norm),
+                                  ("rmsnorm_add", arch.post_norms), ("softcap", cfg.logit_softcap > 0),
+                                  ("geglu", arch.activation == "gelu_tanh")) if on}
+        ffn = "rmsnorm_matmul_swiglu_" if arch.activation == "silu" else "rmsnorm_matmul_"
         for i in range(cfg.n_layer):
             p = f"blk.{i}."
-            names |= {f"rmsnorm_matmul_{self._fused_dtype(p, ['attn_q', 'attn_k', 'attn_v'])}",
-                      f"rmsnorm_matmul_swiglu_{self._fused_dtype(p, ['ffn_gate', 'ffn_up'])}",
+            names |= {f"rmsnorm_matmul_{self._fused_dtype(p, self._qkv_parts())}",
+                      ffn + self._fused_dtype(p, self._gu_parts()),
                       f"matmul_{dt(p + 'attn_output.weight')}", f"matmul_{dt(p + 'ffn_down.weight')}"}
         return names
 
@@ -194,25 +246,38 @@ class LlamaBuilder:
             return "f32"
         return self.session.matrix_dtype(TensorDesc((sum(t.shape[0] for t in ts), ks.pop()), dts.pop())).label
 
-    def _fused(self, prefix: str, parts: list[str]):
-        """Rows of several matrices of one dtype and K stacked into one weight (one matmul)."""
+    def _fused(self, prefix: str, parts: list[str], rows: np.ndarray | None = None):
+        """Rows of several matrices of one dtype and K stacked into one weight (one matmul), in the
+        order ``rows`` (default: as stored); a row of a block type is its blocks, moved whole."""
         ts = [self._tensor(f"{prefix}{p}.weight") for p in parts]
+        name = prefix + "+".join(parts)
         if len({t.dtype for t in ts}) != 1 or len({t.shape[1] for t in ts}) != 1:
             # mixed types (llama.cpp's Q4_K_M gives attn_v Q6_K beside Q4_K q, k on some layers):
             # dequantize to f32 (correct, slower)
             data = np.concatenate([t.dequantize() for t in ts], axis=0)
-            return self.session.weight(data, TensorDesc(data.shape, "f32"), prefix + "+".join(parts)), "f32"
-        data = np.ascontiguousarray(np.concatenate([np.asarray(t.data) for t in ts], axis=0))
+            data = np.ascontiguousarray(data if rows is None else data[rows])
+            return self.session.weight(data, TensorDesc(data.shape, "f32"), name), "f32"
+        data = np.concatenate([np.asarray(t.data) for t in ts], axis=0)
+        data = np.ascontiguousarray(data if rows is None else data[rows])
         desc = TensorDesc((sum(t.shape[0] for t in ts), ts[0].shape[1]), ts[0].dtype)
-        return (self.session.weight(data, desc, prefix + "+".join(parts), matrix=True),
-                self.session.matrix_dtype(desc).label)
+        return self.session.weight(data, desc, name, matrix=True), self.session.matrix_dtype(desc).label
+
+    def _vector(self, name: str, parts: list[str], rows: np.ndarray | None = None):
+        """Vectors (biases, norm weights) joined into one f32 weight, in the order ``rows``."""
+        data = np.concatenate([np.asarray(self._tensor(p).data, dtype=np.float32).reshape(-1) for p in parts])
+        data = np.ascontiguousarray(data if rows is None else data[rows])
+        return self.session.weight(data, TensorDesc(data.shape, "f32"), name)
 
     def _layout(self, T: int) -> dict:
         """Private scratch of a T-token forward pass (declared before freeze)."""
-        cfg, kvd = self.cfg, self.kv_dim
-        sizes = dict(tokens=T, pos=T, last=1, row=T, first=T, klast=T, x=T * cfg.dim, qkv=T * (cfg.dim + 2 * kvd),
-                     att=T * cfg.dim, act=T * cfg.ffn_dim, hl=cfg.dim,
+        cfg, kvd, arch = self.cfg, self.kv_dim, self.cfg.architecture
+        sizes = dict(tokens=T, pos=T, last=1, row=T, first=T, klast=T, x=T * cfg.dim, qkv=T * (cfg.q_dim + 2 * kvd),
+                     att=T * cfg.q_dim, act=T * cfg.ffn_dim, hl=cfg.dim,
                      logits=T * cfg.vocab_size, logits_last=cfg.vocab_size, argmax=T)
+        if arch.post_norms or arch.embed_scale_sqrt_dim:
+            sizes["tmp"] = T * cfg.dim  # a projection's output before its post-norm; the unscaled embeddings
+        if arch.activation == "gelu_tanh":
+            sizes["gu"] = T * 2 * cfg.ffn_dim
         return {k: self.session.scratch(n * F32, name=f"T{T}.{k}") for k, n in sizes.items()}
 
     def weight_bytes(self) -> int:
@@ -228,50 +293,72 @@ class LlamaBuilder:
         ``batched``: rows may belong to different sequences of the batched KV cache (see
         ``batch_seqs``).
         """
-        cfg = self.cfg
-        dim, kvd, ffn, V = cfg.dim, self.kv_dim, cfg.ffn_dim, cfg.vocab_size
-        qkv_w = dim + 2 * kvd
+        cfg, arch = self.cfg, self.cfg.architecture
+        dim, qd, kvd, ffn, V = cfg.dim, cfg.q_dim, self.kv_dim, cfg.ffn_dim, cfg.vocab_size
+        qkv_w = qd + 2 * kvd
         d = self.definition
         L = self._layouts[T]
         tokens, pos, last, x, qkv, att, act = (L[k] for k in ("tokens", "pos", "last", "x", "qkv", "att", "act"))
         row, first, klast = L["row"], L["first"], L["klast"]
+        tmp, gu = L.get("tmp"), L.get("gu")
         rows = self.batch_seqs * self.ctx
         if batched and not self.batch_seqs:
             raise ValueError("batched=True needs a builder made with batch_seqs > 0")
         n_out = T if all_logits else 1
         logits = L["logits"] if all_logits else L["logits_last"]
-        cmds = [self._dispatch(f"get_rows_{self.embd_dtype}", [self.embd, tokens, (x, W_)], dict(T=T, dim=dim, vocab=V))]
+        get_rows = lambda dst: self._dispatch(  # noqa: E731
+            f"get_rows_{self.embd_dtype}", [self.embd, tokens, (dst, W_)], dict(T=T, dim=dim, vocab=V))
+        if arch.embed_scale_sqrt_dim:  # llama.cpp: ggml_scale in f32 after get_rows
+            cmds = [get_rows(tmp), self._dispatch("affine", [tmp, (x, W_)], dict(n=T * dim, a=math.sqrt(dim), b=0.0))]
+        else:
+            cmds = [get_rows(x)]
         mm = lambda wd, src, dst, n, kk, acc, rows=T: self._dispatch(  # noqa: E731
             f"matmul_{wd[1]}", [wd[0], src, (dst, RW)], dict(T=rows, N=n, K=kk, accumulate=acc))
         norm_mm = lambda wd, src, g, dst, n, rows=T: self._dispatch(  # noqa: E731  rmsnorm(src) * g, then @ w^T
             f"rmsnorm_matmul_{wd[1]}", [wd[0], src, g, (dst, RW)], dict(T=rows, N=n, K=dim, accumulate=0, eps=cfg.rms_eps))
+        ff = [] if self.rope_ff is None else [self.rope_ff]
         rope_kv = lambda b, dst_row, k_cache, v_cache, ctx: self._dispatch(  # noqa: E731
-            "rope_kv_store", [(qkv, RW), pos, dst_row, (k_cache, RW), (v_cache, RW)],
+            "rope_kv_store_ff" if ff else "rope_kv_store", [(qkv, RW), pos, dst_row, (k_cache, RW), (v_cache, RW)] + ff,
             dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, row_stride=qkv_w, ctx=ctx,
-                 theta=cfg.rope_theta))
-        q_v = qkv
+                 theta=b.theta))
+
+        def residual(w, src, k, norm):
+            """x += src @ w^T, or with a post-norm x += rmsnorm(src @ w^T) * norm."""
+            if norm is None:
+                return [mm(w, src, x, dim, k, 1)]
+            return [mm(w, src, tmp, dim, k, 0),
+                    self._dispatch("rmsnorm_add", [tmp, norm, (x, RW)], dict(rows=T, dim=dim, eps=cfg.rms_eps))]
+
+        heads = dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, q_stride=qkv_w,
+                     scale=1.0 / math.sqrt(cfg.head_dim))
         for b in self.blocks:
             cmds.append(norm_mm(b.wqkv, x, b.attn_norm, qkv, qkv_w))
+            if b.bqkv is not None:
+                cmds.append(self._dispatch("bias_add", [(qkv, RW), b.bqkv], dict(rows=T, n=qkv_w)))
+            if b.q_norm is not None:
+                cmds.append(self._dispatch("qk_rmsnorm", [(qkv, RW), b.q_norm, b.k_norm],
+                                           dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim,
+                                                row_stride=qkv_w, eps=cfg.rms_eps)))
             if batched:
                 cmds += [
                     rope_kv(b, row, b.bk_cache, b.bv_cache, rows),
-                    self._dispatch("attention_batched", [q_v, b.bk_cache, b.bv_cache, first, klast, (att, W_)],
-                                   dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, rows=rows,
-                                        q_stride=qkv_w, scale=1.0 / math.sqrt(cfg.head_dim))),
+                    self._dispatch("attention_batched", [qkv, b.bk_cache, b.bv_cache, first, klast, (att, W_)],
+                                   dict(heads, rows=rows, window=b.window)),
                 ]
             else:
                 cmds += [
                     rope_kv(b, pos, b.k_cache, b.v_cache, self.ctx),
-                    self._dispatch("attention", [q_v, b.k_cache, b.v_cache, pos, (att, W_)],
-                                   dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, ctx=self.ctx,
-                                        q_stride=qkv_w, scale=1.0 / math.sqrt(cfg.head_dim))),
+                    self._dispatch("attention", [qkv, b.k_cache, b.v_cache, pos, (att, W_)],
+                                   dict(heads, ctx=self.ctx, window=b.window)),
                 ]
-            cmds += [
-                mm(b.wo, att, x, dim, dim, 1),
-                self._dispatch(f"rmsnorm_matmul_swiglu_{b.wgu[1]}", [b.wgu[0], x, b.ffn_norm, (act, W_)],
-                               dict(T=T, N=ffn, K=dim, eps=cfg.rms_eps)),
-                mm(b.wdown, act, x, dim, ffn, 1),
-            ]
+            cmds += residual(b.wo, att, qd, b.post_attn_norm)
+            if arch.activation == "silu":
+                cmds.append(self._dispatch(f"rmsnorm_matmul_swiglu_{b.wgu[1]}", [b.wgu[0], x, b.ffn_norm, (act, W_)],
+                                           dict(T=T, N=ffn, K=dim, eps=cfg.rms_eps)))
+            else:
+                cmds += [norm_mm(b.wgu, x, b.ffn_norm, gu, 2 * ffn),
+                         self._dispatch("geglu", [gu, (act, W_)], dict(rows=T, n=ffn))]
+            cmds += residual(b.wdown, act, ffn, b.post_ffw_norm)
         out = (self.out, self.out_dtype)
         if all_logits:
             cmds.append(norm_mm(out, x, self.out_norm, logits, V))
@@ -279,6 +366,8 @@ class LlamaBuilder:
             hl = L["hl"]
             cmds.append(self._dispatch("get_rows_f32", [x, last, (hl, W_)], dict(T=1, dim=dim, vocab=T)))
             cmds.append(norm_mm(out, hl, self.out_norm, logits, V, rows=1))
+        if cfg.logit_softcap > 0:
+            cmds.append(self._dispatch("softcap", [(logits, RW)], dict(n=n_out * V, cap=cfg.logit_softcap)))
         ids = L["argmax"]
         cmds.append(self._dispatch("argmax", [logits, (ids, W_)], dict(rows=n_out, n=V)))
         i32 = lambda r, n: IODesc(r, TensorDesc((n,), "i32"))  # noqa: E731
@@ -327,3 +416,7 @@ class LlamaBuilder:
         """A ``PreparedModel`` of ``slots`` slots with the plans of ``plan_specs()``, all sharing
         each slot's KV cache."""
         return self._prepare(False, slots)
+
+
+#: the builder of every family (the name says where it began)
+DecoderBuilder = LlamaBuilder

@@ -1,8 +1,7 @@
-"""What a GGUF file must hold to run as a Llama: hyperparameters, tensors, tokenizer keys, finite weights.
+"""What a GGUF file must hold to run as a decoder of a supported family: hyperparameters, tensors, tokenizer keys, finite weights.
 
-``validate_llama`` checks a parsed file (``_gguf_reader.GGUFFile``) whole, before any weight reaches a
-device: every hyperparameter of the GGUF type and range the model needs (llama.cpp ``llama-model.cpp``,
-``llm_build_llama``), every tensor present with the type and shape the hyperparameters give and no
+``validate_model`` checks a parsed file (``_gguf_reader.GGUFFile``) whole, before any weight reaches a
+device: every hyperparameter of the GGUF type and range the model needs (llama.cpp ``src/models/*.cpp``), every tensor present with the type and shape the hyperparameters give and no
 tensor left over (llama.cpp fails on unused tensors too), the tokenizer keys consistent with the
 vocabulary, and the weights finite (NaN/inf in a float tensor or in a quantized block's scale would
 poison every logit). Each failure is a ``GGUFError`` naming the key or tensor and the value.
@@ -18,14 +17,15 @@ from typing import Any
 import numpy as np
 
 from ..hal._errors import GGUFError
+from ._arch import Architecture, architecture
 from ._support import SUPPORTED_ARCHITECTURES, SUPPORTED_TYPES
 
-__all__ = ["LlamaConfig", "SUPPORTED_ARCHITECTURES", "SUPPORTED_TYPES", "llama_tensor_shapes", "validate_llama"]
+__all__ = ["ModelConfig", "LlamaConfig", "SUPPORTED_ARCHITECTURES", "SUPPORTED_TYPES", "model_tensor_shapes",
+           "llama_tensor_shapes", "validate_model", "validate_llama"]
 
 INT32_MAX = 2**31 - 1  # sizes become int32 kernel constants
 _INTS = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64")
 _FLOATS = ("float32", "float64")
-_TENSORS_PER_BLOCK = 9
 # bytes per block and the uint16 words of each block that are f16 scales (d; q4_1 also m)
 _SCALES = {"Q8_0": (34, (0,)), "Q4_0": (18, (0,)), "Q4_1": (20, (0, 1)), "Q5_0": (22, (0,)), "Q5_1": (24, (0, 1)),
            "IQ4_NL": (18, (0,)), "Q2_K": (84, (40, 41)), "Q3_K": (110, (54,)), "Q4_K": (144, (0, 1)),
@@ -34,25 +34,39 @@ _TOKEN_ID_KEYS = ("bos", "eos", "unknown", "separator", "padding", "eot", "eom")
 
 
 @dataclasses.dataclass(frozen=True)
-class LlamaConfig:
-    """Hyperparameters of a Llama-architecture decoder, read from GGUF ``llama.*`` metadata.
+class ModelConfig:
+    """Hyperparameters of a decoder of one of the families of ``_arch.ARCHITECTURES``, read from the
+    GGUF ``{arch}.*`` metadata (``llama.*`` for a Llama).
 
     Attributes:
-        n_layer: number of transformer blocks (``llama.block_count``, required).
-        dim: model (embedding) width (``llama.embedding_length``, required).
-        n_head: query heads (``llama.attention.head_count``, required).
-        n_kv_head: key/value heads, GQA when < n_head (``llama.attention.head_count_kv``;
+        n_layer: number of transformer blocks (``{arch}.block_count``, required).
+        dim: model (embedding) width (``{arch}.embedding_length``, required).
+        n_head: query heads (``{arch}.attention.head_count``, required).
+        n_kv_head: key/value heads, GQA when < n_head (``{arch}.attention.head_count_kv``;
             default ``n_head``, i.e. plain multi-head attention).
-        head_dim: width of one head, ``dim // n_head`` (``llama.rope.dimension_count`` must agree
-            when present).
-        ffn_dim: hidden width of the SwiGLU feed-forward (``llama.feed_forward_length``, required).
-        vocab_size: vocabulary size (``llama.vocab_size``; default: number of tokenizer tokens).
-        rope_theta: RoPE base frequency (``llama.rope.freq_base``; default 10000.0, the value of
-            the original Llama).
-        rms_eps: RMSNorm epsilon (``llama.attention.layer_norm_rms_epsilon``; default 1e-5).
-        context_length: trained context, tokens (``llama.context_length``; default 2048).
+        head_dim: width of one head (``{arch}.attention.key_length``, default ``dim // n_head``;
+            ``value_length`` and ``rope.dimension_count`` must agree when present). Gemma 3 270M: 256
+            with dim 640 and 4 heads, so the query width ``n_head * head_dim`` need not be ``dim``.
+        ffn_dim: hidden width of the gated feed-forward (``{arch}.feed_forward_length``, required).
+        vocab_size: vocabulary size (``{arch}.vocab_size``; default: number of tokenizer tokens).
+        rope_theta: RoPE base frequency (``{arch}.rope.freq_base``; default 10000.0, the value of
+            the original Llama); of the global layers when the model has local ones.
+        rms_eps: RMSNorm epsilon (``{arch}.attention.layer_norm_rms_epsilon``; default 1e-5).
+        context_length: trained context, tokens (``{arch}.context_length``; default 2048).
         tied_embeddings: True when the file has no ``output.weight`` and the output projection is
             ``token_embd.weight`` (default False, decided by the tensors present).
+        arch: the family, a key of ``_arch.ARCHITECTURES`` (``general.architecture``).
+        sliding_window: keys a local layer's query sees, itself included (``{arch}.attention.
+            sliding_window``; 0: no local layers). Key ``j`` is visible from query ``i`` when
+            ``0 <= i - j < sliding_window`` (llama.cpp ``is_masked_swa``, LLAMA_SWA_TYPE_STANDARD).
+        swa_pattern: layer ``il`` is local when ``sliding_window > 0`` and ``il % swa_pattern <
+            swa_pattern - 1`` (``{arch}.attention.sliding_window_pattern``, else the family's).
+        rope_theta_swa: the rope base of local layers (``{arch}.rope.freq_base_swa``, else the family's).
+        logit_softcap: ``c`` of the final ``c * tanh(logits / c)`` (``{arch}.final_logit_softcapping``;
+            0: none).
+        rope_freqs: the file has ``rope_freqs.weight`` (head_dim/2,): each rope pair's frequency divided
+            by its factor (Llama 3.1+ rope scaling, written by llama.cpp's converter; families with
+            ``Architecture.rope_freqs`` only).
     """
 
     n_layer: int
@@ -66,25 +80,62 @@ class LlamaConfig:
     rms_eps: float = 1e-5
     context_length: int = 2048
     tied_embeddings: bool = False
+    arch: str = "llama"
+    sliding_window: int = 0
+    swa_pattern: int = 0
+    rope_theta_swa: float = 10000.0
+    logit_softcap: float = 0.0
+    rope_freqs: bool = False
+
+    @property
+    def architecture(self) -> Architecture:
+        """The family's declaration (``_arch.architecture(self.arch)``)."""
+        return architecture(self.arch)
+
+    @property
+    def q_dim(self) -> int:
+        """Query width, ``n_head * head_dim``."""
+        return self.n_head * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Key (and value) width, ``n_kv_head * head_dim``."""
+        return self.n_kv_head * self.head_dim
+
+    def is_local(self, layer: int) -> bool:
+        """Whether block ``layer`` attends through the sliding window."""
+        return self.sliding_window > 0 and self.swa_pattern > 0 and layer % self.swa_pattern < self.swa_pattern - 1
+
+    def layer_window(self, layer: int) -> int:
+        """Keys block ``layer`` attends, at most (0: all of them)."""
+        return self.sliding_window if self.is_local(layer) else 0
+
+    def layer_rope_theta(self, layer: int) -> float:
+        """The rope base of block ``layer``."""
+        return self.rope_theta_swa if self.is_local(layer) else self.rope_theta
 
 
-def llama_tensor_shapes(c: LlamaConfig) -> dict[str, tuple[int, ...]]:
-    """GGUF tensor name -> numpy shape ((N, K) for a matrix of N rows of K) of a Llama decoder,
-    in file order; no ``output.weight`` when ``c.tied_embeddings``."""
-    kv = c.n_kv_head * c.head_dim
+#: the earlier name of :class:`ModelConfig` (a Llama's hyperparameters are its special case)
+LlamaConfig = ModelConfig
+
+
+def model_tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """GGUF tensor name -> numpy shape ((N, K) for a matrix of N rows of K) of a decoder of family
+    ``c.arch`` (``Architecture.block_tensors``), in file order; no ``output.weight`` when
+    ``c.tied_embeddings``."""
     out: dict[str, tuple[int, ...]] = {"token_embd.weight": (c.vocab_size, c.dim), "output_norm.weight": (c.dim,)}
     if not c.tied_embeddings:
         out["output.weight"] = (c.vocab_size, c.dim)
+    if c.rope_freqs:
+        out["rope_freqs.weight"] = (c.head_dim // 2,)
+    block = c.architecture.block_tensors(c.q_dim, c.kv_dim, c.dim, c.ffn_dim, c.head_dim)
     for i in range(c.n_layer):
-        b = f"blk.{i}."
-        out.update({
-            b + "attn_norm.weight": (c.dim,), b + "attn_q.weight": (c.dim, c.dim),
-            b + "attn_k.weight": (kv, c.dim), b + "attn_v.weight": (kv, c.dim),
-            b + "attn_output.weight": (c.dim, c.dim), b + "ffn_norm.weight": (c.dim,),
-            b + "ffn_gate.weight": (c.ffn_dim, c.dim), b + "ffn_up.weight": (c.ffn_dim, c.dim),
-            b + "ffn_down.weight": (c.dim, c.ffn_dim),
-        })
+        out.update({f"blk.{i}.{k}": v for k, v in block.items()})
     return out
+
+
+#: the earlier name of :func:`model_tensor_shapes`
+llama_tensor_shapes = model_tensor_shapes
 
 
 _REQUIRED = object()
@@ -145,11 +196,12 @@ class _Keys:
             self._typed(key, ("bool",), "a bool")
 
 
-def _hyperparameters(k: _Keys, names: set[str]) -> tuple[LlamaConfig, list[str]]:
-    arch = k.string("general.architecture")
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise k.fail(f"unsupported architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
-    p = arch + "."
+def _hyperparameters(k: _Keys, names: set[str]) -> tuple[ModelConfig, list[str]]:
+    arch_name = k.string("general.architecture")
+    if arch_name not in SUPPORTED_ARCHITECTURES:
+        raise k.fail(f"unsupported architecture {arch_name!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+    arch = architecture(arch_name)
+    p = arch_name + "."
     n_layer = k.int(p + "block_count")
     dim = k.int(p + "embedding_length")
     n_head = k.int(p + "attention.head_count")
@@ -164,16 +216,47 @@ def _hyperparameters(k: _Keys, names: set[str]) -> tuple[LlamaConfig, list[str]]
     context_length = k.int(p + "context_length", 2048)
     vocab_size = k.int(p + "vocab_size", None)
     rope_dim = k.int(p + "rope.dimension_count", None)
+    key_length = k.int(p + "attention.key_length", None)
+    value_length = k.int(p + "attention.value_length", None)
 
-    if dim % n_head:
+    if key_length is None and dim % n_head:
         raise k.fail(f"embedding_length {dim} is not divisible by head_count {n_head}")
     if n_head % n_kv_head:
         raise k.fail(f"head_count {n_head} is not divisible by head_count_kv {n_kv_head}")
-    head_dim = dim // n_head
+    head_dim = dim // n_head if key_length is None else key_length
+    if value_length is not None and value_length != head_dim:
+        raise k.fail(f"attention.value_length {value_length} != head dim {head_dim} (not supported)")
     if head_dim % 2:
-        raise k.fail(f"head dim {head_dim} (embedding_length {dim} / head_count {n_head}) must be even for rope")
+        source = (f"embedding_length {dim} / head_count {n_head}" if key_length is None
+                  else f"{p}attention.key_length")
+        raise k.fail(f"head dim {head_dim} ({source}) must be even for rope")
     if rope_dim is not None and rope_dim != head_dim:
         raise k.fail(f"rope.dimension_count {rope_dim} != head_dim {head_dim} (partial RoPE is not supported)")
+    if n_head * head_dim > INT32_MAX:
+        raise k.fail(f"head_count {n_head} * head dim {head_dim} is out of range")
+    scaling = k.string(p + "rope.scaling.type", None)
+    if scaling not in (None, "none"):
+        raise k.fail(f"metadata key {p + 'rope.scaling.type'!r} = {scaling!r} is not supported (only 'none')")
+    sliding_window = swa_pattern = 0
+    rope_theta_swa = rope_theta
+    if arch.swa_pattern:
+        sliding_window = k.int(p + "attention.sliding_window", 0, lo=0)
+        if sliding_window:
+            # absent in Gemma 3 files: llama.cpp's built-in pattern for the family, no warning
+            key = p + "attention.sliding_window_pattern"
+            if key in k.meta and k.types[key].startswith("array"):
+                raise k.fail(f"metadata key {key!r} as a per-layer array is not supported (an integer period is)")
+            swa_pattern = k.int(key, None) or arch.swa_pattern
+            if p + "rope.freq_base_swa" in k.meta:
+                rope_theta_swa = k.positive_float(p + "rope.freq_base_swa", arch.rope_theta_swa)
+            else:
+                rope_theta_swa = arch.rope_theta_swa  # llama.cpp's built-in value for the family
+    logit_softcap = 0.0
+    if arch.logit_softcap and p + "final_logit_softcapping" in k.meta:
+        v = float(k._typed(p + "final_logit_softcapping", _FLOATS + _INTS, "a number"))
+        if not (math.isfinite(v) and v >= 0):
+            raise k.fail(f"metadata key {p + 'final_logit_softcapping'!r} = {v!r} must be finite and >= 0")
+        logit_softcap = v
     if vocab_size is None:
         vocab_size = len(tokens)
     if len(tokens) != vocab_size:
@@ -181,13 +264,16 @@ def _hyperparameters(k: _Keys, names: set[str]) -> tuple[LlamaConfig, list[str]]
     # the layer loops are bounded by the tensors present (themselves bounded by the file size), not by
     # a number in the file: a missing block tensor is then named by _check_tensors
     if n_layer > len(names):
-        raise k.fail(f"{p}block_count = {n_layer} but the file has only {len(names)} tensors "
-                     f"({_TENSORS_PER_BLOCK} per block)")
+        per_block = len(arch.block_tensors(1, 1, 1, 1, 1))
+        raise k.fail(f"{p}block_count = {n_layer} but the file has only {len(names)} tensors ({per_block} per block)")
     if "token_embd.weight" not in names:
         raise k.fail("missing tensor 'token_embd.weight'")
-    cfg = LlamaConfig(n_layer=n_layer, dim=dim, n_head=n_head, n_kv_head=n_kv_head, head_dim=head_dim,
+    cfg = ModelConfig(n_layer=n_layer, dim=dim, n_head=n_head, n_kv_head=n_kv_head, head_dim=head_dim,
                       ffn_dim=ffn_dim, vocab_size=vocab_size, rope_theta=rope_theta, rms_eps=rms_eps,
-                      context_length=context_length, tied_embeddings="output.weight" not in names)
+                      context_length=context_length, tied_embeddings="output.weight" not in names,
+                      arch=arch_name, sliding_window=sliding_window, swa_pattern=swa_pattern,
+                      rope_theta_swa=rope_theta_swa if sliding_window else 10000.0, logit_softcap=logit_softcap,
+                      rope_freqs=arch.rope_freqs and "rope_freqs.weight" in names)
     return cfg, tokens
 
 
@@ -205,8 +291,8 @@ def _non_finite(t) -> bool:
     return any(bool(((words[s::stride] & 0x7C00) == 0x7C00).any()) for s in scales)
 
 
-def _check_tensors(k: _Keys, cfg: LlamaConfig, tensors: dict) -> None:
-    expected = llama_tensor_shapes(cfg)
+def _check_tensors(k: _Keys, cfg: ModelConfig, tensors: dict) -> None:
+    expected = model_tensor_shapes(cfg)
     for name, shape in expected.items():
         t = tensors.get(name)
         if t is None:
@@ -214,12 +300,12 @@ def _check_tensors(k: _Keys, cfg: LlamaConfig, tensors: dict) -> None:
         if t.type_name not in SUPPORTED_TYPES:
             raise k.fail(f"tensor {name!r} has unsupported type {t.type_name}; supported: {', '.join(SUPPORTED_TYPES)}")
         if len(shape) == 1 and t.type_name not in ("F32", "F16"):
-            raise k.fail(f"tensor {name!r} has type {t.type_name}, a norm must be F32 or F16")
+            raise k.fail(f"tensor {name!r} has type {t.type_name}, a norm or bias must be F32 or F16")
         if t.shape != shape:
             raise k.fail(f"tensor {name!r} has shape {t.shape}, expected {shape}")
     for name in tensors:
         if name not in expected:
-            raise k.fail(f"unexpected tensor {name!r} (not part of a llama of block_count {cfg.n_layer})")
+            raise k.fail(f"unexpected tensor {name!r} (not part of a {cfg.arch} of block_count {cfg.n_layer})")
     for name in expected:
         if _non_finite(tensors[name]):
             raise k.fail(f"tensor {name!r} holds NaN or inf" + (
@@ -244,33 +330,37 @@ def _check_tokenizer(k: _Keys, n_tokens: int) -> None:
         k.int(f"{t}{name}_token_id", None, lo=0, hi=n_tokens - 1)
     k.bool(t + "add_bos_token")
     k.bool(t + "add_eos_token")
+    k.bool(t + "add_space_prefix")
 
 
-def validate_llama(f) -> LlamaConfig:
-    """Check a parsed GGUF file whole as a Llama model and return its hyperparameters.
+def validate_model(f) -> ModelConfig:
+    """Check a parsed GGUF file whole as a decoder of one of ``_arch.ARCHITECTURES`` and return its
+    hyperparameters.
 
     Args:
         f: a ``GGUFFile`` from ``_gguf_reader.read_gguf``.
 
     Returns:
-        The :class:`LlamaConfig`.
+        The :class:`ModelConfig`.
 
     Raises:
-        GGUFError: ``general.architecture`` is missing or not ``llama``; a required key is missing
-            (``llama.block_count``, ``.embedding_length``, ``.attention.head_count``,
+        GGUFError: ``general.architecture`` is missing or not a supported family; a required key is
+            missing (``{arch}.block_count``, ``.embedding_length``, ``.attention.head_count``,
             ``.feed_forward_length``, ``tokenizer.ggml.tokens``); a key has the wrong GGUF type
             (a size given as a string, array or float, ...); a size is outside ``[1, 2**31 - 1]``;
             ``rope.freq_base`` or ``layer_norm_rms_epsilon`` is not finite and > 0 in float32;
-            ``embedding_length % head_count``, ``head_count % head_count_kv`` is not 0 or the head dim
-            is odd; ``rope.dimension_count`` is not the head dim; the vocabulary size disagrees with
+            ``head_count % head_count_kv`` is not 0, ``embedding_length % head_count`` is not 0 without
+            ``attention.key_length``, ``value_length`` differs from ``key_length``, the head dim is odd;
+            ``rope.dimension_count`` is not the head dim; ``rope.scaling.type`` is set (not ``none``); the vocabulary size disagrees with
             the tokens; ``block_count`` asks for more blocks than the tensors hold; a tensor is missing,
-            left over, of an unsupported type (not F32, F16, Q8_0, Q4_0, Q4_1; norms F32/F16 only)
+            left over (the family's list: ``model_tensor_shapes``), of an unsupported type (norms and
+            biases F32/F16 only)
             or of another shape; a weight (or a quantized block's scale) is NaN or inf;
             ``tokenizer.ggml.token_type``/``scores`` do not have one entry per token; a
             ``tokenizer.ggml.*_token_id`` is outside the vocabulary.
 
     Warns:
-        UserWarning: an optional key is missing and its default is used (see :class:`LlamaConfig`).
+        UserWarning: an optional key is missing and its default is used (see :class:`ModelConfig`).
     """
     k = _Keys(f)
     tensors = {t.name: t for t in f.tensors}
@@ -278,3 +368,7 @@ def validate_llama(f) -> LlamaConfig:
     _check_tokenizer(k, len(tokens))
     _check_tensors(k, cfg, tensors)
     return cfg
+
+
+#: the earlier name of :func:`validate_model`
+validate_llama = validate_model

@@ -13,6 +13,7 @@ import trio
 from ..runtime import Device
 from .._open import open_device
 from ._engine import LanguageModel
+from ._chat import resolve_chat_template
 from ._gguf import load_gguf
 from ._llama import LlamaBuilder
 from ._registry import resolve_model
@@ -23,8 +24,9 @@ DEFAULT_MODEL = "smollm2-135m"
 
 async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any = None, slots: int = 4,
                ctx: int | None = None, chunk: int = 64, pull: bool = True,
-               max_queued: int = 256, batching: bool | None = None, progress: bool = False) -> LanguageModel:
-    """Load a Llama-architecture GGUF model onto a device, ready for concurrent requests.
+               max_queued: int = 256, batching: bool | None = None, progress: bool = False,
+               chat_template: str | os.PathLike | None = None) -> LanguageModel:
+    """Load a GGUF model of a supported family (``llm._arch``) onto a device, ready for concurrent requests.
 
     Args:
         name_or_path: a known model name (``"smollm2-135m"``, pulled into the cache when missing)
@@ -49,13 +51,18 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
             the tokenizer, upload the weights and build the plans, with the elapsed time), shown only
             once loading has taken more than 1 s (SmolLM2 takes ~0.6 s of CPU time) and cleared when
             done. Off by default (a library call prints nothing); the CLI turns it on.
+        chat_template: the chat template for ``chat`` / ``render_chat``: a built-in name
+            (``"chatml"``, ``"gemma"``, ``"llama3"``) or the path of a ``.jinja`` file; it replaces
+            the file's ``tokenizer.chat_template``. None (default): the file's (a base model such as
+            Gemma 3 270M has none; ``chat`` then raises ``ValueError`` saying so).
 
     The whole file is read and checked (``load_gguf``: format, hyperparameters, tensor types and
     shapes, finite weights, tokenizer) and the tokenizer built before any weight reaches the device.
 
     Raises:
-        ValueError: an unknown model name (the message lists the known ones), bad sizes.
-        GGUFError: a malformed, truncated or unsupported file, or one that is not a Llama this runs
+        ValueError: an unknown model name (the message lists the known ones), bad sizes, an unknown
+            chat template name or an unreadable template file (checked before the file is read).
+        GGUFError: a malformed, truncated or unsupported file, or one that is not a model this runs
             (see ``load_gguf``); the message names the key or tensor and the value.
         DeviceError: the device cannot be opened.
     """
@@ -63,6 +70,7 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
         raise ValueError(f"slots must be an int >= 1, got {slots!r}")
     if batching is None:
         batching = slots > 1
+    template = resolve_chat_template(chat_template) if chat_template is not None else None
     path = await trio.to_thread.run_sync(lambda: resolve_model(name_or_path, pull=pull))
     bar = _LoadProgress(os.path.basename(str(path))) if progress else None
     try:
@@ -70,7 +78,8 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
         _advance(bar, "building the tokenizer")
         tokenizer = await trio.to_thread.run_sync(Tokenizer.from_gguf, gguf_model.metadata)
         _advance(bar, "uploading weights, building plans")
-        return await _on_device(path, gguf_model, tokenizer, device, slots, ctx, chunk, max_queued, batching)
+        return await _on_device(path, gguf_model, tokenizer, device, slots, ctx, chunk, max_queued, batching,
+                                template)
     finally:
         if bar is not None:
             bar.close()
@@ -146,7 +155,8 @@ def _advance(bar: _LoadProgress | None, stage: str) -> None:
         bar.advance(stage)
 
 
-async def _on_device(path, gguf_model, tokenizer, device, slots, ctx, chunk, max_queued, batching) -> LanguageModel:
+async def _on_device(path, gguf_model, tokenizer, device, slots, ctx, chunk, max_queued, batching,
+                     chat_template) -> LanguageModel:
     dev = device if isinstance(device, Device) else open_device(device)
     if ctx is None:
         ctx = min(2048, gguf_model.config.context_length)
@@ -166,6 +176,6 @@ async def _on_device(path, gguf_model, tokenizer, device, slots, ctx, chunk, max
             dev.close()
         raise
     model = LanguageModel(path, gguf_model, builder, prepared, max_queued=max_queued, batched=batched,
-                          batch_seqs=slots if batching else 0, tokenizer=tokenizer)
+                          batch_seqs=slots if batching else 0, tokenizer=tokenizer, chat_template=chat_template)
     model.owns_device = dev is not device  # opened here from a name: aclose() closes it
     return model

@@ -1,17 +1,22 @@
-"""A plain numpy float32 Llama forward pass: the independent reference for kernel tests.
+"""A plain numpy float32 forward pass of every family of ``_arch``: the independent reference for
+kernel tests.
 
 No KV cache, no batching, no cleverness: every call runs the whole sequence from position 0.
-Follows llama.cpp's ``llm_build_llama`` (and Meta's ``llama/model.py``) for a GGUF Llama file:
+Follows llama.cpp's graphs (``src/models/{llama,qwen2,qwen3,gemma3,phi3}.cpp``) for a GGUF file,
+switching on the family's declaration (``config.architecture``); optional steps in [...]:
 
-- ``x = token_embd[ids]``
-- per block: ``h = x + attn_output(attention(rmsnorm(x) * attn_norm))``,
-  ``x = h + ffn_down(silu(ffn_gate(rmsnorm(h) * ffn_norm)) * ffn_up(...))``
-- ``logits = (rmsnorm(x) * output_norm) @ output.T`` (``output`` = ``token_embd`` when tied).
+- ``x = token_embd[ids]`` [``* sqrt(dim)``]
+- per block: ``q, k, v = split(rmsnorm(x) * attn_norm @ Wqkv.T [+ bias])``, [per-head
+  ``rmsnorm(q) * q_norm``, ``rmsnorm(k) * k_norm``], rope of q and k (the block's base), causal GQA
+  attention scaled by ``1 / sqrt(head_dim)`` [keys within the sliding window], ``o = attn @ Wo.T``,
+  ``h = x + o`` [``x + rmsnorm(o) * post_attention_norm``], ``f = down(act(gate(n)) * up(n))`` with
+  ``n = rmsnorm(h) * ffn_norm``, ``x = h + f`` [``h + rmsnorm(f) * post_ffw_norm``]
+- ``logits = (rmsnorm(x) * output_norm) @ output.T`` (``output`` = ``token_embd`` when tied) [softcap].
 
-RoPE uses the GGUF "normal" layout: within each head, dims ``(2i, 2i+1)`` form a pair rotated by
-``pos * theta ** (-2i / head_dim)`` (the converter permutes HF's q/k weights into this layout).
-Attention is causal, grouped-query (query head ``h`` reads kv head ``h // (n_head // n_kv_head)``),
-scaled by ``1 / sqrt(head_dim)``.
+RoPE: "norm" families rotate adjacent pairs ``(2i, 2i+1)`` of each head, "neox" families the pairs
+``(i, i + head_dim/2)``, both by ``pos * theta ** (-2i / head_dim)`` (divided by ``rope_freqs[i]``
+when the file has that tensor: Llama 3 rope scaling). Query head ``h`` reads kv head
+``h // (n_head // n_kv_head)``.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ import weakref
 
 import numpy as np
 
-from ._gguf import GGUFModel, LlamaConfig
+from ._gguf import GGUFModel, ModelConfig
 
-__all__ = ["ReferenceLlama", "reference_logits", "rmsnorm", "rope", "rope_tables", "quantize_q8_blocks"]
+__all__ = ["ReferenceLlama", "reference_logits", "rmsnorm", "rope", "rope_neox", "rope_tables", "gelu_tanh",
+           "quantize_q8_blocks"]
 
 _QUANTIZED = ("q8_0", "q4_0", "q4_1")
 
@@ -66,20 +72,25 @@ def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return (x / np.sqrt(ms + np.float32(eps))).astype(np.float32) * weight
 
 
-def rope_tables(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+def rope_tables(positions: np.ndarray, head_dim: int, theta: float,
+                freq_factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin tables for RoPE.
 
     Args:
         positions: int (T,) token positions.
         head_dim: even head width.
         theta: base frequency (``rope_theta``).
+        freq_factors: float (head_dim // 2,) divisors of each pair's frequency (``rope_freqs.weight``,
+            Llama 3 rope scaling; llama.cpp's ``freq_factors``), or None.
 
     Returns:
-        (cos, sin), each float32 (T, head_dim // 2); column i is for the pair (2i, 2i+1), at angle
-        ``pos * theta ** (-2i / head_dim)`` (computed in float64, then rounded).
+        (cos, sin), each float32 (T, head_dim // 2); column i is for pair i, at angle
+        ``pos * theta ** (-2i / head_dim) / freq_factors[i]`` (computed in float64, then rounded).
     """
     i = np.arange(head_dim // 2, dtype=np.float64)
     freq = theta ** (-2.0 * i / head_dim)  # (head_dim/2,)
+    if freq_factors is not None:
+        freq = freq / np.asarray(freq_factors, dtype=np.float64)
     ang = np.asarray(positions, dtype=np.float64)[:, None] * freq[None, :]  # (T, head_dim/2)
     return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
 
@@ -105,6 +116,30 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return out
 
 
+def rope_neox(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Rotate the pairs ``(x[..., i], x[..., i + head_dim/2])`` (rotate_half, llama.cpp's NEOX rope).
+
+    Args:
+        x: float32 (T, n_heads, head_dim).
+        cos, sin: float32 (T, head_dim // 2) from :func:`rope_tables`.
+
+    Returns:
+        float32 (T, n_heads, head_dim).
+    """
+    half = x.shape[-1] // 2
+    x0, x1 = x[..., :half], x[..., half:]
+    c = cos[:, None, :]
+    s = sin[:, None, :]
+    return np.concatenate([x0 * c - x1 * s, x0 * s + x1 * c], axis=-1)
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``; float32 in and out."""
+    x = x.astype(np.float32, copy=False)
+    c = np.float32(np.sqrt(2.0 / np.pi))
+    return (np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))).astype(np.float32)
+
+
 @dataclasses.dataclass
 class _Layer:
     attn_norm: np.ndarray  # (dim,)
@@ -116,10 +151,17 @@ class _Layer:
     w_gate: np.ndarray  # (ffn_dim, dim)
     w_up: np.ndarray  # (ffn_dim, dim)
     w_down: np.ndarray  # (dim, ffn_dim)
+    bq: np.ndarray | None = None  # (n_head * head_dim,), bk, bv (n_kv_head * head_dim,): qwen2
+    bk: np.ndarray | None = None
+    bv: np.ndarray | None = None
+    q_norm: np.ndarray | None = None  # (head_dim,): qwen3, gemma3
+    k_norm: np.ndarray | None = None
+    post_attn_norm: np.ndarray | None = None  # (dim,): gemma3
+    post_ffw_norm: np.ndarray | None = None
 
 
 class ReferenceLlama:
-    """Dequantized float32 weights of a GGUF Llama and its forward pass.
+    """Dequantized float32 weights of a GGUF decoder (any family of ``_arch``) and its forward pass.
 
     Dequantizing SmolLM2-135M takes about two seconds and ~550 MB of host memory.
 
@@ -131,33 +173,45 @@ class ReferenceLlama:
             closely where the top-1 margin is small.
 
     Attributes:
-        config: the model's :class:`LlamaConfig`.
+        config: the model's :class:`ModelConfig`.
     """
 
     def __init__(self, model: GGUFModel, quantize_activations: bool = False):
         cfg = model.config
+        arch = cfg.architecture
         t = model.tensors
-        self.config: LlamaConfig = cfg
+        self.config: ModelConfig = cfg
         self.quantize_activations = bool(quantize_activations)
-        self._qact = self.quantize_activations and t["blk.0.attn_q.weight"].dtype in _QUANTIZED
+        first = "blk.0.attn_qkv.weight" if arch.fused_qkv else "blk.0.attn_q.weight"
+        self._qact = self.quantize_activations and t[first].dtype in _QUANTIZED
         self._qact_out = self.quantize_activations and t[
             "token_embd.weight" if cfg.tied_embeddings else "output.weight"].dtype in _QUANTIZED
         self.token_embd = t["token_embd.weight"].dequantize()  # (vocab, dim)
         self.output_norm = t["output_norm.weight"].dequantize()  # (dim,)
         self.output = self.token_embd if cfg.tied_embeddings else t["output.weight"].dequantize()
+        self.rope_freqs = t["rope_freqs.weight"].dequantize() if cfg.rope_freqs else None  # (head_dim/2,)
         self.layers: list[_Layer] = []
+        q, kv, ffn = cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
+        opt = lambda name: t[name].dequantize() if name in t else None  # noqa: E731
         for i in range(cfg.n_layer):
             b = f"blk.{i}."
+            if arch.fused_qkv:
+                wqkv = t[b + "attn_qkv.weight"].dequantize()
+                wq, wk, wv = wqkv[:q], wqkv[q:q + kv], wqkv[q + kv:]
+            else:
+                wq, wk, wv = (t[b + f"attn_{n}.weight"].dequantize() for n in "qkv")
+            if arch.fused_gate_up:
+                wgu = t[b + "ffn_up.weight"].dequantize()
+                w_gate, w_up = wgu[:ffn], wgu[ffn:]
+            else:
+                w_gate, w_up = t[b + "ffn_gate.weight"].dequantize(), t[b + "ffn_up.weight"].dequantize()
             self.layers.append(_Layer(
-                attn_norm=t[b + "attn_norm.weight"].dequantize(),
-                wq=t[b + "attn_q.weight"].dequantize(),
-                wk=t[b + "attn_k.weight"].dequantize(),
-                wv=t[b + "attn_v.weight"].dequantize(),
-                wo=t[b + "attn_output.weight"].dequantize(),
-                ffn_norm=t[b + "ffn_norm.weight"].dequantize(),
-                w_gate=t[b + "ffn_gate.weight"].dequantize(),
-                w_up=t[b + "ffn_up.weight"].dequantize(),
-                w_down=t[b + "ffn_down.weight"].dequantize(),
+                attn_norm=t[b + "attn_norm.weight"].dequantize(), wq=wq, wk=wk, wv=wv,
+                wo=t[b + "attn_output.weight"].dequantize(), ffn_norm=t[b + "ffn_norm.weight"].dequantize(),
+                w_gate=w_gate, w_up=w_up, w_down=t[b + "ffn_down.weight"].dequantize(),
+                bq=opt(b + "attn_q.bias"), bk=opt(b + "attn_k.bias"), bv=opt(b + "attn_v.bias"),
+                q_norm=opt(b + "attn_q_norm.weight"), k_norm=opt(b + "attn_k_norm.weight"),
+                post_attn_norm=opt(b + "post_attention_norm.weight"), post_ffw_norm=opt(b + "post_ffw_norm.weight"),
             ))
 
     def _mm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -166,20 +220,32 @@ class ReferenceLlama:
             x = quantize_q8_blocks(x)
         return x @ w.T
 
-    def _attention(self, x: np.ndarray, layer: _Layer, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    def _attention(self, x: np.ndarray, layer: _Layer, il: int) -> np.ndarray:
         cfg = self.config
         T = x.shape[0]
         hd, H, KV = cfg.head_dim, cfg.n_head, cfg.n_kv_head
-        q = self._mm(x, layer.wq).reshape(T, H, hd)  # (T, H, hd)
-        k = self._mm(x, layer.wk).reshape(T, KV, hd)  # (T, KV, hd)
-        v = self._mm(x, layer.wv).reshape(T, KV, hd)  # (T, KV, hd)
-        q = rope(q, cos, sin)
-        k = rope(k, cos, sin)
+        q = self._mm(x, layer.wq)  # (T, H*hd)
+        k = self._mm(x, layer.wk)  # (T, KV*hd)
+        v = self._mm(x, layer.wv)  # (T, KV*hd)
+        if layer.bq is not None:
+            q, k, v = q + layer.bq, k + layer.bk, v + layer.bv
+        q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
+        if layer.q_norm is not None:  # per-head RMSNorm before rope
+            q = rmsnorm(q, layer.q_norm, cfg.rms_eps)
+            k = rmsnorm(k, layer.k_norm, cfg.rms_eps)
+        cos, sin = rope_tables(np.arange(T), hd, cfg.layer_rope_theta(il), self.rope_freqs)
+        rot = rope_neox if cfg.architecture.rope == "neox" else rope
+        q = rot(q, cos, sin)
+        k = rot(k, cos, sin)
         group = H // KV
         q = q.transpose(1, 0, 2).reshape(KV, group * T, hd)  # (KV, group*T, hd), head h = kv*group + g
         kt = k.transpose(1, 2, 0)  # (KV, hd, T)
         scores = (q @ kt).reshape(KV, group, T, T) * np.float32(1.0 / np.sqrt(hd))  # (KV, g, Tq, Tk)
-        mask = np.triu(np.ones((T, T), dtype=bool), k=1)
+        diff = np.arange(T)[:, None] - np.arange(T)[None, :]  # query pos - key pos
+        mask = diff < 0
+        window = cfg.layer_window(il)
+        if window:
+            mask |= diff >= window  # llama.cpp is_masked_swa: p1 - p0 >= n_swa
         scores[..., mask] = -np.inf
         scores -= scores.max(axis=-1, keepdims=True)
         p = np.exp(scores)
@@ -209,16 +275,23 @@ class ReferenceLlama:
         if ids.min() < 0 or ids.max() >= cfg.vocab_size:
             bad = int(ids[(ids < 0) | (ids >= cfg.vocab_size)][0])
             raise ValueError(f"token id {bad} outside [0, {cfg.vocab_size})")
-        T = ids.size
-        cos, sin = rope_tables(np.arange(T), cfg.head_dim, cfg.rope_theta)
+        arch = cfg.architecture
         x = self.token_embd[ids]  # (T, dim)
-        for layer in self.layers:
-            h = x + self._attention(rmsnorm(x, layer.attn_norm, cfg.rms_eps), layer, cos, sin)
+        if arch.embed_scale_sqrt_dim:
+            x = x * np.float32(np.sqrt(cfg.dim))
+        act = gelu_tanh if arch.activation == "gelu_tanh" else (lambda g: g / (np.float32(1.0) + np.exp(-g)))
+        for il, layer in enumerate(self.layers):
+            o = self._attention(rmsnorm(x, layer.attn_norm, cfg.rms_eps), layer, il)
+            if layer.post_attn_norm is not None:
+                o = rmsnorm(o, layer.post_attn_norm, cfg.rms_eps)
+            h = x + o
             n = rmsnorm(h, layer.ffn_norm, cfg.rms_eps)
             g = self._mm(n, layer.w_gate)  # (T, ffn)
             u = self._mm(n, layer.w_up)  # (T, ffn)
-            act = g / (np.float32(1.0) + np.exp(-g)) * u  # swiglu: silu(g) * u
-            x = h + self._mm(act, layer.w_down)  # (T, dim)
+            f = self._mm(act(g) * u, layer.w_down)  # (T, dim)
+            if layer.post_ffw_norm is not None:
+                f = rmsnorm(f, layer.post_ffw_norm, cfg.rms_eps)
+            x = h + f
         return rmsnorm(x, self.output_norm, cfg.rms_eps)
 
     def logits(self, token_ids) -> np.ndarray:
@@ -236,7 +309,11 @@ class ReferenceLlama:
         h = self.hidden(token_ids)
         if self._qact_out:
             h = quantize_q8_blocks(h)
-        return (h @ self.output.T).astype(np.float32, copy=False)
+        out = (h @ self.output.T).astype(np.float32, copy=False)
+        cap = self.config.logit_softcap
+        if cap > 0:
+            out = (np.float32(cap) * np.tanh(out / np.float32(cap))).astype(np.float32)
+        return out
 
     __call__ = logits
 

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 import trio
 
-from ._sampling import Sampler, SamplingParams, apply_penalties
+from ._sampling import Sampler, SamplingParams, TokenLogprobs, apply_penalties, token_logprobs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,38 +63,47 @@ class Request:
         ctx: the context length, tokens: token k (1-based) is written at position
             ``len(prompt_ids) + k - 1``, which must be < ``ctx`` for a token k + 1 to follow.
         stop_ids: ids that end the request (included in ``tokens``); empty for ``ignore_eos``.
+        top_logprobs: None, or record each generated token's ``TokenLogprobs`` with this many
+            (0..20) most likely alternatives: the scheduler then takes every token from the logits
+            on the host (``greedy`` is False) and hands them to ``advance``.
 
     Attributes:
         tokens: the generated ids so far (list of int).
+        logprobs: with ``top_logprobs``, one ``TokenLogprobs`` per token of ``tokens`` (list);
+            else empty.
+        greedy: see the property of that name (fixed at construction).
         finish_reason: None while running, then ``"stop"`` or ``"length"``.
         received: the consumer's end of the token channel (ints); it ends when the scheduler is
             done with the request (``close``).
     """
 
     def __init__(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, ctx: int,
-                 stop_ids: frozenset[int] = frozenset()):
+                 stop_ids: frozenset[int] = frozenset(), top_logprobs: int | None = None):
         self.prompt_ids = list(prompt_ids)
         self.params = params
         self.max_tokens = max_tokens
         self.ctx = ctx
         self.stop_ids = frozenset(stop_ids)
+        self.top_logprobs = top_logprobs
+        #: True when the next token is the argmax of the raw logits, so a scheduler may take it
+        #: on the device (4 bytes back a step): temperature 0, no penalty and no log-probabilities.
+        #: Otherwise the logits come back and ``sample`` picks the token (greedy with a penalty:
+        #: the argmax of the penalized logits). An attribute, read per token by the schedulers.
+        self.greedy = params.greedy and not params.penalized and top_logprobs is None
+        #: generated tokens at most: ``max_tokens`` and the context's end
+        self._limit = min(max_tokens, ctx - len(self.prompt_ids) + 1)
         self.tokens: list[int] = []
+        self.logprobs: list[TokenLogprobs] = []
         self.finish_reason: str | None = None
         self._sampler: Sampler | None = None
         self._send, self.received = trio.open_memory_channel(math.inf)
+        #: the scheduler is done with the request (``close``): no token follows those in ``received``
+        self.closed = False
         #: clock readings (``time.perf_counter``), None until the stage is reached
         self.submitted_at: float | None = None
         self.started_at: float | None = None
         self.prefilled_at: float | None = None
         self.ended_at: float | None = None
-
-    @property
-    def greedy(self) -> bool:
-        """True when the next token is the argmax of the raw logits, so a scheduler may take it
-        on the device (4 bytes back a step): temperature 0 and no penalty. Otherwise the logits
-        come back and ``sample`` picks the token (greedy with a penalty: the argmax of the
-        penalized logits)."""
-        return self.params.greedy and not self.params.penalized
 
     def penalty_window(self) -> list[int]:
         """The token ids the penalties look at for the next token: the last ``repeat_last_n``
@@ -118,7 +127,7 @@ class Request:
 
     def remaining(self) -> int:
         """Tokens this request may still generate (``max_tokens`` and the context's end)."""
-        return min(self.max_tokens, self.ctx - len(self.prompt_ids) + 1) - len(self.tokens)
+        return self._limit - len(self.tokens)
 
     # -- the clock -------------------------------------------------------------------------
     def mark_submitted(self) -> None:
@@ -133,21 +142,32 @@ class Request:
         self.prefilled_at = time.perf_counter()
 
     # -- the rules -------------------------------------------------------------------------
-    def advance(self, token: int) -> str | None:
+    def advance(self, token: int, logits: np.ndarray | None = None) -> str | None:
         """Record the next generated ``token``, hand it to the consumer, and return the finish
         reason when the request is done with it (also when it had ended already: a stop string),
         else None.
 
+        Args:
+            token: the generated id.
+            logits: float (vocab,) raw logits of the step that generated it (before penalties):
+                needed with ``top_logprobs`` (its ``TokenLogprobs`` is recorded from them), else
+                ignored.
+
         Raises:
             trio.BrokenResourceError: the consumer closed its end (the token is recorded).
+            ValueError: ``top_logprobs`` is set and ``logits`` is None.
         """
         if self.finish_reason is not None:
             return self.finish_reason
         token = int(token)
+        if self.top_logprobs is not None:
+            if logits is None:
+                raise ValueError("advance: a request with top_logprobs needs the step's logits")
+            self.logprobs.append(token_logprobs(logits, token, self.top_logprobs))
         self.tokens.append(token)
         if token in self.stop_ids:
             self._finish("stop")
-        elif self.remaining() <= 0:
+        elif len(self.tokens) >= self._limit:
             self._finish("length")
         self._send.send_nowait(token)
         return self.finish_reason
@@ -165,10 +185,12 @@ class Request:
             self._finish(reason)
         self.finish_reason = reason
         del self.tokens[keep:]
+        del self.logprobs[keep:]
 
     def close(self) -> None:
         """The scheduler is done with the request (finished, cancelled or failed): the consumer's
         ``received`` ends after the tokens it holds. Idempotent."""
+        self.closed = True
         self._send.close()
 
     def timings(self) -> Timings:

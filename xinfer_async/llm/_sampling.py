@@ -8,6 +8,11 @@ renormalize, keep the smallest prefix of the sorted distribution whose mass reac
 probability is at least ``min_p`` times the largest (``min_p_filter``; Nguyen et al. 2024, "Turning
 Up the Heat: Min-p Sampling"; after temperature, as Hugging Face's ``MinPLogitsWarper``) ->
 renormalize -> draw.
+
+Log-probabilities of generated tokens (``token_logprobs``, the OpenAI API's ``logprobs``) are those
+of the raw logits (before the penalties and the temperature), as vLLM's default
+``logprobs_mode`` (``raw_logprobs``) and llama-server's ``n_probs`` report them: a log-softmax in
+float64 (``log_softmax``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,11 @@ import numbers
 
 import numpy as np
 
-__all__ = ["SamplingParams", "Sampler", "apply_penalties", "min_p_filter"]
+__all__ = ["SamplingParams", "Sampler", "apply_penalties", "min_p_filter", "log_softmax", "token_logprobs",
+           "TokenLogprobs", "MAX_TOP_LOGPROBS"]
+
+#: the most alternatives ``token_logprobs`` gives a token (the OpenAI API's ``top_logprobs`` cap)
+MAX_TOP_LOGPROBS = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,3 +266,90 @@ class Sampler:
         if np.isneginf(x).all():
             raise ValueError("logits are all -inf")
         return x
+
+
+def _logsumexp(logits) -> tuple[np.ndarray, float]:
+    """(logits as an array, ``log(sum(exp(logits)))`` in float64, the max subtracted first),
+    checked in one pass (the max is NaN with a NaN, +inf with a +inf, -inf when all are -inf).
+
+    Raises:
+        ValueError: as ``log_softmax``.
+    """
+    x = np.asarray(logits)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"logits must be a non-empty 1-D array, got shape {x.shape}")
+    if not np.issubdtype(x.dtype, np.floating):
+        raise ValueError(f"logits must be a float array, got dtype {x.dtype}")
+    m = float(x.max())
+    if math.isnan(m):
+        raise ValueError(f"logits contain NaN (first at index {int(np.flatnonzero(np.isnan(x))[0])})")
+    if m == math.inf:
+        raise ValueError(f"logits contain +inf (first at index {int(np.flatnonzero(np.isposinf(x))[0])})")
+    if m == -math.inf:
+        raise ValueError("logits are all -inf")
+    z = x.astype(np.float64)
+    z -= m
+    np.exp(z, out=z)
+    return x, m + math.log(float(z.sum()))
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """``log(softmax(logits))`` in float64, numerically stable: ``x - max(x) - log(sum(exp(x - max(x))))``.
+
+    Args:
+        logits: float (vocab,); entries may be -inf (probability 0: their result is -inf), not
+            NaN or +inf.
+
+    Returns:
+        float64 (vocab,), every entry <= 0, ``logsumexp`` of the result 0.
+
+    Raises:
+        ValueError: not a non-empty 1-D float array, NaN or +inf, or all -inf.
+    """
+    x, lse = _logsumexp(logits)
+    return x.astype(np.float64) - lse
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenLogprobs:
+    """The log-probabilities of one generated token (natural log, of the raw logits' softmax).
+
+    Attributes:
+        token_id: the generated token.
+        logprob: its log-probability (<= 0; -inf when its logit was -inf).
+        top: ``(token_id, logprob)`` of the most likely tokens, most likely first (equal ones: the
+            lower id first; which of several tokens tied at the last place is kept is unspecified);
+            as many as the request asked (0..``MAX_TOP_LOGPROBS``).
+    """
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
+def token_logprobs(logits: np.ndarray, token_id: int, top: int) -> TokenLogprobs:
+    """The ``TokenLogprobs`` of ``token_id`` under ``logits`` with the ``top`` most likely tokens:
+    ``logits[i] - logsumexp(logits)`` in float64 (the log-softmax, computed for those tokens
+    only), the top ones by ``np.argpartition`` of the logits (the log-softmax keeps their order),
+    then sorted.
+
+    Args:
+        logits: float (vocab,) raw logits of the step that generated ``token_id``.
+        token_id: int in ``[0, vocab)``.
+        top: int in ``[0, MAX_TOP_LOGPROBS]``.
+
+    Raises:
+        ValueError: ``top`` or ``token_id`` out of range, or bad logits (as ``log_softmax``).
+    """
+    if isinstance(top, bool) or not isinstance(top, numbers.Integral) or not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise ValueError(f"top must be an integer in [0, {MAX_TOP_LOGPROBS}], got {top!r}")
+    x, lse = _logsumexp(logits)
+    if not 0 <= token_id < x.size:
+        raise ValueError(f"token_id {token_id} is outside the vocabulary [0, {x.size})")
+    best: tuple[tuple[int, float], ...] = ()
+    if top:
+        k = min(int(top), x.size)
+        idx = np.argpartition(x, x.size - k)[x.size - k:]
+        idx = idx[np.lexsort((idx, -x[idx]))]  # descending logit, ties by the lower id
+        best = tuple((int(i), float(x[i]) - lse) for i in idx)
+    return TokenLogprobs(int(token_id), float(x[token_id]) - lse, best)

@@ -13,6 +13,7 @@ from typing import Any, Awaitable, Callable, Sequence
 import trio
 
 from ._request import Request, Timings
+from ._sampling import TokenLogprobs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,12 +26,20 @@ class CompletionResult:
         finish_reason: ``"stop"`` (end-of-sequence id or stop string), ``"length"`` (max_tokens
             or the context filled up).
         timings: see ``Timings``.
+        logprobs: with ``generate(logprobs=k)``, one ``TokenLogprobs`` per id of ``token_ids``;
+            else None.
+        text_offsets: the offset in ``text`` (characters) where each token's text begins, one per
+            id of ``token_ids`` (a token whose bytes end in the middle of a character has the
+            offset of the text before that character; tokens after a stop string's start have
+            offsets past it).
     """
 
     text: str
     token_ids: list[int]
     finish_reason: str
     timings: Timings
+    logprobs: list[TokenLogprobs] | None = None
+    text_offsets: list[int] = dataclasses.field(default_factory=list)
 
 
 class GenerationStream:
@@ -59,6 +68,7 @@ class GenerationStream:
         self._text = ""
         self._emitted = 0
         self._consumed = 0  # tokens turned into text
+        self._offsets: list[int] = []  # per consumed token: len(text) before it
         self.result: CompletionResult | None = None
 
     @property
@@ -103,6 +113,7 @@ class GenerationStream:
                     return piece
                 raise StopAsyncIteration from None
             self._consumed += 1
+            self._offsets.append(len(self._text))
             self._text += self._decoder.push(token)
             piece = self._release()
             if piece:
@@ -127,11 +138,21 @@ class GenerationStream:
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
             self._consumed += 1
+            self._offsets.append(len(self._text))
             self._text += self._decoder.push(token)
             piece = self._release()
             if piece:
                 pieces.append(piece)
         return "".join(pieces)
+
+    def at_end(self) -> bool:
+        """True when the scheduler is done with the request and every token it delivered has been
+        read: the next ``anext`` returns at once, with the last text held back (if any) or the end
+        (or the request's error). A consumer that writes one event per wake-up (a server) asks
+        this after ``read_nowait`` to send its last piece and the end together."""
+        if self._handle is None or not self.request.closed:
+            return False
+        return self.request.received.statistics().current_buffer_used == 0
 
     def _release(self) -> str:
         for s in self._stop:
@@ -153,8 +174,24 @@ class GenerationStream:
             self._text += self._decoder.flush()
         piece = self._text[self._emitted:]
         self._emitted = len(self._text)
-        self.result = CompletionResult(self._text, list(req.tokens), req.finish_reason or "stop", req.timings())
+        n = len(req.tokens)
+        self.result = CompletionResult(self._text, list(req.tokens), req.finish_reason or "stop", req.timings(),
+                                       list(req.logprobs[:n]) if req.top_logprobs is not None else None,
+                                       self._offsets[:n])
         return piece
+
+    @property
+    def logprobs(self) -> list[TokenLogprobs]:
+        """The ``TokenLogprobs`` of the generated tokens so far (with ``generate(logprobs=k)``; else
+        empty): entry i is that of token i, ``logprobs[:token_count]`` those of the tokens whose
+        text was returned or is held back. Read-only view: do not modify."""
+        return self.request.logprobs
+
+    @property
+    def text_offsets(self) -> list[int]:
+        """Per token turned into text so far (``token_count`` of them): the offset in the text, in
+        characters, where its text begins. Read-only view: do not modify."""
+        return self._offsets
 
     @property
     def prompt_tokens(self) -> int:

@@ -88,24 +88,26 @@ _kv = _f32(lambda c: c["ctx"] * c["n_kv"] * c["head_dim"])
 _gqa_ok = lambda c: (f"n_head={c['n_head']} is not a multiple of n_kv={c['n_kv']}"  # noqa: E731
                      if c["n_kv"] == 0 or c["n_head"] % c["n_kv"] else None)
 _ATTENTION = CudaLaunch(family="attention")
+_window_ok = lambda c: f"window={c['window']} must be >= 0" if c["window"] < 0 else None  # noqa: E731
 _declare("attention", [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
                        ("k", R, "(ctx, n_kv, hd)", _kv), ("v", R, "(ctx, n_kv, hd)", _kv),
                        ("pos", R, "(T) i32", _f32(lambda c: c["T"])),
                        ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))],
-         ["T", "n_head", "n_kv", "head_dim", "ctx", "q_stride", "scale:f32"],
-         check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok), cuda=_ATTENTION,
-         doc="query row t (starting at t*q_stride) attends keys 0..pos[t] inclusive; query head h reads kv head "
-             "h / (n_head / n_kv); softmax with max subtracted; pos[t] < 0 gives a zero row")
+         ["T", "n_head", "n_kv", "head_dim", "ctx", "q_stride", "scale:f32", "window"],
+         check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok, _window_ok), cuda=_ATTENTION,
+         doc="query row t (starting at t*q_stride) attends keys 0..pos[t] inclusive (window > 0: only keys j with "
+             "pos[t] - j < window, a sliding window); query head h reads kv head h / (n_head / n_kv); softmax with "
+             "max subtracted; pos[t] < 0 gives a zero row")
 _kv_rows = _f32(lambda c: c["rows"] * c["n_kv"] * c["head_dim"])
 _declare("attention_batched", [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
                                ("k", R, "(rows, n_kv, hd)", _kv_rows), ("v", R, "(rows, n_kv, hd)", _kv_rows),
                                ("first", R, "(T) i32", _f32(lambda c: c["T"])),
                                ("last", R, "(T) i32", _f32(lambda c: c["T"])),
                                ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))],
-         ["T", "n_head", "n_kv", "head_dim", "rows", "q_stride", "scale:f32"],
-         check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok), cuda=_ATTENTION,
-         doc="query row t attends key rows first[t]..last[t] inclusive (last clamped to rows - 1); first[t] < 0 or "
-             "last[t] < first[t] gives a zero row; otherwise the math and accumulation order of `attention` with "
+         ["T", "n_head", "n_kv", "head_dim", "rows", "q_stride", "scale:f32", "window"],
+         check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok, _window_ok), cuda=_ATTENTION,
+         doc="query row t attends key rows first[t]..last[t] inclusive (last clamped to rows - 1; window > 0: first "
+             "raised to last - window + 1); first[t] < 0 or last[t] < first[t] gives a zero row; otherwise the math and accumulation order of `attention` with "
              "pos = last - first over the cache starting at row first[t] (bit-identical): one launch serves several "
              "sequences' caches stacked in one allocation")
 _declare("kv_store", [("src", R, "(T, width)", _strided("T", "src_stride", lambda c: c["width"])),
@@ -215,10 +217,47 @@ _declare("rope_kv_store", [("qkv", RW, "(T, row_stride)", _strided("T", "row_str
              "and k heads are rotated as `rope` does by pos[t]; then, rows with row[t] outside [0, ctx) skipped, "
              "k_cache[row[t]] = its (rotated) k heads and v_cache[row[t]] = its v heads: bit-identical to `rope` "
              "(q, n_head) + `rope` (k, n_kv) + `kv_store` (k) + `kv_store` (v) with pos = row")
+_declare("rope_kv_store_ff", [("qkv", RW, "(T, row_stride)", _strided("T", "row_stride", _qkv_width)),
+                              ("pos", R, "(T) i32", _f32(lambda c: c["T"])), ("row", R, "(T) i32", _f32(lambda c: c["T"])),
+                              ("k_cache", RW, "(ctx, n_kv*hd)", _kv_cache), ("v_cache", RW, "(ctx, n_kv*hd)", _kv_cache),
+                              ("freq_factors", R, "(head_dim/2)", _f32(lambda c: c["head_dim"] // 2))],
+         ["T", "n_head", "n_kv", "head_dim", "row_stride", "ctx", "theta:f32"], struct="rope_kv_store",
+         check=_all(_stride_ok("T", "row_stride", _qkv_width),
+                    lambda c: f"head_dim={c['head_dim']} must be even" if c["head_dim"] % 2 else None),
+         cuda=CudaLaunch(128, lambda c, sms: (max(1, c["T"]), cdiv((c["n_head"] + 2 * c["n_kv"]) * (c["head_dim"] // 2), 128), 1)),
+         doc="`rope_kv_store` with pair i's angle divided by freq_factors[i] (llama.cpp's rope freq_factors: "
+             "Llama 3 rope scaling, the file's `rope_freqs.weight`)")
 _declare("argmax", [("x", R, "(rows, n)", _f32(lambda c: c["rows"] * c["n"])),
                     ("out", W, "(rows) i32", _f32(lambda c: c["rows"]))],
          ["rows", "n"], check=lambda c: "n must be >= 1" if c["n"] < 1 and c["rows"] else None,
          cuda=per_row("rows", block=1024), doc="index of the largest value; the lowest index on ties")
+
+# -- the blocks of the other decoder families (llm/_arch.py) ---------------------------------------
+_qk_width = lambda c: (c["n_head"] + c["n_kv"]) * c["head_dim"]  # noqa: E731
+_declare("qk_rmsnorm", [("qkv", RW, "(T, row_stride)", _strided("T", "row_stride", _qk_width)),
+                        ("q_norm", R, "(head_dim)", _f32(lambda c: c["head_dim"])),
+                        ("k_norm", R, "(head_dim)", _f32(lambda c: c["head_dim"]))],
+         ["T", "n_head", "n_kv", "head_dim", "row_stride", "eps:f32"],
+         check=_stride_ok("T", "row_stride", _qk_width),
+         cuda=CudaLaunch(256, lambda c, sms: (max(1, c["T"]), cdiv(c["n_head"] + c["n_kv"], 8), 1)),
+         doc="row t starts at t*row_stride and holds n_head q heads then n_kv k heads of head_dim: each q head "
+             "becomes `rmsnorm`(head, q_norm, eps), each k head `rmsnorm`(head, k_norm, eps) (per-head q/k norm)")
+_declare("rmsnorm_add", [("x", R, "(rows, dim)", _f32(lambda c: c["rows"] * c["dim"])),
+                         ("w", R, "(dim)", _f32(lambda c: c["dim"])),
+                         ("y", RW, "(rows, dim)", _f32(lambda c: c["rows"] * c["dim"]))],
+         ["rows", "dim", "eps:f32"], cuda=per_row("rows"),
+         doc="y += `rmsnorm`(x, w, eps), row by row (a post-norm before the residual add)")
+_declare("geglu", [("gu", R, "(rows, 2n)", _f32(lambda c: c["rows"] * 2 * c["n"])),
+                   ("y", W, "(rows, n)", _f32(lambda c: c["rows"] * c["n"]))],
+         ["rows", "n"], cuda=flat(lambda c: c["rows"] * c["n"]),
+         doc="y[r,i] = gelu(gu[r,i]) * gu[r,n+i] (gate columns then up columns of a row), gelu(g) = 0.5 g (1 + "
+             "tanh(sqrt(2/pi) g (1 + 0.044715 g^2))) (the tanh approximation)")
+_declare("bias_add", [("y", RW, "(rows, n)", _f32(lambda c: c["rows"] * c["n"])),
+                      ("b", R, "(n)", _f32(lambda c: c["n"]))],
+         ["rows", "n"], cuda=flat(lambda c: c["rows"] * c["n"]), doc="y[r,i] += b[i]")
+_declare("softcap", [("x", RW, "(n)", _f32(lambda c: c["n"]))], ["n", "cap:f32"],
+         check=lambda c: f"cap={c['cap']} must be > 0" if not c["cap"] > 0 else None,
+         cuda=flat(lambda c: c["n"]), doc="x = cap * tanh(x / cap)")
 
 #: the cpu backend's row-interleaved layouts -> the block type whose bytes they rearrange
 #: (``CPUBackend.matrix_dtype`` picks them at load; native/kernels/q8dot.c): the same numerics, so

@@ -1,6 +1,7 @@
 """The ASGI application of ``xinfer-async serve``: routing, auth, limits, and the generation
 endpoints, on the public ``LanguageModel`` API (``generate``, ``render_chat``, ``tokenize``,
-``detokenize``, ``statistics``).
+``detokenize``, ``statistics``, and ``tokenizer.token_bytes`` for the token texts of
+log-probabilities).
 
 Plain ASGI rather than a framework: seven fixed routes, and the two things a framework would get
 in the way of are ours to control: reading the body with a size limit (refused once it passes
@@ -11,6 +12,12 @@ A generation request runs in a nursery with a watcher task on ``receive()``: whe
 goes away (or the request's time is up) the scope is cancelled, the ``GenerationStream`` stops
 at the next step boundary and frees its slot; the time from the disconnect to
 ``wait_released()`` returning goes to ``xinfer_disconnect_to_free_seconds``.
+
+A streamed response costs the server per event, not per token, wherever it can: an event is one
+pre-encoded template with the text spliced in (``PieceEncoder``; a request with log-probabilities
+builds its whole chunk), the tokens that came meanwhile are read without waiting
+(``GenerationStream.read_nowait``), the inter-token histogram takes the event's gaps in one call,
+and the stream then waits for its next turn on the shared pacing clock (``StreamPacing``).
 """
 
 from __future__ import annotations
@@ -302,10 +309,11 @@ class OpenAIServer:
             self._streams.discard(stream)
             self._in_flight -= 1
 
-    async def _run(self, stream: Any, receive: Callable, on_text: Callable[[str], Awaitable[None]] | None,
+    async def _run(self, stream: Any, receive: Callable, on_text: Callable[[str, bool], Awaitable[None]] | None,
                    received: float) -> str | None:
-        """Iterate ``stream`` into ``await on_text(text)`` (the text of every token there when it
-        wakes, so one call may carry several tokens; None: only run it) while watching the
+        """Iterate ``stream`` into ``await on_text(text, final)`` (the text of every token there when
+        it wakes, so one call may carry several tokens; ``final``: the stream has ended with it,
+        ``stream.result`` is set, and ``text`` may be empty; None: only run it) while watching the
         connection; returns None when it ran to its end, ``"disconnect"`` or ``"timeout"`` when it
         was cancelled (its slot is free by then, and the time from the event to that is recorded)."""
         ended_by: list = []  # (reason, perf_counter at the event)
@@ -319,9 +327,7 @@ class OpenAIServer:
                 if counted == 0:
                     m.ttft.observe(now - received)
                 else:
-                    gap = (now - last) / (n - counted)
-                    for _ in range(n - counted):
-                        m.itl.observe(gap)
+                    m.itl.observe((now - last) / (n - counted), n - counted)
                 m.generation_tokens.inc(n - counted)
                 last, counted = now, n
 
@@ -337,12 +343,30 @@ class OpenAIServer:
                 timeout = self.limits.request_timeout_s
                 left = timeout - (time.perf_counter() - received) if timeout else float("inf")
                 with trio.move_on_after(max(0.0, left)) as timer:
-                    async for piece in stream:
-                        if on_text is not None:
-                            piece += stream.read_nowait()
+                    while True:
+                        # the tokens already there first (no wait, no trio round); the stream only
+                        # when there are none (it waits for the next, and sees the end)
+                        piece = stream.read_nowait() if on_text is not None else ""
+                        if not piece:
+                            try:
+                                piece = await stream.__anext__()
+                            except StopAsyncIteration:
+                                break
+                            if on_text is not None:
+                                piece += stream.read_nowait()
+                        if on_text is None:
+                            count(time.perf_counter())
+                            continue
+                        if stream.result is None and stream.at_end():  # the end too: in the same event
+                            try:
+                                piece += await stream.__anext__()
+                            except StopAsyncIteration:
+                                pass
+                        final = stream.result is not None
                         count(time.perf_counter())
-                        if on_text is not None:
-                            await on_text(piece)
+                        await on_text(piece, final)
+                        if final:
+                            break
                     count(time.perf_counter())
                 if timer.cancelled_caught:
                     ended_by.append(("timeout", time.perf_counter()))
@@ -374,13 +398,36 @@ class OpenAIServer:
         r = stream.result
         use = oa.usage(r.timings.prompt_tokens, len(r.token_ids))
         make = oa.chat_body if chat else oa.completion_body
-        await _send_json(send, 200, make(rid, self.model_name, created, r.text, r.finish_reason, use))
+        await _send_json(send, 200, make(rid, self.model_name, created, r.text, r.finish_reason, use,
+                                         self._logprobs(r.logprobs, r.text_offsets, chat)))
+
+    def _logprobs(self, entries: list | None, offsets: list[int], chat: bool) -> dict | None:
+        """The ``logprobs`` field of a choice for these tokens' ``TokenLogprobs`` (None: not asked)."""
+        if entries is None:
+            return None
+        token_bytes = self.model.tokenizer.token_bytes
+        return oa.chat_logprobs(entries, token_bytes) if chat else oa.completion_logprobs(entries, offsets, token_bytes)
 
     async def _stream(self, stream, receive, send, chat, rid, created, include_usage, received) -> None:
         name = self.model_name
-        timeout_error = APIError(504, f"the request ran past this server's limit of {self.limits.request_timeout_s} s",
-                                 type="server_error", code="timeout")
-        if chat:
+        with_logprobs = stream.request.top_logprobs is not None
+        sent = 0  # tokens whose log-probabilities went out
+
+        def logprobs_upto(n: int) -> dict | None:  # those of the tokens sent..n, once
+            nonlocal sent
+            if not with_logprobs:
+                return None
+            lp, sent = self._logprobs(stream.logprobs[sent:n], stream.text_offsets[sent:n], chat), n
+            return lp
+
+        if with_logprobs:  # the whole chunk each event (the template has no place for them)
+            def piece_event(text: str) -> bytes:
+                lp = logprobs_upto(stream.token_count)
+                if chat:
+                    return encode(oa.chat_chunk(rid, name, created, {"content": text}, with_usage=include_usage,
+                                                logprobs=lp))
+                return encode(oa.completion_chunk(rid, name, created, text, with_usage=include_usage, logprobs=lp))
+        elif chat:
             piece_event = PieceEncoder(lambda text: oa.chat_chunk(rid, name, created, {"content": text},
                                                                   with_usage=include_usage))
         else:
@@ -390,41 +437,49 @@ class OpenAIServer:
         async def write(data: bytes, more: bool = True) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": more})
 
-        next_write = 0.0  # trio.current_time() before which this stream does not write again
+        # events not written yet: they go out with the next write (a chat's role chunk with its
+        # first text, the last text with the end: a socket write less each)
+        pending = b""
+        if chat:
+            pending = encode(oa.chat_chunk(rid, name, created, {"role": "assistant", "content": ""},
+                                           with_usage=include_usage))
 
-        async def on_text(text: str) -> None:  # one event of the tokens there, then the interval
-            nonlocal next_write
-            await write(piece_event(text))
-            gap = self.pacing.interval(self._streaming)
-            if gap > 0:
-                next_write = trio.current_time() + gap
-                await trio.sleep_until(next_write)
+        async def on_text(text: str, final: bool) -> None:  # one event of the tokens there, then wait for a turn
+            nonlocal pending
+            data = pending + piece_event(text) if text else pending
+            if final:
+                pending = data
+                return
+            pending = b""
+            await write(data)
+            await self.pacing.wait(self._streaming)
 
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
         self._streaming += 1
         try:
-            if chat:
-                await write(encode(oa.chat_chunk(rid, name, created, {"role": "assistant", "content": ""},
-                                                 with_usage=include_usage)))
             ended = await self._run(stream, receive, on_text, received)
         finally:
             self._streaming -= 1
         if ended == "disconnect":
             return
         if ended == "timeout":
-            await write(encode(timeout_error.body()) + encode(b"[DONE]"), more=False)
+            error = APIError(504, f"the request ran past this server's limit of {self.limits.request_timeout_s} s",
+                             type="server_error", code="timeout")
+            await write(pending + encode(error.body()) + encode(b"[DONE]"), more=False)
             return
         r = stream.result
+        rest = logprobs_upto(len(r.token_ids)) if sent < len(r.token_ids) else None  # tokens of no text event
         if chat:
-            tail = [oa.chat_chunk(rid, name, created, {}, r.finish_reason, with_usage=include_usage)]
+            tail = [oa.chat_chunk(rid, name, created, {}, r.finish_reason, with_usage=include_usage, logprobs=rest)]
         else:
-            tail = [oa.completion_chunk(rid, name, created, "", r.finish_reason, with_usage=include_usage)]
+            tail = [oa.completion_chunk(rid, name, created, "", r.finish_reason, with_usage=include_usage,
+                                        logprobs=rest)]
         if include_usage:
             use = oa.usage(r.timings.prompt_tokens, len(r.token_ids))
             make = oa.chat_chunk if chat else oa.completion_chunk
             tail.append(make(rid, name, created, {} if chat else "", use=use, with_usage=True))
-        await write(b"".join(encode(c) for c in tail) + encode(b"[DONE]"), more=False)
+        await write(pending + b"".join(encode(c) for c in tail) + encode(b"[DONE]"), more=False)
 
 
 def _header(scope: dict, name: bytes) -> bytes | None:

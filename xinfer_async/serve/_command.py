@@ -2,14 +2,19 @@
 trio worker, in the same process and the same ``trio.run`` as the model).
 
 The port is bound first and the model loads after, so ``GET /health`` answers 503 while it loads
-and 200 once it is ready. SIGINT or SIGTERM shuts the server down gracefully (requests in flight
-get hypercorn's ``graceful_timeout``), then closes the model.
+and 200 once it is ready. Once loaded, the objects that live as long as the model (the tokenizer's
+tables, the plans) are moved out of the cyclic garbage collector's way (``gc.collect()`` then
+``gc.freeze()``): every later collection of the older generations would walk them again (SmolLM2
+served on the cpu, 16 streams x 32 tokens, one run each: the generation-1 collections took 0.87 s
+without, 0.23 s with). SIGINT or SIGTERM shuts the server down gracefully (requests in flight get
+hypercorn's ``graceful_timeout``), then closes the model.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import os
 import signal
 import sys
@@ -56,6 +61,9 @@ def build_parser(prog: str = "xinfer-async serve") -> argparse.ArgumentParser:
                    help="concurrent requests (with batching, sequences of the batched step; default 8)")
     p.add_argument("--ctx", type=_positive_int, default=None,
                    help="context length per request, tokens (default: min(2048, the model's))")
+    p.add_argument("--chat-template", default=None, metavar="NAME|FILE",
+                   help="the chat template of /v1/chat/completions when the model file has none (a base model) or "
+                        "to replace its own: chatml, gemma, llama3, or the path of a .jinja file")
     p.add_argument("--no-batching", action="store_true",
                    help="a decode step per request instead of one batched step for all (default: batched)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -75,7 +83,7 @@ def build_parser(prog: str = "xinfer-async serve") -> argparse.ArgumentParser:
                    help="seconds a generation may run before it is cancelled; 0: no limit (default 600)")
     p.add_argument("--stream-interval", type=_interval_ms, default=None, metavar="MS",
                    help="a streamed response writes at most once per MS milliseconds, the tokens that came meanwhile "
-                        "as one event (0: every token as soon as it is there; default: 0.25 ms times the streams in "
+                        "as one event (0: every token as soon as it is there; default: 1 ms times the streams in "
                         "flight, one token an event while few stream)")
     p.add_argument("--access-log", action="store_true", help="log each HTTP request to stderr")
     return p
@@ -150,7 +158,10 @@ async def _serve(args: argparse.Namespace) -> None:
     async def load():
         t = time.perf_counter()
         model = await llm.load(args.model, device=args.device, slots=args.slots, ctx=args.ctx,
-                               batching=not args.no_batching, max_queued=args.max_queue + args.slots)
+                               batching=not args.no_batching, max_queued=args.max_queue + args.slots,
+                               chat_template=args.chat_template)
+        gc.collect()  # the loading's garbage goes; what survives lives as long as the model:
+        gc.freeze()  # out of every later collection
         print(f"xinfer-async serve: {model!r} loaded in {time.perf_counter() - t:.1f} s; serving it as {name!r}",
               file=sys.stderr, flush=True)
         return model
@@ -174,6 +185,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--max-queue must be >= 0, got {args.max_queue}")
     if args.timeout < 0:
         parser.error(f"--timeout must be >= 0 seconds, got {args.timeout}")
+    if args.chat_template is not None:
+        from ..llm._chat import resolve_chat_template
+
+        try:
+            resolve_chat_template(args.chat_template)
+        except ValueError as exc:
+            parser.error(f"--chat-template: {exc}")
     try:
         trio.run(_serve, args)
     except BaseException as exc:

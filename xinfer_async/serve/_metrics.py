@@ -9,14 +9,16 @@ server's requests at each scrape.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
-from typing import Callable
+from typing import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.utils import floatToGoString
 
-__all__ = ["Snapshot", "ServerMetrics", "CONTENT_TYPE_LATEST"]
+__all__ = ["Snapshot", "ServerMetrics", "CountedHistogram", "CONTENT_TYPE_LATEST"]
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                 40.0, 80.0)
@@ -78,6 +80,48 @@ class _Gauges:
             yield GaugeMetricFamily(name, doc, value=value)
 
 
+class CountedHistogram:
+    """A Prometheus histogram whose ``observe`` records one value ``count`` times in one call (a
+    streamed event of n tokens is n inter-token gaps of the same length): one bucket search and
+    two additions, where ``prometheus_client.Histogram`` would take n ``observe`` calls (a lock
+    and a bucket walk each). Exposed at each scrape as a histogram family (``_bucket``,
+    ``_count``, ``_sum``), as ``Histogram`` is. For one thread (the server's trio thread): no lock.
+
+    Args:
+        name, documentation: the metric's.
+        buckets: upper bounds, seconds, increasing (``+Inf`` is added).
+        registry: registers the collector there.
+
+    Raises:
+        ValueError: buckets empty or not increasing.
+    """
+
+    def __init__(self, name: str, documentation: str, buckets: Sequence[float], registry: CollectorRegistry):
+        bounds = [float(b) for b in buckets]
+        if not bounds or any(b >= c for b, c in zip(bounds, bounds[1:])):
+            raise ValueError(f"buckets must be a non-empty increasing sequence, got {list(buckets)!r}")
+        self.name, self.documentation = name, documentation
+        self._bounds = bounds
+        self._counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf)
+        self._sum = 0.0
+        registry.register(self)
+
+    def observe(self, value: float, count: int = 1) -> None:
+        """Record ``value`` (seconds) ``count`` times (an int >= 0)."""
+        self._counts[bisect.bisect_left(self._bounds, value)] += count
+        self._sum += value * count
+
+    def describe(self):
+        return [HistogramMetricFamily(self.name, self.documentation)]
+
+    def collect(self):
+        cumulative, total = [], 0
+        for bound, n in zip(self._bounds + [float("inf")], self._counts):
+            total += n
+            cumulative.append((floatToGoString(bound), total))
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=cumulative, sum_value=self._sum)
+
+
 class ServerMetrics:
     """The metrics of one app.
 
@@ -102,9 +146,9 @@ class ServerMetrics:
         self.ttft = Histogram("xinfer_time_to_first_token_seconds",
                               "request received to its first token sent, seconds (queue wait and prefill included)",
                               buckets=TTFT_BUCKETS, registry=r)
-        self.itl = Histogram("xinfer_inter_token_latency_seconds",
-                             "time between consecutive tokens of a request as sent, seconds (a piece of several "
-                             "tokens counts its gap divided among them)", buckets=ITL_BUCKETS, registry=r)
+        self.itl = CountedHistogram("xinfer_inter_token_latency_seconds",
+                                    "time between consecutive tokens of a request as sent, seconds (a piece of "
+                                    "several tokens counts its gap divided among them)", ITL_BUCKETS, r)
         self.e2e = Histogram("xinfer_e2e_request_latency_seconds", "request received to its last token, seconds",
                              buckets=E2E_BUCKETS, registry=r)
         self.disconnect_to_free = Histogram(

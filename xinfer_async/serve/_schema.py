@@ -5,6 +5,8 @@ Follows the OpenAI API reference (https://platform.openai.com/docs/api-reference
 /chat) as llama.cpp's llama-server and vLLM implement it, with vLLM's extensions ``top_k``,
 ``min_p``, ``repetition_penalty`` and ``ignore_eos``, and llama-server's ``repeat_last_n``. Every
 field a request may carry is read in ``generate_kwargs`` (one table, one function); ``n`` must be 1.
+Log-probabilities (``completion_logprobs``, ``chat_logprobs``) are those of the raw logits (see
+``LanguageModel.generate``), at most ``MAX_TOP_LOGPROBS`` alternatives a token.
 
 ``presence_penalty`` and ``frequency_penalty`` count the tokens of the last ``repeat_last_n``
 (default 64; -1: all) of the prompt and the generated text, as llama-server does (OpenAI's
@@ -18,10 +20,11 @@ import json
 import math
 import secrets
 import time
-from typing import Any, Container
+from typing import Any, Callable, Container, Sequence
 
 __all__ = ["APIError", "parse_json", "generate_kwargs", "completion_prompt", "chat_messages", "stream_options",
-           "usage", "completion_body", "completion_chunk", "chat_body", "chat_chunk", "models_body", "request_id"]
+           "usage", "completion_body", "completion_chunk", "chat_body", "chat_chunk", "models_body", "request_id",
+           "completion_logprobs", "chat_logprobs", "MAX_TOP_LOGPROBS"]
 
 
 class APIError(Exception):
@@ -89,10 +92,11 @@ def _unsupported(name: str, why: str = "") -> APIError:
     return APIError(400, f"{name} is not supported yet by this server{why}", param=name, code="unsupported_parameter")
 
 
-# Fields generate() does not take yet. Each is passed on only when it differs from its default,
-# and refused with 400 unsupported_parameter while generate() lacks the argument: wiring one is
-# adding it to generate(). (logprobs will also need the response side: choices[].logprobs.)
-PENDING_DEFAULTS = {"logprobs": None}
+#: the most alternatives a token's log-probabilities may list (OpenAI's ``top_logprobs`` cap; vLLM's
+#: default ``max_logprobs``); the legacy completions ``logprobs`` takes as many
+MAX_TOP_LOGPROBS = 20
+#: what a log-probability of -inf is sent as (JSON has no infinity; vLLM's value)
+LOGPROB_FLOOR = -9999.0
 
 
 def generate_kwargs(body: dict, accepted: Container[str], *, chat: bool, default_max_tokens: int,
@@ -111,11 +115,15 @@ def generate_kwargs(body: dict, accepted: Container[str], *, chat: bool, default
     Returns:
         ``{"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos"}``, plus
         ``min_p``, ``presence_penalty``, ``frequency_penalty``, ``repeat_penalty`` (from
-        ``repetition_penalty``) and ``repeat_last_n`` when the request sets them.
+        ``repetition_penalty``) and ``repeat_last_n`` when the request sets them, and ``logprobs``
+        (the count of alternatives, 0..20) when it asks for log-probabilities: completions'
+        ``logprobs: k``, chat's ``logprobs: true`` with ``top_logprobs: k`` (default 0).
 
     Raises:
-        APIError: 400 naming the field for a value of the wrong type or out of range, ``n`` other
-            than 1, a field this server does not support (``unsupported_parameter``), or
+        APIError: 400 naming the field for a value of the wrong type or out of range (``logprobs``
+            or ``top_logprobs`` outside [0, 20], ``top_logprobs`` without ``logprobs: true``),
+            ``n`` other than 1, a field this server does not support (``unsupported_parameter``;
+            ``logprobs`` too when the model's ``generate`` has no such argument), or
             ``max_tokens`` above the limit.
     """
     n = _integer(body, "n", 1)
@@ -161,29 +169,74 @@ def generate_kwargs(body: dict, accepted: Container[str], *, chat: bool, default
                 "min_p": _number(body, "min_p", 0.0, 1.0), "repeat_penalty": rp,
                 "repeat_last_n": _integer(body, "repeat_last_n", -1)}
     kwargs.update({k: v for k, v in sampling.items() if v is not None})
-    pending: dict[str, Any] = {"logprobs": _logprobs(body, chat)}
-    for name, value in pending.items():
-        if value is None or value == PENDING_DEFAULTS[name]:
-            continue
-        if name not in accepted:
-            field = "top_logprobs" if name == "logprobs" and chat and body.get("top_logprobs") else name
-            raise _unsupported("logprobs" if name == "logprobs" else field,
-                               ": generate() gives no log-probabilities" if name == "logprobs" else "")
-        kwargs[name] = value
+    top = _logprobs(body, chat)
+    if top is not None:
+        if "logprobs" not in accepted:
+            raise _unsupported("logprobs", ": this model's generate() gives no log-probabilities")
+        kwargs["logprobs"] = top
     return kwargs
 
 
 def _logprobs(body: dict, chat: bool) -> int | None:
-    """The top-k count of log-probabilities asked for (0: the chosen token's only), or None."""
+    """The count of most likely alternatives asked for each token (0: the chosen token's
+    log-probability only), or None for no log-probabilities: completions' ``logprobs`` (an int),
+    chat's ``top_logprobs`` with ``logprobs: true``."""
     if not chat:
-        return _integer(body, "logprobs", 0, 5)
+        return _integer(body, "logprobs", 0, MAX_TOP_LOGPROBS)
     lp = body.get("logprobs")
     if lp not in (None, True, False):
         raise APIError(400, f"logprobs must be a boolean, got {lp!r}", param="logprobs")
-    top = _integer(body, "top_logprobs", 0, 20)
+    top = _integer(body, "top_logprobs", 0, MAX_TOP_LOGPROBS)
     if top is not None and not lp:
         raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
     return (top or 0) if lp else None
+
+
+def _lp(value: float) -> float:
+    return value if value > LOGPROB_FLOOR else LOGPROB_FLOOR
+
+
+def _token_text(token_bytes: Callable[[int], bytes], token_id: int) -> str:
+    return token_bytes(token_id).decode("utf-8", errors="replace")
+
+
+def completion_logprobs(entries: Sequence[Any], offsets: Sequence[int],
+                        token_bytes: Callable[[int], bytes]) -> dict:
+    """The legacy completions ``choices[i].logprobs``: ``{"tokens", "token_logprobs",
+    "top_logprobs", "text_offset"}``, one element per token, as OpenAI's completions API (and vLLM)
+    give them: ``top_logprobs[i]`` maps the token text of each of the most likely tokens, and of
+    the chosen one (so up to k + 1 entries), to its log-probability.
+
+    Args:
+        entries: ``TokenLogprobs`` of the tokens (``token_id``, ``logprob``, ``top``).
+        offsets: the offset of each token's text in the completion text, characters.
+        token_bytes: ``token_bytes(id)`` -> the token's bytes (its text: decoded as UTF-8, an
+            incomplete character as U+FFFD).
+
+    Log-probabilities of -inf are sent as ``LOGPROB_FLOOR`` (JSON has no infinity).
+    """
+    tokens, chosen, tops = [], [], []
+    for e in entries:
+        text = _token_text(token_bytes, e.token_id)
+        tokens.append(text)
+        chosen.append(_lp(e.logprob))
+        top = {_token_text(token_bytes, i): _lp(v) for i, v in e.top}
+        top.setdefault(text, _lp(e.logprob))
+        tops.append(top)
+    return {"tokens": tokens, "token_logprobs": chosen, "top_logprobs": tops, "text_offset": list(offsets)}
+
+
+def chat_logprobs(entries: Sequence[Any], token_bytes: Callable[[int], bytes]) -> dict:
+    """The chat ``choices[i].logprobs``: ``{"content": [{"token", "logprob", "bytes",
+    "top_logprobs": [{"token", "logprob", "bytes"}]}], "refusal": None}`` as the OpenAI chat API
+    defines it (``bytes``: the token's UTF-8 bytes as ints; ``top_logprobs``: the k most likely
+    tokens, most likely first). ``entries`` and ``token_bytes`` as in ``completion_logprobs``."""
+    def item(token_id: int, logprob: float) -> dict:
+        b = token_bytes(token_id)
+        return {"token": b.decode("utf-8", errors="replace"), "logprob": _lp(logprob), "bytes": list(b)}
+
+    return {"content": [{**item(e.token_id, e.logprob), "top_logprobs": [item(i, v) for i, v in e.top]}
+                        for e in entries], "refusal": None}
 
 
 def completion_prompt(body: dict) -> str | list[int]:
@@ -273,34 +326,41 @@ def _head(rid: str, obj: str, model: str, created: int) -> dict:
     return {"id": rid, "object": obj, "created": created, "model": model}
 
 
-def completion_body(rid: str, model: str, created: int, text: str, finish_reason: str, use: dict) -> dict:
+def completion_body(rid: str, model: str, created: int, text: str, finish_reason: str, use: dict,
+                    logprobs: dict | None = None) -> dict:
+    """A completion (``logprobs``: ``completion_logprobs``, or None)."""
     return {**_head(rid, "text_completion", model, created),
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}], "usage": use}
+            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}],
+            "usage": use}
 
 
 def completion_chunk(rid: str, model: str, created: int, text: str, finish_reason: str | None = None,
-                     use: dict | None = None, with_usage: bool = False) -> dict:
-    """A stream chunk; with ``use``, the closing usage chunk (no choices)."""
+                     use: dict | None = None, with_usage: bool = False, logprobs: dict | None = None) -> dict:
+    """A stream chunk (``logprobs``: ``completion_logprobs`` of its tokens, or None); with ``use``,
+    the closing usage chunk (no choices)."""
     body = {**_head(rid, "text_completion", model, created),
-            "choices": [] if use is not None else [{"index": 0, "text": text, "logprobs": None,
+            "choices": [] if use is not None else [{"index": 0, "text": text, "logprobs": logprobs,
                                                     "finish_reason": finish_reason}]}
     if with_usage:
         body["usage"] = use
     return body
 
 
-def chat_body(rid: str, model: str, created: int, text: str, finish_reason: str, use: dict) -> dict:
+def chat_body(rid: str, model: str, created: int, text: str, finish_reason: str, use: dict,
+              logprobs: dict | None = None) -> dict:
+    """A chat completion (``logprobs``: ``chat_logprobs``, or None)."""
     return {**_head(rid, "chat.completion", model, created),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
                          "finish_reason": finish_reason}], "usage": use}
 
 
 def chat_chunk(rid: str, model: str, created: int, delta: dict, finish_reason: str | None = None,
-               use: dict | None = None, with_usage: bool = False) -> dict:
+               use: dict | None = None, with_usage: bool = False, logprobs: dict | None = None) -> dict:
     """A stream chunk (``delta``: ``{"role": "assistant", "content": ""}`` first, then
-    ``{"content": piece}``, then ``{}`` with the finish reason); with ``use``, the usage chunk."""
+    ``{"content": piece}``, then ``{}`` with the finish reason; ``logprobs``: ``chat_logprobs`` of
+    its tokens, or None); with ``use``, the usage chunk."""
     body = {**_head(rid, "chat.completion.chunk", model, created),
-            "choices": [] if use is not None else [{"index": 0, "delta": delta, "logprobs": None,
+            "choices": [] if use is not None else [{"index": 0, "delta": delta, "logprobs": logprobs,
                                                     "finish_reason": finish_reason}]}
     if with_usage:
         body["usage"] = use

@@ -78,22 +78,58 @@ class CUDAKernel:
         return f"CUDAKernel({self.name!r}, block={self.block[0]})"
 
 
-def _compile(backend: "CUDABackend", source_name: str, name: str) -> bytes:
+def _shader_inputs(source_name: str, stage_max: int) -> tuple[str, str, dict[str, str], tuple[str, ...]]:
+    """(source, file name, headers, options) of ``shaders/<source_name>.cu`` as NVRTC takes them."""
     d = shader_dir()
     path = os.path.join(d, f"{source_name}.cu")
     try:
         with open(path) as f:
             source = f.read()
     except OSError as e:
-        raise ValueError(f"no shader for kernel {name!r}: {e}") from None
+        raise ValueError(f"no shader for kernel {source_name!r}: {e}") from None
     headers = {}
     for h in sorted(os.listdir(d)):
         if h.endswith(".cuh"):
             with open(os.path.join(d, h)) as f:
                 headers[h] = f.read()
-    return _nvrtc.compile_cubin(source, f"{source_name}.cu", backend.arch, headers,
-                                options=(f"-DXI_MVT_STAGE_MAX={backend.stage_max}",),
-                                driver_version=backend.driver_version)
+    return source, f"{source_name}.cu", headers, (f"-DXI_MVT_STAGE_MAX={stage_max}",)
+
+
+def compile_shader(source_name: str, arch: str, stage_max: int, driver_version: int = 0) -> bytes:
+    """The cubin of ``shaders/<source_name>.cu`` (with every ``.cuh`` beside it) for ``arch``
+    (``"sm_90"``), ``XI_MVT_STAGE_MAX`` = ``stage_max`` bytes (``CUDABackend.stage_max``), from
+    ``_nvrtc.compile_cubin`` (its disk cache; ``driver_version`` is part of the key). The only
+    compile-time constants of a shader are these: shapes are launch constants, so one cubin a
+    shader serves every shape.
+
+    Raises:
+        KernelCompileError: NVRTC rejected the source (``.log`` has the log).
+        ValueError: no shader file ``<source_name>.cu``.
+    """
+    source, name, headers, options = _shader_inputs(source_name, stage_max)
+    return _nvrtc.compile_cubin(source, name, arch, headers, options, driver_version)
+
+
+def shader_ptx(source_name: str, arch: str, stage_max: int, driver_version: int = 0) -> str:
+    """The PTX of ``compile_shader``'s compile with the same arguments (cached beside its cubin: one
+    NVRTC run makes both), for checks of the generated code.
+
+    Raises:
+        KernelCompileError: NVRTC rejected the source (``.log`` has the log).
+        ValueError: no shader file ``<source_name>.cu``.
+    """
+    source, name, headers, options = _shader_inputs(source_name, stage_max)
+    return _nvrtc.compile_ptx(source, name, arch, headers, options, driver_version)
+
+
+def shader_cache_path(source_name: str, arch: str, stage_max: int, driver_version: int = 0) -> str:
+    """Where ``compile_shader`` with these arguments caches its cubin (the file may not exist yet).
+
+    Raises:
+        ValueError: no shader file ``<source_name>.cu``.
+    """
+    source, name, headers, options = _shader_inputs(source_name, stage_max)
+    return _nvrtc.cache_path(source, name, arch, headers, options, driver_version)
 
 
 def _entries(lib, module, name: str, suffixes) -> dict:
@@ -123,7 +159,7 @@ def load_kernel(backend: "CUDABackend", spec: KernelSpec | str) -> CUDAKernel:
     if launch.family and launch.family not in FAMILIES:
         raise ValueError(f"kernel {name!r}: unknown CUDA launcher family {launch.family!r}; "
                          f"known: {', '.join(sorted(FAMILIES))}")
-    cubin = _compile(backend, spec.source_name, name)
+    cubin = compile_shader(spec.source_name, backend.arch, backend.stage_max, backend.driver_version)
     backend.make_current()
     lib = backend._lib
     mod, fn = ffi.new("CUmodule *"), ffi.new("CUfunction *")

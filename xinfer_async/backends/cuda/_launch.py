@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable
+import os
+from typing import Callable, Mapping
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -147,11 +148,87 @@ def tc_launch(c: dict, glu: bool) -> tuple[tuple[int, int, int], tuple[int, int,
     return (_cdiv(c["N"], 16), _cdiv(t, tok), 1), (32 * segs, 1, 1), shared, "_tc" if t <= 8 else "_tct"
 
 
+#: the weight types of the integer matrix kernels (shaders/xi_mmq.cuh: entries ``_mmq``, ``_mmqs``, ``_q1``)
+MMQ_TYPES = ("q4_0", "q4_1", "q8_0")
+_MMQ_WARPS, _MMQ_KB, _MMQ_XS = 4, 8, 8 * 32 + 16  # XI_MMQ_WARPS, XI_MMQ_KB, XI_MMQ_XS (shaders/xi_mmq.cuh)
+#: tokens a CTA of the ``_mmq`` entry (64) and of ``_mmqs`` (16)
+MMQ_TN, MMQ_TN_SMALL = 64, 16
+#: the most tokens the one-token entry ``_q1`` runs under XINFER_MMQ=1 (a CTA a token; above, ``_mmqs``
+#: / ``_mmq``); a first guess, to be measured on the H200 (tools/mmq_bench.py)
+MMQ_Q1_MAX_T = 4
+#: the most dynamic shared bytes ``_q1`` is given (no opt-in): its token's codes and scales, K <= 39,296
+Q1_SHARED_MAX = 48 * 1024
+#: XINFER_MMQ value -> mode: "" off, "auto" (``_q1`` up to MMQ_Q1_MAX_T tokens, the tiled entries above),
+#: "tile" (the tiled entries at every T), "q1" (``_q1`` at every T where its shared memory fits)
+MMQ_MODES = {"": "", "0": "", "1": "auto", "auto": "auto", "tile": "tile", "q1": "q1"}
+
+
+def mmq_mode(environ: Mapping[str, str] = os.environ) -> str:
+    """The integer matrix kernels' mode from ``XINFER_MMQ`` (``MMQ_MODES``; unset or ``0``: off).
+
+    They are opt-in until they are measured on the H200 against today's kernels: they change the
+    numerics of q4_0 / q4_1 / q8_0 products (activations rounded to int8 per block of 32, as llama.cpp
+    does; issue #15's accuracy rule), so the end-to-end golden and perplexity checks must pass with
+    them before they become the default.
+
+    Raises:
+        ValueError: XINFER_MMQ is set to something else (the message lists the values).
+    """
+    v = environ.get("XINFER_MMQ", "").strip().lower()
+    if v not in MMQ_MODES:
+        raise ValueError(f"XINFER_MMQ={v!r} is not one of {', '.join(repr(m) for m in MMQ_MODES)}")
+    return MMQ_MODES[v]
+
+
+def mmq_slot16(dt: str) -> int:
+    """16-byte chunks of a staged weight row's K-step (``xi_mmq_slot16``): floor((30 + 8 bb) / 16), odd."""
+    return ((30 + _MMQ_KB * _BLOCK_BYTES[dt]) // 16) | 1
+
+
+def mmq_shared(dt: str, tn: int) -> int:
+    """Dynamic shared bytes of the tiled integer kernel with ``tn`` tokens a CTA (``xi_mmq_shared``):
+    two stages of (64 staged rows' slots, the tokens' codes, their (d, s) pairs), the rmsnorm scales."""
+    stage = _MMQ_WARPS * 16 * 16 * mmq_slot16(dt) + tn * _MMQ_XS + _MMQ_KB * tn * 8
+    return 2 * stage + 4 * tn
+
+
+def q1_shared(k: int) -> int:
+    """Dynamic shared bytes of the one-token integer kernel (``xi_q1_shared``): 40 a block of 32 + 16."""
+    return 40 * (k // 32) + 16
+
+
+def mmq_launch(c: dict, dt: str, glu: bool, mode: str, sms: int = 132) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+    """(grid, block, shared bytes, entry suffix) of the integer matrix kernels (shaders/xi_mmq.cuh) in
+    ``mode`` (``mmq_mode``): ``_q1`` (256 threads, a CTA a token (grid.y) and 8 output rows, 16 from
+    N = 4096, a warp a row) at T <= MMQ_Q1_MAX_T ("auto") or every T ("q1") where ``q1_shared`` fits
+    Q1_SHARED_MAX; else the tiled entries (128 threads, 64 staged rows (32 output rows with GLU) a
+    CTA): ``_mmq`` (64 tokens a CTA) where T > 16 and its grid has at least 2 CTAs an SM (``sms``),
+    else ``_mmqs`` (16 tokens: 4x the CTAs for narrow weights; the total activation-quantization work
+    is the same, the weights are read once a tile of 16 tokens). Every entry gives a row the same bits."""
+    t, n, k = c["T"], c["N"], c["K"]
+    if (mode == "q1" or (mode == "auto" and t <= MMQ_Q1_MAX_T)) and q1_shared(k) <= Q1_SHARED_MAX:
+        rows = 16 if n >= 4096 else 8
+        return (_cdiv(n, rows), max(1, t), 1), (256, 1, 1), q1_shared(k), "_q1"
+    rows = _MMQ_WARPS * (8 if glu else 16)
+    tn = MMQ_TN if t > MMQ_TN_SMALL and _cdiv(n, rows) * _cdiv(t, MMQ_TN) >= 2 * sms else MMQ_TN_SMALL
+    return (_cdiv(n, rows), _cdiv(t, tn), 1), (32 * _MMQ_WARPS, 1, 1), mmq_shared(dt, tn), \
+        "_mmqs" if tn == MMQ_TN_SMALL else "_mmq"
+
+
+def mmq_usable(dt: str, stage_max: int, cc: tuple[int, int]) -> bool:
+    """Whether the integer kernels can run: a type of MMQ_TYPES, compute capability 8.0+ (int8 mma,
+    cp.async) and a device whose blocks may opt in to their shared memory (``stage_max``, the
+    device's opt-in limit less 1 KB, capped at MVT_STAGE_MAX)."""
+    return dt in MMQ_TYPES and cc >= (8, 0) and mmq_shared(dt, MMQ_TN) <= stage_max
+
+
 def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
-                  cc: tuple[int, int] = (9, 0)) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+                  cc: tuple[int, int] = (9, 0), mmq: str = "") -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, dynamic shared bytes, entry suffix) of a matrix kernel (``kind``: ``matmul``,
     ``rmsnorm_matmul`` or ``rmsnorm_matmul_swiglu``) of type ``dt`` for the constants:
 
+    - ``mmq`` set (``mmq_mode``: XINFER_MMQ, opt-in) and ``mmq_usable``: the integer kernels
+      (shaders/xi_mmq.cuh, ``mmq_launch``) at every T, so a row never mixes them with another kernel;
     - ``tc_weight``: the tensor-core kernel (shaders/xi_tc.cuh), ``_tc`` at T <= 8 (8 tokens a block)
       and ``_tct`` above (32, 16 with GLU): a block of ``tc_segs`` warps a tile of 16 rows; shared:
       the segment sums (``tc_launch``; at T == 1 also h split for the one-token body);
@@ -159,6 +236,8 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
       rows by 8 tokens a block, tokens staged in ``mvt_stage_bytes`` (``stage_max``: the device's);
     - else the first entry (shaders/xi_mvc.cuh), 256 threads (``_matmul_grid``, ``_fused_grid``)."""
     glu, t = kind == "rmsnorm_matmul_swiglu", c["T"]
+    if mmq and mmq_usable(dt, stage_max, cc):
+        return mmq_launch(c, dt, glu, mmq, sms)
     if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
     if t > _MVT_MIN_T:
@@ -199,8 +278,9 @@ def attention_launch(c: dict, sms: int) -> tuple[tuple[int, int, int], tuple[int
 
 
 def matmul_entries(dt: str) -> tuple[str, ...]:
-    """The entry suffixes of a matrix kernel's shader: ``""``, ``"_t"`` (and ``"_tc"``, ``"_tct"``)."""
-    return ("", "_t") + (("_tc", "_tct") if dt in TC_TYPES else ())
+    """The entry suffixes of a matrix kernel's shader: ``""``, ``"_t"`` (and ``"_tc"``, ``"_tct"``;
+    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``)."""
+    return ("", "_t") + (("_tc", "_tct") if dt in TC_TYPES else ()) + (("_mmq", "_mmqs", "_q1") if dt in MMQ_TYPES else ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,11 +301,21 @@ class Family:
 
 def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
     """matmul_DT, rmsnorm_matmul_DT, rmsnorm_matmul_swiglu_DT (``params``: ``dt``, ``kind``):
-    ``matmul_launch``; the ``_t`` entry stages tokens in up to ``stage_max`` dynamic shared bytes."""
+    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ, read when the kernel is loaded); the ``_t``
+    entry stages tokens in up to ``stage_max`` dynamic shared bytes, the tiled integer entries opt in
+    to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
+    them directly).
+
+    Raises:
+        ValueError: XINFER_MMQ is set to an unknown value."""
     dt, kind = params["dt"], params["kind"]
+    opt_in = {"_t": stage_max} if stage_max > 48 * 1024 else {}
+    if mmq_usable(dt, stage_max, cc):
+        opt_in.update({"_mmq": mmq_shared(dt, MMQ_TN), "_mmqs": mmq_shared(dt, MMQ_TN_SMALL)})
     return Family(matmul_entries(dt),
-                  functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc),
-                  {"_t": stage_max} if stage_max > 48 * 1024 else {})
+                  functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc,
+                                    mmq=mmq_mode()),
+                  opt_in)
 
 
 def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
