@@ -1,6 +1,6 @@
 """numpy model of the block-type matrix products of the cpu backend (native/kernels/q8dot.c,
-q8kdot.c): x quantized per block of 32 (256 for the K-quants) to int8 (q8_0 / q8_1 / q8_K style,
-float32 scales), exact integer dot products in int64, then the scales applied in float32 in the
+q8kdot.c): x quantized per block of 32 (256 for the K-quants) to int8 as llama.cpp does (q8_0 / q8_1
+with f16 scales, q8_K with a float32 scale), exact integer dot products in int64, then the scales applied in float32 in the
 C's order; and the cpu backend's row-interleaved r8 weight layout. Shared by the kernel tests
 (tests/test_q8dot.py) and the float64 bound of tests/test_native_kernels.py."""
 
@@ -10,10 +10,9 @@ F32 = np.float32
 BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q5_0": 22, "q5_1": 24}
 
 
-def quantize_q8(x, block=32):
-    """x float32 (T, K), K % block == 0 -> (codes int64 (T, K/block, block), d float32 (T, K/block),
-    s float32 (T, K/block)): amax = max|x|, d = amax / 127, q = rint(x * (127 / amax)) (ties to
-    even), s = d * sum(q); amax == 0 -> zeros; a NaN or inf in the block -> d = s = NaN, q = 0."""
+def _codes(x, block):
+    """x float32 (T, K) -> (codes int64 (T, K/block, block), amax float32, id = 127 / amax float32,
+    bad (a NaN or inf in the block), ok (amax > 0 and not bad)), per block of ``block``."""
     T, K = x.shape
     xb = x.reshape(T, K // block, block).astype(F32)
     with np.errstate(all="ignore"):
@@ -23,10 +22,27 @@ def quantize_q8(x, block=32):
         ok = (amax > 0) & ~bad
         inv = np.where(ok, F32(127) / np.where(ok, amax, F32(1)), F32(0)).astype(F32)
         q = np.rint((xb * inv[..., None]).astype(F32)).astype(np.int64)
-        q[~ok] = 0
-        d = (amax / F32(127)).astype(F32)
-        d[bad] = np.nan
-        s = (d * q.sum(-1).astype(F32)).astype(F32)
+    q[~ok] = 0
+    return q, amax, inv, bad, ok
+
+
+def f16_round(v):
+    """float32 values rounded to the nearest IEEE half (ties to even, overflow to inf), as float32."""
+    with np.errstate(all="ignore"):
+        return np.asarray(v, F32).astype(np.float16).astype(F32)
+
+
+def quantize_q8(x):
+    """x float32 (T, K), K % 32 == 0 -> (codes int64 (T, K/32, 32), d float32 (T, K/32), s float32
+    (T, K/32)): llama.cpp's q8_0 / q8_1 (quantize_row_q8_0 / q8_1): amax = max|x|,
+    q = rint(x * (127 / amax)) (ties to even), d = f16(amax / 127), s = f16((amax / 127) * sum(q)),
+    f16() the rounding to a half (``f16_round``); amax == 0 -> zeros; a NaN or inf in the block ->
+    d = s = NaN, q = 0."""
+    q, amax, _, bad, _ = _codes(x, 32)
+    with np.errstate(all="ignore"):
+        d32 = (amax / F32(127)).astype(F32)
+        d, s = f16_round(d32), f16_round(d32 * q.sum(-1).astype(F32))
+    d[bad] = s[bad] = np.nan
     return q, d, s
 
 
@@ -79,13 +95,30 @@ def matmul_q8(wq, dt, x, y=None):
 ACTIVATION_BLOCK = {"q8_0": 32, "q4_0": 32, "q4_1": 32, "q5_0": 32, "q5_1": 32, "q4_k": 256, "q5_k": 256, "q6_k": 256}
 
 
-def quantization_bound(x, deq, block=32):
-    """Bound on |w @ x - w @ x_q| from quantizing x (T, K) per block of ``block`` (|x - d q| <= d / 2
-    per element, plus the float32 rounding of x * id): (T, N) float64, with deq (N, K) the weights."""
+def quantization_bound(x, deq, block=32, has_min=False):
+    """Bound on |w @ x - (the int8 product)| from quantizing x (T, K) per block of ``block``:
+    (T, N) float64, with deq (N, K) the weights' values. Per block (d32 = amax / 127 in float32):
+    sum_j w_j (x_j - d32 q_j) <= amax / 254 * sum_j |w_j| (plus the float32 rounding of x * id); with
+    block 32 the scale is d = f16(d32) (``quantize_q8``), adding (d32 - d) * dw * S <= 127 |d32 - d|
+    * sum_j |dw c_j|; ``has_min`` (q4_1, q5_1: w_j = dw c_j + m) adds m (d32 sum(q) - s), s the
+    f16 block sum, and |dw c_j| <= |w_j| + |m|, with m the block's smallest value (gguf's and
+    llama.cpp's quantizers give the smallest element code 0, so m is one of deq's values)."""
     T, K = x.shape
-    amax = np.abs(x.astype(np.float64)).reshape(T, K // block, block).max(-1)  # (T, nb)
-    wabs = np.abs(deq.astype(np.float64)).reshape(deq.shape[0], K // block, block).sum(-1)  # (N, nb)
-    return (amax / 254 * (1 + 1e-6)) @ wabs.T
+    nb = K // block
+    amax = np.abs(x.astype(np.float64)).reshape(T, nb, block).max(-1)  # (T, nb)
+    wabs = np.abs(deq.astype(np.float64)).reshape(deq.shape[0], nb, block).sum(-1)  # (N, nb)
+    bound = (amax / 254 * (1 + 1e-6)) @ wabs.T
+    if block != 32:
+        return bound
+    q, d, s = quantize_q8(np.asarray(x, F32))
+    d32 = (amax.astype(F32) / F32(127)).astype(np.float64)
+    dd = np.abs(d32 - d)  # (T, nb): the f16 rounding of the scale
+    bound = bound + (127 * dd) @ wabs.T
+    if has_min:
+        m = np.abs(deq.astype(np.float64).reshape(deq.shape[0], nb, block).min(-1))  # (N, nb)
+        es = np.abs(d32 * q.sum(-1) - s.astype(np.float64))  # (T, nb): s's roundings, exact
+        bound = bound + (127 * block * dd + es) @ m.T
+    return bound
 
 
 def repack_r8(wq, dt, N, K):
@@ -119,9 +152,13 @@ K_BLOCK_BYTES = {"q4_k": 144, "q5_k": 176, "q6_k": 210}
 
 def quantize_q8k(x):
     """x float32 (T, K), K % 256 == 0 -> (codes int64 (T, K/256, 256), d float32 (T, K/256), sums of
-    each 16 codes int64 (T, K/256, 16)): as ``quantize_q8`` with one scale a super-block of 256."""
+    each 16 codes int64 (T, K/256, 16)): llama.cpp's q8_K (quantize_row_q8_K_ref): codes as
+    ``quantize_q8``'s over a super-block of 256, d = 1 / (127 / amax) in float32 (not rounded)."""
     T, K = x.shape
-    q, d, _ = quantize_q8(x, 256)
+    q, _, inv, bad, ok = _codes(x, 256)
+    with np.errstate(all="ignore"):
+        d = np.where(ok, F32(1) / np.where(ok, inv, F32(1)), F32(0)).astype(F32)
+    d[bad] = np.nan
     return q, d, q.reshape(T, K // 256, 16, 16).sum(-1)
 
 

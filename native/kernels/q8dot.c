@@ -4,11 +4,12 @@
  * y (T, N) = (accumulate ? y : 0) + w (N, K) @ x (T, K)^T for w of type q8_0, q4_0, q4_1, q5_0 or q5_1.
  *
  * 1. Each x row is quantized once per call, per block b of 32:
- *      amax = max |x_j|;  d_b = amax / 127;  q_j = rint(x_j * (127 / amax))  (nearest, ties even);
- *      s_b = d_b * (float)sum_j q_j        (q8_1's block sum, used by q4_1's min term);
+ *      amax = max |x_j|;  q_j = rint(x_j * (127 / amax))  (nearest, ties even);
+ *      d_b = f16(amax / 127);  s_b = f16((amax / 127) * (float)sum_j q_j)  (q8_1's block sum, used by
+ *      the min term of q4_1 / q5_1), f16() rounding to the nearest half, ties even (llama.cpp stores
+ *      d and s as f16: quantize_row_q8_0 / q8_1; the codes come from the unrounded scale);
  *    amax == 0 gives d = s = 0, q = 0; a NaN or inf in the block gives d = s = NaN (the token's
- *    results are NaN, as a float product would be). d and s stay float32 (llama.cpp rounds them
- *    to f16; keeping f32 is more accurate and costs nothing here).
+ *    results are NaN, as a float product would be).
  * 2. Per weight row n, token t, block b: the exact integer dot product of the block's 32 weight
  *    codes (q8_0: qs; q4_0: nibble - 8; q4_1: nibble; q5_0: 5-bit code - 16; q5_1: 5-bit code) with q,
  *    S_b = sum_j w_j q_j  (int32);
@@ -71,9 +72,9 @@ static inline void quantize_block(const float *x, int8_t *q, float *d, float *s,
     __m256i p8 = _mm256_packs_epi16(p16a, p16b);
     p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256((__m256i *)q, p8);
-    *d = amax / 127.0f;
     *qsum = _mm_cvtsi128_si32(s4);
-    *s = *d * (float)*qsum;
+    *s = xi_f16_round(amax / 127.0f * (float)*qsum);
+    *d = xi_f16_round(amax / 127.0f);
 }
 #else
 static inline void quantize_block(const float *x, int8_t *q, float *d, float *s, int32_t *qsum)
@@ -97,9 +98,9 @@ static inline void quantize_block(const float *x, int8_t *q, float *d, float *s,
         q[j] = (int8_t)(int32_t)rintf(x[j] * id); /* default rounding mode: nearest, ties even */
         sum += q[j];
     }
-    *d = amax / 127.0f;
     *qsum = sum;
-    *s = *d * (float)sum;
+    *s = xi_f16_round(amax / 127.0f * (float)sum);
+    *d = xi_f16_round(amax / 127.0f);
 }
 #endif
 

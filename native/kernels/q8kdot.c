@@ -5,7 +5,8 @@
  * multiple of 256.
  *
  * 1. Each x row is quantized once per call, per super-block b of 256 (q8_K):
- *      amax = max |x_j|;  d_b = amax / 127;  q_j = rint(x_j * (127 / amax))  (nearest, ties even);
+ *      amax = max |x_j|;  id = 127 / amax;  q_j = rint(x_j * id)  (nearest, ties even);  d_b = 1 / id
+ *      (quantize_row_q8_K_ref's d = 1 / iscale; its codes have the sign of -max: the same products);
  *      and the codes' sums over each 16 elements, bs_b[k] (k = 0..15);
  *    amax == 0 gives d = 0, q = 0; a NaN or inf in the super-block gives d = NaN (the token's
  *    results are NaN). d stays float32.
@@ -95,7 +96,7 @@ static inline void quantize_k_block(const float *x, int8_t *q, float *d, int32_t
         bs[k] = sum;
     }
 #endif
-    *d = amax / 127.0f;
+    *d = 1.0f / id; /* llama.cpp's 1 / iscale (its iscale = -127 / max carries the sign of the codes) */
 }
 
 static void quantize_k_rows(const float *x, long T, long K, int8_t *q, float *d, int32_t *bs)

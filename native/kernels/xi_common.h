@@ -51,6 +51,33 @@ static inline float xi_h2f(uint16_t h)
 #endif
 }
 
+/* x rounded to the nearest IEEE half (ties to even; overflow -> inf, NaN kept), as a float: what
+ * llama.cpp's GGML_CPU_FP32_TO_FP16 then FP16_TO_FP32 give (F16C _cvtss_sh with rounding 0). */
+static inline float xi_f16_round(float x)
+{
+#ifdef __F16C__
+    return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+#else
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    const uint32_t sign = bits & 0x80000000u, a = bits & 0x7fffffffu;
+    uint16_t h;
+    if (a >= 0x7f800000u) {
+        h = (uint16_t)((sign >> 16) | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
+    } else if (a >= 0x477ff000u) { /* >= 65520: rounds to inf */
+        h = (uint16_t)((sign >> 16) | 0x7c00u);
+    } else if (a < 0x38800000u) { /* below 2^-14: a subnormal half (or zero), step 2^-24 */
+        float f;
+        memcpy(&f, &a, 4);
+        h = (uint16_t)((sign >> 16) | (uint16_t)rintf(f * 16777216.0f)); /* exact scaling, rint ties even */
+    } else {
+        const uint32_t m = a + 0xfffu + ((a >> 13) & 1u); /* round the 13 dropped bits, ties to even */
+        h = (uint16_t)((sign >> 16) | ((m - 0x38000000u) >> 13));
+    }
+    return xi_h2f_bits(h);
+#endif
+}
+
 static inline uint16_t xi_rd16(const uint8_t *p)
 {
     uint16_t v;
