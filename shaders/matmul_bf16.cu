@@ -1,3 +1,3 @@
-#include "xi_kquant.cuh"
-// w (N, K) bf16, x (T, K) f32 -> y (T, N) f32 (see xi_kquant.cuh).
-XK_MATMUL(bf16, XI_BF16)
+#include "xi_entries.cuh"
+// w (N, K) bf16, x (T, K) f32 -> y (T, N) f32 (see xi_mvc.cuh, xi_kquant.cuh; entries: xi_entries.cuh).
+XI_MATMUL_ENTRIES(bf16, XI_BF16)

@@ -1,3 +1,3 @@
-#include "xi_kquant.cuh"
-// w (N, K) q4_k, x (T, K) f32 -> y (T, N) f32 (see xi_kquant.cuh).
-XK_MATMUL(q4_k, XI_Q4_K)
+#include "xi_entries.cuh"
+// w (N, K) q4_k, x (T, K) f32 -> y (T, N) f32 (see xi_mvc.cuh, xi_kquant.cuh; entries: xi_entries.cuh).
+XI_MATMUL_ENTRIES(q4_k, XI_Q4_K)

@@ -1,3 +1,3 @@
-#include "xi_kquant.cuh"
-// w (N, K) q5_0, x (T, K) f32 -> y (T, N) f32 (see xi_kquant.cuh).
-XK_MATMUL(q5_0, XI_Q5_0)
+#include "xi_entries.cuh"
+// w (N, K) q5_0, x (T, K) f32 -> y (T, N) f32 (see xi_mvc.cuh, xi_kquant.cuh; entries: xi_entries.cuh).
+XI_MATMUL_ENTRIES(q5_0, XI_Q5_0)

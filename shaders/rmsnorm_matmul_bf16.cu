@@ -1,3 +1,3 @@
-#include "xi_kquant.cuh"
-// w (N, K) bf16, x (T, K) f32, norm (K) f32 -> y (T, N) f32 RW: matmul of rmsnorm(x) * norm (see xi_kquant.cuh).
-XK_RMSNORM_MATMUL(bf16, XI_BF16)
+#include "xi_entries.cuh"
+// w (N, K) bf16, x (T, K) f32, norm (K) f32 -> y (T, N) f32 RW: matmul of rmsnorm(x) * norm (xi_mvc.cuh).
+XI_RMSNORM_MATMUL_ENTRIES(bf16, XI_BF16)

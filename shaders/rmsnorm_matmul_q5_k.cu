@@ -1,3 +1,3 @@
-#include "xi_kquant.cuh"
-// w (N, K) q5_k, x (T, K) f32, norm (K) f32 -> y (T, N) f32 RW: matmul of rmsnorm(x) * norm (see xi_kquant.cuh).
-XK_RMSNORM_MATMUL(q5_k, XI_Q5_K)
+#include "xi_entries.cuh"
+// w (N, K) q5_k, x (T, K) f32, norm (K) f32 -> y (T, N) f32 RW: matmul of rmsnorm(x) * norm (xi_mvc.cuh).
+XI_RMSNORM_MATMUL_ENTRIES(q5_k, XI_Q5_K)

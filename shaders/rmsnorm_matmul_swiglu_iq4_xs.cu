@@ -1,3 +1,4 @@
-#include "xi_kquant.cuh"
-// w (2N, K) iq4_xs, x (T, K) f32, norm (K) f32 -> y (T, N) f32: silu(gate) * up of rmsnorm(x) * norm (see xi_kquant.cuh).
-XK_RMSNORM_MATMUL_SWIGLU(iq4_xs, XI_IQ4_XS)
+#include "xi_entries.cuh"
+// w (2N, K) iq4_xs (gate rows, then up rows), x (T, K) f32, norm (K) f32 -> y (T, N) f32:
+// silu(gate . h) * (up . h) with h = rmsnorm(x) * norm (xi_mvc.cuh).
+XI_SWIGLU_ENTRIES(iq4_xs, XI_IQ4_XS)

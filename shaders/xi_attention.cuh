@@ -1,11 +1,25 @@
 #pragma once
 // Attention of one token over one kv head's cache, for up to XI_ATT_GMAX of that kv head's query heads
 // (GQA: query heads h0 .. h0+gn-1 read the same k/v rows, so a key's rows are loaded once for all of
-// them). The one body of attention.cu and attention_batched.cu: a row of either is bit-identical to
-// the other, by construction.
+// them). The one body of attention.cu, attention_batched.cu and their f16-cache twins: a row of either
+// is bit-identical to the other, by construction.
 //
-// A block of 256 threads (8 warps); the keys 0..p in chunks of 32, chunk c to warp c % 8 (flash
-// decoding within the block). In a chunk, lane j owns key 32c + j:
+// Split-K (flash decoding, Dao et al. 2023). A row attending keys 0..p cuts them into segments of
+// xi_att_seg_keys(p) keys (512, doubled as often as needed to keep at most XI_ATT_SEGS_MAX segments): a
+// function of p and of these constants only, never of T, of the batch or of the device. Each segment's
+// partial (max m, sum l, unnormalized p @ V r) per (head, dim) is computed the same way wherever it
+// runs, and the partials are merged in segment order by xi_att_merge (online: running max, rescale).
+// The launch (_launch.attention_launch) then only decides where the segments run:
+//   - S == 1 (grid.y == n_kv): a block walks all the segments of its row and merges them in registers;
+//   - S > 1 (grid.y == n_kv * S, T <= XI_ATT_SPLIT_T_MAX): block s of a row runs segments s, s + S', ...
+//     (S' = min(S, segments)) and writes their partials to the workspace; the last of those S' blocks
+//     to finish (an atomic counter, zeroed before the launch, reset by that block) merges them.
+// Both give a (token, head) the same bits: the result never depends on the other tokens or heads of the
+// launch, nor on S. With one segment (p < 512) the result is that of the single-pass kernel before
+// split-K (one segment, merged with the initial state, is r * (1 / l) exactly).
+//
+// A segment: a block of 256 threads (8 warps); its keys in chunks of 32, chunk c to warp c % 8. In a
+// chunk, lane j owns key 32c + j:
 //   - scores: lane j's dot product of its k row with each query head (q staged in shared memory),
 //     in 4 partial sums over d % 4, added as (s0 + s1) + (s2 + s3);
 //   - online softmax per head over the chunk: warp max, a rescale of the running state, exp, warp sum;
@@ -13,11 +27,24 @@
 // Then the 8 warps' states of each head are merged through shared memory in warp order. Each head's
 // arithmetic is its own (explicit fmaf, fixed order), the same whichever heads share its block: the
 // host may group heads per block as suits the grid (_launch.attention_grid) without changing a bit.
+//
+// KV: float (an f32 cache) or uint16_t (an f16 cache: IEEE half bits, converted exactly to f32 as they
+// are loaded; all arithmetic in f32).
 #include "xi_common.cuh"
 
 #define XI_ATT_WARPS 8
 #define XI_ATT_MAXD 8  // head_dim / 32 per lane, at most
 #define XI_ATT_GMAX 4  // query heads a block, at most
+// the split-K constants: ops/_attention_split.py (SEG_KEYS, SEGS_MAX, SPLIT_T_MAX) mirrors them
+#define XI_ATT_SEG_KEYS 512
+#define XI_ATT_SEGS_MAX 32
+#define XI_ATT_SPLIT_T_MAX 8
+
+// Keys a segment of a row attending keys 0..p (p >= 0): 512 * ceil((p + 1) / (512 * XI_ATT_SEGS_MAX)).
+__device__ __forceinline__ int xi_att_seg_keys(int p) {
+    const int per = XI_ATT_SEG_KEYS * XI_ATT_SEGS_MAX;
+    return XI_ATT_SEG_KEYS * (int)(((long long)p + per) / per);
+}
 
 struct __align__(16) xi_att_smem {
     float q[XI_ATT_GMAX][32 * XI_ATT_MAXD];
@@ -25,15 +52,35 @@ struct __align__(16) xi_att_smem {
     float acc[XI_ATT_WARPS][XI_ATT_GMAX][32 * XI_ATT_MAXD];
 };
 
-// qv: query head h0 of the token (head g at qv + g*hd); kb, vb: key 0's k and v rows of the kv head
-// (key j at + j*kv_row); keys 0..p (p >= 0); o: output head h0 (head g at o + g*hd); gn <= G heads.
-template <int D, int G>  // head_dim / 32 per lane (rounded up), heads at most
-__device__ __forceinline__ void xi_attend_heads(const float *__restrict__ qv, const float *__restrict__ kb,
-                                                const float *__restrict__ vb, size_t_ kv_row, int p, int hd, int gn,
-                                                float scale, float *__restrict__ o, xi_att_smem &sm) {
+__device__ __forceinline__ float xi_kv1(const float *p) { return *p; }
+__device__ __forceinline__ float xi_kv1(const uint16_t *p) { return xi_h2f(*p); }
+__device__ __forceinline__ float4 xi_kv4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+__device__ __forceinline__ float4 xi_kv4(const uint16_t *p) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+    return make_float4(xi_h2f((uint16_t)(u.x & 0xffffu)), xi_h2f((uint16_t)(u.x >> 16)),
+                       xi_h2f((uint16_t)(u.y & 0xffffu)), xi_h2f((uint16_t)(u.y >> 16)));
+}
+
+// Merge the partial (m, l, r) of the next segment into the running state (M, L, R); the state starts at
+// (-inf, 0, 0), so the first merge gives (m, l, r) exactly. Explicit roundings: no contraction differs
+// between the two places that call it.
+__device__ __forceinline__ void xi_att_merge(float &M, float &L, float &R, float m, float l, float r) {
+    const float mn = fmaxf(M, m);
+    const float a = M == -XI_INF ? 0.0f : expf(M - mn);
+    const float b = m == -XI_INF ? 0.0f : expf(m - mn);
+    L = __fmaf_rn(L, a, __fmul_rn(l, b));
+    R = __fmaf_rn(R, a, __fmul_rn(r, b));
+    M = mn;
+}
+
+// One segment: keys 0..n-1 (n >= 1) of kb/vb (key j at + j*kv_row) for the gn <= G heads whose q is in
+// sm.q; thread idx < gn * hd gets the partial (pm, pl, pr) of head idx / hd, dim idx % hd (one element
+// a thread: G * 32 * D == 256 for every entry). vec: k rows read 4 values at a time.
+template <int D, int G, typename KV>
+__device__ __forceinline__ void xi_att_segment(const KV *__restrict__ kb, const KV *__restrict__ vb, size_t_ kv_row,
+                                               int n, int hd, int gn, float scale, bool vec, xi_att_smem &sm,
+                                               float &pm, float &pl, float &pr) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int i = threadIdx.x; i < gn * hd; i += blockDim.x) sm.q[i / hd][i % hd] = qv[i];
-    __syncthreads();
     float acc[G][D], m[G], ls[G];
 #pragma unroll
     for (int g = 0; g < G; g++) {
@@ -42,23 +89,20 @@ __device__ __forceinline__ void xi_attend_heads(const float *__restrict__ qv, co
         m[g] = -XI_INF;
         ls[g] = 0.0f;
     }
-    // k rows 16-byte aligned (head_dim % 4 == 0): the scores read k a float4 at a time; else a float
-    // at a time, the same sums
-    const bool vec = (hd & 3) == 0 && ((size_t_)kb & 15) == 0;
-    for (int c0 = warp * 32; c0 <= p; c0 += XI_ATT_WARPS * 32) {
-        const int j = c0 + lane, nk = min(32, p - c0 + 1);
-        // scores of key j (lanes past p: -inf)
+    for (int c0 = warp * 32; c0 < n; c0 += XI_ATT_WARPS * 32) {
+        const int j = c0 + lane, nk = min(32, n - c0);
+        // scores of key j (lanes past the segment: -inf)
         float s[G];
         {
             float a[G][4];
 #pragma unroll
             for (int g = 0; g < G; g++) a[g][0] = a[g][1] = a[g][2] = a[g][3] = 0.0f;
             if (lane < nk) {
-                const float *kr = kb + (size_t_)j * kv_row;
+                const KV *kr = kb + (size_t_)j * kv_row;
                 if (vec) {
 #pragma unroll 4
                     for (int d = 0; d < hd; d += 4) {
-                        const float4 k4 = *reinterpret_cast<const float4 *>(kr + d);
+                        const float4 k4 = xi_kv4(kr + d);
 #pragma unroll
                         for (int g = 0; g < G; g++) {
                             const float4 q4 = *reinterpret_cast<const float4 *>(&sm.q[g][d]);
@@ -73,7 +117,7 @@ __device__ __forceinline__ void xi_attend_heads(const float *__restrict__ qv, co
 #pragma unroll
                         for (int u = 0; u < 4; u++) {
                             if (d + u >= hd) break;
-                            const float kd = kr[d + u];
+                            const float kd = xi_kv1(kr + d + u);
 #pragma unroll
                             for (int g = 0; g < G; g++) a[g][u] = __fmaf_rn(sm.q[g][d + u], kd, a[g][u]);
                         }
@@ -98,7 +142,7 @@ __device__ __forceinline__ void xi_attend_heads(const float *__restrict__ qv, co
             m[g] = mn;
         }
         // p @ V over the chunk's keys in order
-        const float *vr = vb + (size_t_)c0 * kv_row;
+        const KV *vr = vb + (size_t_)c0 * kv_row;
 #pragma unroll 8
         for (int jj = 0; jj < 32; jj++) {
             if (jj >= nk) break;
@@ -106,7 +150,7 @@ __device__ __forceinline__ void xi_attend_heads(const float *__restrict__ qv, co
 #pragma unroll
             for (int i = 0; i < D; i++) {
                 const int d = lane + 32 * i;
-                vv[i] = d < hd ? vr[(size_t_)jj * kv_row + d] : 0.0f;
+                vv[i] = d < hd ? xi_kv1(vr + (size_t_)jj * kv_row + d) : 0.0f;
             }
 #pragma unroll
             for (int g = 0; g < G; g++) {
@@ -127,7 +171,8 @@ __device__ __forceinline__ void xi_attend_heads(const float *__restrict__ qv, co
         for (int i = 0; i < D; i++) sm.acc[warp][g][lane + 32 * i] = acc[g][i];
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < gn * hd; idx += blockDim.x) {
+    const int idx = threadIdx.x;
+    if (idx < gn * hd) {
         const int g = idx / hd, d = idx - g * hd;
         float M = -XI_INF;
 #pragma unroll
@@ -139,43 +184,166 @@ __device__ __forceinline__ void xi_attend_heads(const float *__restrict__ qv, co
             L = __fmaf_rn(sm.l[w][g], fw, L);
             r = __fmaf_rn(sm.acc[w][g][d], fw, r);
         }
-        o[idx] = r * (1.0f / L);
+        pm = M;
+        pl = L;
+        pr = r;
     }
+    __syncthreads();  // the next segment (or run) rewrites the shared state
 }
 
-// The block's share of its kv head's query heads: gridDim.z blocks split the group of n_head / n_kv
-// heads into runs of ceil(group / gridDim.z); *h0 gets the first head, the result is how many (0: none).
-__device__ __forceinline__ int xi_att_heads(int n_head, int n_kv, int *h0) {
+// The block's kv head and share of its query heads: grid.y = n_kv * S (S split-K blocks a kv head,
+// *s gets this block's index among them), gridDim.z blocks split the group of n_head / n_kv heads into
+// runs of ceil(group / gridDim.z); *h0 gets the first head, the result is how many (0: none).
+__device__ __forceinline__ int xi_att_heads(int n_head, int n_kv, int *h0, int *kvh, int *s) {
+    const int S = max(1, (int)gridDim.y / n_kv);
+    *kvh = blockIdx.y / S;
+    *s = blockIdx.y - *kvh * S;
     const int group = n_head / n_kv, per = (group + gridDim.z - 1) / gridDim.z;
     const int g0 = blockIdx.z * per;
-    *h0 = blockIdx.y * group + g0;
+    *h0 = *kvh * group + g0;
     return min(per, group - g0);
 }
 
-// Token row of out for heads h0.. (gn of them): keys 0..p of kb/vb, or zeros where p < 0, NaN where the
-// shape is beyond the entry (head_dim > 32 * D, or more heads than a block runs). The heads run G at a
-// time (a key's rows are read once a run); a head's arithmetic is the same in any run. One entry point
-// per D (the host picks it by head_dim, _launch.attention_launch): instantiated together in one
-// kernel, the wide ones' registers would cost the narrow ones occupancy and spills.
-template <int D, int G>
-__device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const float *__restrict__ kb,
-                                          const float *__restrict__ vb, size_t_ kv_row, int p, int hd, int gn,
-                                          float scale, float *__restrict__ o) {
+// Token t's output heads h0.. (gn of them, o) over keys 0..p of kb/vb: zeros where p < 0, NaN where the
+// shape is beyond the entry (head_dim > 32 * D, more heads than a block runs, or a split launch past
+// XI_ATT_SPLIT_T_MAX tokens). s, S: this block's index among the S split-K blocks of its row (see the
+// top); part: this (t, h0)'s partials, head g's segment i at part + (g * XI_ATT_SEGS_MAX + i) * (hd + 2)
+// as (m, l, r[hd]); count: its counter. The heads run G at a time (a key's rows are read once a run).
+// One entry point per D (the host picks it by head_dim, _launch.attention_launch): instantiated
+// together in one kernel, the wide ones' registers would cost the narrow ones occupancy and spills.
+template <int D, int G, typename KV>
+__device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV *__restrict__ kb,
+                                          const KV *__restrict__ vb, size_t_ kv_row, int p, int hd, int gn,
+                                          float scale, float *__restrict__ o, int t, int s, int S,
+                                          float *__restrict__ part, int *__restrict__ count) {
     __shared__ xi_att_smem sm;
-    if (p < 0 || hd > 32 * D || gn > XI_ATT_GMAX) {
-        for (int d = threadIdx.x; d < gn * hd; d += blockDim.x) o[d] = p < 0 ? 0.0f : XI_NAN;
+    __shared__ int is_last;
+    if (p < 0 || hd > 32 * D || gn > XI_ATT_GMAX || (S > 1 && t >= XI_ATT_SPLIT_T_MAX)) {
+        if (s == 0)
+            for (int d = threadIdx.x; d < gn * hd; d += blockDim.x) o[d] = p < 0 ? 0.0f : XI_NAN;
         return;
     }
+    const int seg = xi_att_seg_keys(p), nseg = (int)(((long long)p + seg) / seg);
+    const int parts = min(S, nseg);  // the blocks of this row with segments to run
+    if (s >= parts) return;
+    const bool direct = parts == 1;  // this block runs every segment: merged in registers
+    // k rows 16-byte aligned for f32, 8 for f16 (head_dim % 4 == 0): the scores read k 4 values at a
+    // time; else one at a time, the same sums
+    const bool vec = (hd & 3) == 0 && ((size_t_)kb & (4 * sizeof(KV) - 1)) == 0;
+    const int idx = threadIdx.x;  // (head idx / hd of the run, dim idx % hd)
     for (int g = 0; g < gn; g += G) {
-        if (g) __syncthreads();  // the previous run's merge has read the shared memory (and q)
-        const size_t_ off = (size_t_)g * hd;
-        xi_attend_heads<D, G>(qv + off, kb, vb, kv_row, p, hd, min(G, gn - g), scale, o + off, sm);
+        const int gr = min(G, gn - g);
+        for (int i = idx; i < gr * hd; i += blockDim.x) sm.q[i / hd][i % hd] = qv[(size_t_)g * hd + i];
+        __syncthreads();
+        float M = -XI_INF, L = 0.0f, R = 0.0f;
+        for (int i = s; i < nseg; i += parts) {
+            const size_t_ k0 = (size_t_)i * seg;
+            float pm = 0.0f, pl = 0.0f, pr = 0.0f;
+            xi_att_segment<D, G, KV>(kb + k0 * kv_row, vb + k0 * kv_row, kv_row, min(seg, p + 1 - i * seg), hd, gr,
+                                     scale, vec, sm, pm, pl, pr);
+            if (idx < gr * hd) {
+                if (direct) {
+                    xi_att_merge(M, L, R, pm, pl, pr);
+                } else {
+                    const int gi = idx / hd, d = idx - gi * hd;
+                    float *w = part + ((size_t_)(g + gi) * XI_ATT_SEGS_MAX + i) * (hd + 2);
+                    if (d == 0) {
+                        w[0] = pm;
+                        w[1] = pl;
+                    }
+                    w[2 + d] = pr;
+                }
+            }
+        }
+        if (direct && idx < gr * hd) o[(size_t_)g * hd + idx] = R * (1.0f / L);
+    }
+    if (direct) return;
+    // the last of the row's blocks to finish merges the partials of every segment in order
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int done = atomicAdd(count, 1);
+        is_last = done == parts - 1;
+        if (is_last) atomicExch(count, 0);  // ready for the next launch
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    for (int e = idx; e < gn * hd; e += blockDim.x) {
+        const int g = e / hd, d = e - g * hd;
+        float M = -XI_INF, L = 0.0f, R = 0.0f;
+        for (int i = 0; i < nseg; i++) {
+            const float *w = part + ((size_t_)g * XI_ATT_SEGS_MAX + i) * (hd + 2);
+            xi_att_merge(M, L, R, __ldcg(w), __ldcg(w + 1), __ldcg(w + 2 + d));
+        }
+        o[e] = R * (1.0f / L);
     }
 }
 
+// attention (attention.cu, attention_f16.cu): q (T, n_head, hd) f32 (row t at t*q_stride), k, v (ctx,
+// n_kv, hd) KV, pos (T) i32 -> out (T, n_head, hd); part, count: the split-K workspace (see the top).
+// Query row t attends keys 0..pos[t] inclusive (pos clamped to ctx - 1; window > 0: only keys j with
+// pos[t] - j < window, i.e. the cache from row pos[t] - window + 1); query head h reads kv head
+// h / (n_head / n_kv) (GQA); pos[t] < 0 gives a zero row. Grid (T, n_kv * S, z): block (t, kvh * S + s,
+// z) runs split-K share s of the z-th share of kv head kvh's query heads (xi_att_heads), 256 threads.
+template <int D, int G, typename KV>
+__device__ __forceinline__ void attention_body(const float *__restrict__ q, const KV *__restrict__ k,
+                                               const KV *__restrict__ v, const int32_t *__restrict__ pos,
+                                               float *__restrict__ out, float *__restrict__ part,
+                                               int32_t *__restrict__ count, const xi_attention_c &c) {
+    const int t = blockIdx.x, hd = c.head_dim, S = max(1, (int)gridDim.y / c.n_kv);
+    int h0, kvh, s;
+    const int gn = xi_att_heads(c.n_head, c.n_kv, &h0, &kvh, &s);
+    if (gn <= 0) return;
+    int p = pos[t];
+    if (p >= c.ctx) p = c.ctx - 1;
+    const int w0 = (c.window > 0 && p >= c.window) ? p - c.window + 1 : 0;  // sliding window: keys w0..p
+    p -= w0;
+    const size_t_ kv_row = (size_t_)c.n_kv * hd, kvo = (size_t_)w0 * kv_row + (size_t_)kvh * hd;
+    const size_t_ th = (size_t_)t * c.n_head + h0;
+    xi_attend<D, G, KV>(q + (size_t_)t * c.q_stride + (size_t_)h0 * hd, k + kvo, v + kvo, kv_row, p, hd, gn, c.scale,
+                        out + th * hd, t, s, S, part + th * XI_ATT_SEGS_MAX * (hd + 2), count + th);
+}
+
+// attention_batched (attention_batched.cu, attention_batched_f16.cu): q (T, n_head, hd) f32 (row t at
+// t*q_stride), k, v (rows, n_kv, hd) KV, first, last (T) i32 -> out (T, n_head, hd); part, count as
+// attention's. Query row t attends key rows first[t]..last[t] inclusive (last clamped to rows - 1;
+// window > 0: first raised to last - window + 1); first < 0 or last < first gives a zero row. Query
+// head h reads kv head h / (n_head / n_kv) (GQA). attention over the cache starting at row first[t]
+// (the same body), so a row is bit-identical to attention with pos = last - first on that cache.
+template <int D, int G, typename KV>
+__device__ __forceinline__ void attention_batched_body(const float *__restrict__ q, const KV *__restrict__ k,
+                                                       const KV *__restrict__ v, const int32_t *__restrict__ first,
+                                                       const int32_t *__restrict__ last, float *__restrict__ out,
+                                                       float *__restrict__ part, int32_t *__restrict__ count,
+                                                       const xi_attention_batched_c &c) {
+    const int t = blockIdx.x, hd = c.head_dim, S = max(1, (int)gridDim.y / c.n_kv);
+    int h0, kvh, s;
+    const int gn = xi_att_heads(c.n_head, c.n_kv, &h0, &kvh, &s);
+    if (gn <= 0) return;
+    int f = first[t];
+    int l = last[t];
+    if (l >= c.rows) l = c.rows - 1;
+    if (c.window > 0 && f >= 0 && l - f >= c.window) f = l - c.window + 1;  // sliding window
+    const int p = (f < 0 || l < f) ? -1 : l - f;
+    const size_t_ kv_row = (size_t_)c.n_kv * hd;
+    const size_t_ kvo = (p < 0 ? 0 : (size_t_)f * kv_row) + (size_t_)kvh * hd;
+    const size_t_ th = (size_t_)t * c.n_head + h0;
+    xi_attend<D, G, KV>(q + (size_t_)t * c.q_stride + (size_t_)h0 * hd, k + kvo, v + kvo, kv_row, p, hd, gn, c.scale,
+                        out + th * hd, t, s, S, part + th * XI_ATT_SEGS_MAX * (hd + 2), count + th);
+}
+
 // The entry points of a kernel: NAME (head_dim <= 64, the query heads of a block in one run), NAME_d4
-// (<= 128, runs of 2), NAME_d8 (<= 256, a head at a time), each calling BODY<D, G>(args...).
-#define XI_ATT_ENTRIES(NAME, BODY, PARAMS, ARGS)                                                         \
-    extern "C" __global__ void __launch_bounds__(256, 2) NAME PARAMS { xi_grid_begin(); BODY<2, XI_ATT_GMAX> ARGS; } \
-    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d4 PARAMS { xi_grid_begin(); BODY<4, 2> ARGS; }      \
-    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d8 PARAMS { xi_grid_begin(); BODY<8, 1> ARGS; }
+// (<= 128, runs of 2), NAME_d8 (<= 256, a head at a time), each calling BODY<D, G, KV>(args...).
+#define XI_ATT_ENTRIES(NAME, BODY, KV, PARAMS, ARGS)                                                          \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME PARAMS { xi_grid_begin(); BODY<2, XI_ATT_GMAX, KV> ARGS; } \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d4 PARAMS { xi_grid_begin(); BODY<4, 2, KV> ARGS; }      \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d8 PARAMS { xi_grid_begin(); BODY<8, 1, KV> ARGS; }
+
+#define XI_ATT_PARAMS(KV) \
+    (const float *__restrict__ q, const KV *__restrict__ k, const KV *__restrict__ v, const int32_t *__restrict__ pos, \
+     float *__restrict__ out, float *__restrict__ part, int32_t *__restrict__ count, xi_attention_c c)
+#define XI_ATT_BATCHED_PARAMS(KV)                                                                               \
+    (const float *__restrict__ q, const KV *__restrict__ k, const KV *__restrict__ v,                            \
+     const int32_t *__restrict__ first, const int32_t *__restrict__ last, float *__restrict__ out,              \
+     float *__restrict__ part, int32_t *__restrict__ count, xi_attention_batched_c c)

@@ -23,6 +23,13 @@ __device__ __forceinline__ float xi_h2f(uint16_t h) {
     return f;
 }
 
+// float -> IEEE half bits, rounded to nearest even (cvt.rn.f16.f32; numpy's astype(float16)).
+__device__ __forceinline__ uint16_t xi_f2h(float f) {
+    uint16_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
 __device__ __forceinline__ float xi_warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -24,3 +24,8 @@ struct xi_rmsnorm_add_c { int32_t rows; int32_t dim; float eps; };
 struct xi_geglu_c { int32_t rows; int32_t n; };
 struct xi_bias_add_c { int32_t rows; int32_t n; };
 struct xi_softcap_c { int32_t n; float cap; };
+struct xi_dequantize_f16_c { int32_t n; };
+struct xi_to_f16_c { int32_t rows; int32_t dim; };
+struct xi_rmsnorm_f16_c { int32_t rows; int32_t dim; float eps; };
+struct xi_unscale_add_c { int32_t rows; int32_t n; int32_t y_stride; int32_t accumulate; };
+struct xi_swiglu_unscale_c { int32_t rows; int32_t n; };

@@ -16,27 +16,43 @@
 // rows run one token at a time -- where a weight row fits the stage (xi_mvc_rows > 0 at T > 1:
 // row bytes <= 32736, half that with GLU; e.g. q4_1 K <= 52377, f16 K <= 16368). Longer rows run
 // other kernels at T > 1 (xi_quant.cuh's xi_matmul, or xi_mvc_scalar), which sum in other orders.
+//
+// The formats of xi_kquant.cuh (q5_0, q5_1, iq4_nl, the K-quants, iq4_xs, bf16) run here too, through
+// their XiMv (a lane's 8 weights of a 32-element group, dequantized as gguf rounds them), and at
+// T == 1 they run the staged kernel as well (xi_mvc_staged1): their lanes' loads are small and
+// scattered (4-10 words a group), which the 16-byte staging loads turn into one coalesced pass.
 #pragma once
-#include "xi_quant.cuh"
+#include "xi_kquant.cuh"
 
 #define XI_MVC_BYTES 32768   // staged weight bytes a CTA (8 16-byte loads a thread)
 #define XI_MVC_SPREAD 264    // 1 < T <= 8: rows spread so ~2 CTAs per SM (132 SMs) have work
 #define XI_MVC_TG 8          // tokens a CTA (grid.y = ceil(T / XI_MVC_TG)): one a warp
 
+// Whether T == 1 runs the staged kernel (where a row fits its stage, xi_mvc_rows > 0) rather than
+// xi_mv1: the types of xi_kquant.cuh. backends/cuda/_launch.py repeats this rule (STAGED1_TYPES).
+__host__ __device__ constexpr bool xi_mvc_staged1(int type) { return type >= XI_Q5_0; }
+
 __host__ __device__ constexpr long long xi_row_bytes_of(int type, int k) {
-    return type == XI_F32 ? 4LL * k : type == XI_F16 ? 2LL * k : (long long)(k / 32) * xi_block_bytes(type);
+    return type == XI_F32 ? 4LL * k : type == XI_F16 ? 2LL * k
+         : type >= XI_Q5_0 ? (long long)(k / xk_block_elems(type)) * xk_block_bytes(type)
+         : (long long)(k / 32) * xi_block_bytes(type);
 }
 
-// Rows a CTA owns: the largest of 16, 8, 4, 2, 1 under the stage (half of it each for the two
-// GLU regions) and under the want: T == 1: 8 (a row a warp), 16 when N >= 16384; 1 < T <= 8: N
-// spread over ~2 CTAs per SM; T > 8: 8; GLU at most 8. 0: one row does not fit the stage (matmul_DT then runs its
-// older kernels). backends/cuda/_launch.py repeats this rule for the grid.
+
+// Rows a CTA owns: the largest of 32, 16, 8, 4, 2, 1 under the stage (half of it each for the two
+// GLU regions) and under the want: T == 1: 8 (a row a warp), 16 when N >= 16384 (32 for the
+// xi_mvc_staged1 types, whose T == 1 runs here); 1 < T <= 8: N spread over ~2 CTAs per SM; T > 8: 8;
+// at most 16, and 8 for GLU and for the xi_mvc_staged1 types at T > 1 (their wider decode spills at
+// 16 accumulators a warp; at T == 1 a warp holds RB / 8 of them). 0: one row does not fit the stage
+// (matmul_DT then runs its older kernels). backends/cuda/_launch.py repeats this rule for the grid.
 __host__ __device__ inline int xi_mvc_rows(int type, int n, int k, int t, int glu) {
     const long long rb = xi_row_bytes_of(type, k), fit = ((XI_MVC_BYTES >> glu) - 32) / (rb > 0 ? rb : 1);
-    const long long want = t == 1 ? (n >= 16384 ? 16 : 8) : t <= 8 ? (n + XI_MVC_SPREAD - 1) / XI_MVC_SPREAD : 8;
+    const bool s1 = xi_mvc_staged1(type);
+    const long long want = t == 1 ? (n >= 16384 ? (s1 ? 32 : 16) : 8) : t <= 8 ? (n + XI_MVC_SPREAD - 1) / XI_MVC_SPREAD : 8;
+    const long long cap = glu ? 8 : s1 ? (t == 1 ? 32 : 8) : 16;  // registers (xi_mvc's accumulators)
     long long r = want < fit ? want : fit;
-    if (glu && r > 8) r = 8;  // registers: two accumulators a row
-    return r >= 16 ? 16 : r >= 8 ? 8 : r >= 4 ? 4 : r >= 2 ? 2 : (int)r;
+    if (r > cap) r = cap;
+    return r >= 32 ? 32 : r >= 16 ? 16 : r >= 8 ? 8 : r >= 4 ? 4 : r >= 2 ? 2 : (int)r;
 }
 
 // The block math every path of this file shares, so their sums agree bit for bit: a lane's 8
@@ -106,10 +122,12 @@ __device__ __forceinline__ void xi_mvc_scalar(const XiMvcArgs &a, int n0, int ro
     }
 }
 
-template <int TYPE, int RB, bool NORM, bool GLU>
+// ONE: T == 1 only (one token slot: warp w takes rows w, w + 8, ...), RB / 8 accumulators a warp
+// instead of RB, so RB may be 32 (xi_mvc_staged1 types; the same sums in the same order).
+template <int TYPE, int RB, bool NORM, bool GLU, bool ONE = false>
 __device__ __forceinline__ void xi_mvc(const XiMvcArgs &a, uint4 *stage) {
     typedef XiMv<TYPE> M;
-    constexpr int NL = XI_MVC_BYTES / 4096, NR = GLU ? 2 : 1;
+    constexpr int NL = XI_MVC_BYTES / 4096, NR = GLU ? 2 : 1, RW = ONE ? (RB + 7) / 8 : RB;
     const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5, s = lane & 3, bl = lane >> 2, nb = a.K >> 5;
     const int n0 = blockIdx.x * RB, tg0 = blockIdx.y * XI_MVC_TG;
     const int rows = a.N - n0 < RB ? a.N - n0 : RB, tn = a.T - tg0 < XI_MVC_TG ? a.T - tg0 : XI_MVC_TG;
@@ -148,11 +166,11 @@ __device__ __forceinline__ void xi_mvc(const XiMvcArgs &a, uint4 *stage) {
     const uint8_t *base[NR];
     base[0] = reinterpret_cast<const uint8_t *>(stage) + off[0];
     if (GLU) base[NR - 1] = reinterpret_cast<const uint8_t *>(stage) + 16 * n16[0] + off[NR - 1];
-    float acc[NR][RB];
+    float acc[NR][RW];  // acc[q][j]: row j (ONE: row rp + 8 j)
 #pragma unroll
     for (int q = 0; q < NR; q++)
 #pragma unroll
-        for (int r = 0; r < RB; r++) acc[q][r] = 0.0f;
+        for (int j = 0; j < RW; j++) acc[q][j] = 0.0f;
 #pragma unroll 2
     for (int b = bl; b < nb; b += 8) {
         float4 lo = __ldg(reinterpret_cast<const float4 *>(xt + b * 32 + 4 * s));
@@ -167,21 +185,23 @@ __device__ __forceinline__ void xi_mvc(const XiMvcArgs &a, uint4 *stage) {
 #pragma unroll
         for (int q = 0; q < NR; q++)
 #pragma unroll
-            for (int r = 0; r < RB; r++) {
-                if (r < rows && r % rs == rp) {
+            for (int j = 0; j < RW; j++) {
+                const int r = ONE ? rp + 8 * j : j;
+                if (r < rows && (ONE || r % rs == rp)) {
                     uint32_t rw[M::NW];
                     M::template raw<3>(base[q] + (size_t_)r * rb, b, s, rw);
                     float qv[8], d, m;
                     M::dec(rw, qv, d, m);
-                    acc[q][r] += xi_blk_part<TYPE>(qv, d, m, lo, hi, xs);
+                    acc[q][j] += xi_blk_part<TYPE>(qv, d, m, lo, hi, xs);
                 }
             }
     }
 #pragma unroll
-    for (int r = 0; r < RB; r++) {
-        if (r < rows && r % rs == rp) {
-            const float sg = xi_warp_sum(acc[0][r]);
-            const float su = GLU ? xi_warp_sum(acc[NR - 1][r]) : 0.0f;
+    for (int j = 0; j < RW; j++) {
+        const int r = ONE ? rp + 8 * j : j;
+        if (r < rows && (ONE || r % rs == rp)) {
+            const float sg = xi_warp_sum(acc[0][j]);
+            const float su = GLU ? xi_warp_sum(acc[NR - 1][j]) : 0.0f;
             if (lane == 0) {
                 float *yo = a.y + (size_t_)(tg0 + tw) * a.N + n0 + r;
                 if (GLU) *yo = sg / (1.0f + expf(-sg)) * su;
@@ -294,20 +314,23 @@ __device__ __forceinline__ void xi_mv1_block(const XiMvcArgs &a) {
     if (n0 < a.N) xi_mv1<TYPE, R, NORM, GLU, U>(a, n0);
 }
 
-// T == 1 rows a warp (R of xi_mv1_block): 2 for f32/f16 and for N >= 16384 (not with GLU), else 1.
+// T == 1 rows a warp (R of xi_mv1_block): 2 for f32/f16 and for N >= 16384 (not with GLU, nor for the
+// xi_mvc_staged1 types, which run xi_mv1 only where a row does not fit the stage), else 1.
 // backends/cuda/_launch.py repeats this rule for the grid.
 __host__ __device__ constexpr int xi_mv1_rows(int type, int n, int glu) {
-    return glu ? 1 : (type == XI_F32 || type == XI_F16 || n >= 16384) ? 2 : 1;
+    return glu || xi_mvc_staged1(type) ? 1 : (type == XI_F32 || type == XI_F16 || n >= 16384) ? 2 : 1;
 }
 
-// The kernel body, blocks of 256 threads. T == 1: xi_mv1_block with xi_mv1_rows rows a warp. T > 1:
+// The kernel body, blocks of 256 threads. T == 1: xi_mv1_block with xi_mv1_rows rows a warp (for the
+// xi_mvc_staged1 types only where a row does not fit the stage; else as T > 1). T > 1:
 // grid (ceil(N / rows), ceil(T / XI_MVC_TG)) with rows = xi_mvc_rows(TYPE, N, K, T, GLU), or N rows
 // when that is 0 (fused kernels only; matmul_DT runs its older kernels then).
 template <int TYPE, bool NORM, bool GLU>
 __device__ __forceinline__ void xi_mvc_kernel(const XiMvcArgs &a) {
     __shared__ uint4 stage[XI_MVC_BYTES / 16];
-    if (a.T == 1) {
-        if (!GLU && xi_mv1_rows(TYPE, a.N, GLU) == 2) xi_mv1_block<TYPE, GLU ? 1 : 2, NORM, GLU>(a);
+    if (a.T == 1 && !(xi_mvc_staged1(TYPE) && xi_mvc_rows(TYPE, a.N, a.K, 1, GLU) > 0)) {
+        if constexpr (xi_mvc_staged1(TYPE)) xi_mv1_block<TYPE, 1, NORM, GLU, 1>(a);  // a row past the stage: rare
+        else if (!GLU && xi_mv1_rows(TYPE, a.N, GLU) == 2) xi_mv1_block<TYPE, GLU ? 1 : 2, NORM, GLU>(a);
         else xi_mv1_block<TYPE, 1, NORM, GLU>(a);
         return;
     }
@@ -322,8 +345,21 @@ __device__ __forceinline__ void xi_mvc_kernel(const XiMvcArgs &a) {
         xi_mvc_scalar<TYPE, NORM, GLU>(a, n0, a.N - n0 < rb ? a.N - n0 : rb, tg0, a.T - tg0 < XI_MVC_TG ? a.T - tg0 : XI_MVC_TG);
         return;
     }
+    if constexpr (xi_mvc_staged1(TYPE)) {
+        if (a.T == 1) {  // one token: a warp's rows w, w + 8, ...
+            switch (rows) {
+                case 32: if constexpr (!GLU) { xi_mvc<TYPE, 32, NORM, GLU, true>(a, stage); break; }
+                case 16: if constexpr (!GLU) { xi_mvc<TYPE, 16, NORM, GLU, true>(a, stage); break; }
+                case 8: xi_mvc<TYPE, 8, NORM, GLU, true>(a, stage); break;
+                case 4: xi_mvc<TYPE, 4, NORM, GLU, true>(a, stage); break;
+                case 2: xi_mvc<TYPE, 2, NORM, GLU, true>(a, stage); break;
+                default: xi_mvc<TYPE, 1, NORM, GLU, true>(a, stage); break;
+            }
+            return;
+        }
+    }
     switch (rows) {
-        case 16: if constexpr (!GLU) { xi_mvc<TYPE, 16, NORM, GLU>(a, stage); break; }
+        case 16: if constexpr (!GLU && !xi_mvc_staged1(TYPE)) { xi_mvc<TYPE, 16, NORM, GLU>(a, stage); break; }
         case 8: xi_mvc<TYPE, 8, NORM, GLU>(a, stage); break;
         case 4: xi_mvc<TYPE, 4, NORM, GLU>(a, stage); break;
         case 2: xi_mvc<TYPE, 2, NORM, GLU>(a, stage); break;
@@ -341,6 +377,6 @@ __device__ __forceinline__ void xi_matmul_any(const uint8_t *__restrict__ w, con
         xi_mvc_kernel<TYPE, false, false>(a);
     } else {
         xi_grid_begin();
-        xi_matmul<TYPE>(w, x, y, c);
+        xi_matmul_t4<TYPE>(w, x, y, c);  // xi_matmul at T > 1
     }
 }

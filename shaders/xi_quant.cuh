@@ -651,6 +651,9 @@ __device__ __forceinline__ void xi_matvec_mma_kernel(const uint8_t *__restrict__
 // Blocks of 256 threads (8 warps). T > 1: a warp per row, grid (ceil(N/8), ceil(T/4)). T == 1:
 // xi_matvec_kernel, R rows a warp (above), grid (ceil(N / (8 R)), 1).
 template <int TYPE>
+__device__ __forceinline__ void xi_matmul_t4(const uint8_t *__restrict__ w, const float *__restrict__ x, float *__restrict__ y,
+                                             const xi_matmul_c &c);
+template <int TYPE>
 __device__ __forceinline__ void xi_matmul(const uint8_t *__restrict__ w, const float *__restrict__ x, float *__restrict__ y,
                                           xi_matmul_c c) {
     if (c.T == 1) {
@@ -660,6 +663,13 @@ __device__ __forceinline__ void xi_matmul(const uint8_t *__restrict__ w, const f
         else xi_matvec_kernel<TYPE, 1, 4, 0>(w, x, y, c);
         return;
     }
+    xi_matmul_t4<TYPE>(w, x, y, c);
+}
+
+// xi_matmul's T > 1 body: a warp per row, 4 tokens a block row, grid (ceil(N/8), ceil(T/4)).
+template <int TYPE>
+__device__ __forceinline__ void xi_matmul_t4(const uint8_t *__restrict__ w, const float *__restrict__ x, float *__restrict__ y,
+                                             const xi_matmul_c &c) {
     const int n = blockIdx.x * 8 + (threadIdx.x >> 5);
     const int t0 = blockIdx.y * 4;
     if (n >= c.N || t0 >= c.T) return;

@@ -20,10 +20,14 @@ __device__ __forceinline__ void xi_rope_pair(float *e, int p, int i, int head_di
 // copied into k_cache[row[t]] and v_cache[row[t]]. Grid (T, ceil((n_head + 2 n_kv) * head_dim / 2
 // / 128)), blocks of 128: one thread a pair (a q or k pair it rotates, and stores when it is k; a
 // v pair it copies), so no thread waits for another.
-// ff: pair i's angle divided by ff[i] (rope_kv_store_ff), or nullptr (rope_kv_store).
+// ff: pair i's angle divided by ff[i] (rope_kv_store_ff), or nullptr (rope_kv_store). KV: the cache's
+// element, float or uint16_t (an f16 cache, IEEE half bits: the values rounded to nearest even).
+__device__ __forceinline__ void xi_kv_put(float *p, float x) { *p = x; }
+__device__ __forceinline__ void xi_kv_put(uint16_t *p, float x) { *p = xi_f2h(x); }
+template <typename KV>
 __device__ __forceinline__ void rope_kv_store_body(float *__restrict__ qkv, const int32_t *__restrict__ pos,
-                                                   const int32_t *__restrict__ row, float *__restrict__ k_cache,
-                                                   float *__restrict__ v_cache, const float *__restrict__ ff,
+                                                   const int32_t *__restrict__ row, KV *__restrict__ k_cache,
+                                                   KV *__restrict__ v_cache, const float *__restrict__ ff,
                                                    const xi_rope_kv_store_c &c) {
     const int t = blockIdx.x, idx = blockIdx.y * blockDim.x + threadIdx.x, half = c.head_dim >> 1;
     const int n_rope = (c.n_head + c.n_kv) * half;
@@ -37,14 +41,14 @@ __device__ __forceinline__ void rope_kv_store_body(float *__restrict__ qkv, cons
         if (p >= 0) xi_rope_pair(e, p, i, c.head_dim, c.theta, ff ? ff[i] : 1.0f);
         const int kcol = (h - c.n_head) * c.head_dim + 2 * i;  // column within the k part
         if (h >= c.n_head && store) {
-            k_cache[(size_t_)r * width + kcol] = e[0];
-            k_cache[(size_t_)r * width + kcol + 1] = e[1];
+            xi_kv_put(k_cache + (size_t_)r * width + kcol, e[0]);
+            xi_kv_put(k_cache + (size_t_)r * width + kcol + 1, e[1]);
         }
     } else if (store) {
         const int col = 2 * (idx - n_rope);
         const float *vv = x + (size_t_)(c.n_head + c.n_kv) * c.head_dim + col;
-        v_cache[(size_t_)r * width + col] = vv[0];
-        v_cache[(size_t_)r * width + col + 1] = vv[1];
+        xi_kv_put(v_cache + (size_t_)r * width + col, vv[0]);
+        xi_kv_put(v_cache + (size_t_)r * width + col + 1, vv[1]);
     }
 }
 

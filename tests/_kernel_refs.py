@@ -22,6 +22,15 @@ def attention_ref(q, k, v, pos, n_head, n_kv, hd, scale):
     return out
 
 
+def att_workspace(T, n_head, head_dim):
+    """The split-K workspace bindings of the attention kernels (ops/_attention_split.py): ``part``
+    poisoned with NaN (a kernel writes what it reads), ``count`` zero (as a launch needs it)."""
+    from xinfer_async.ops._attention_split import count_ints, workspace_floats
+
+    return [np.full(max(1, workspace_floats(T, n_head, head_dim)), np.nan, np.float32),
+            np.zeros(max(1, count_ints(T, n_head)), np.int32)]
+
+
 def rmsnorm_ref(x, w, eps):
     """x (rows, dim) / sqrt(mean(x^2) + eps) * w in float64 (eps rounded to float32 first, as the
     kernels receive it)."""

@@ -4,7 +4,7 @@ NaN first. Also the source's lab test ``buffer_roundtrip``."""
 
 import numpy as np
 import pytest
-from _kernel_refs import activation_quantization_bound, attention_ref, encode_weights as encode
+from _kernel_refs import activation_quantization_bound, att_workspace, attention_ref, encode_weights as encode
 
 RTOL = 1e-5
 
@@ -109,7 +109,7 @@ async def test_attention_gqa(devices, rng):
     pos = np.array([3, 7, -1, 15], np.int32)
     scale = 1.0 / np.sqrt(hd)
     consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": ctx, "q_stride": nh * hd, "scale": scale, "window": 0}
-    (out,) = await run(devices, "attention", [q, k, v, pos, nan(T, nh, hd)], [4], consts)
+    (out,) = await run(devices, "attention", [q, k, v, pos, nan(T, nh, hd), *att_workspace(T, nh, hd)], [4], consts)
     ref = attention_ref(q, k, v, pos, nh, nkv, hd, np.float32(scale))
     s_max = np.abs(k[: pos[1] + 1, 0].astype(np.float64) @ q[1, 0].astype(np.float64) * scale).max()
     assert s_max > 1e3
@@ -132,7 +132,7 @@ async def _check_batched_row(dev, row, qt, k, v, first, last, seq_ctx, nh, nkv, 
     np.testing.assert_allclose(row, ref[0], rtol=RTOL, atol=2e-5)
     c1 = {"T": 1, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": seq_ctx, "q_stride": nh * hd, "scale": scale, "window": 0}
     (single,) = await run(dev, "attention", [np.ascontiguousarray(qt[None]), kt, vt, np.array([p], np.int32),
-                                             nan(1, nh, hd)], [4], c1)
+                                             nan(1, nh, hd), *att_workspace(1, nh, hd)], [4], c1)
     np.testing.assert_array_equal(row, single[0])
 
 
@@ -148,7 +148,7 @@ async def test_attention_batched(devices, rng):
     last[3] = -1  # padding: zero row
     scale = 1.0 / np.sqrt(hd)
     consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": nh * hd, "scale": scale, "window": 0}
-    (out,) = await run(devices, "attention_batched", [q, k, v, first, last, nan(T, nh, hd)], [5], consts)
+    (out,) = await run(devices, "attention_batched", [q, k, v, first, last, nan(T, nh, hd), *att_workspace(T, nh, hd)], [5], consts)
     assert np.isfinite(out).all()
     np.testing.assert_array_equal(out[3], 0.0)
     for t in (0, 1, 2, 4):
@@ -168,7 +168,7 @@ async def test_attention_batched_wide_matches_single(devices, rng, nh, nkv, hd):
     last = first + rng.integers(0, seq_ctx, size=T).astype(np.int32)
     scale = 1.0 / np.sqrt(hd)
     consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": nh * hd, "scale": scale, "window": 0}
-    (out,) = await run(devices, "attention_batched", [q, k, v, first, last, nan(T, nh, hd)], [5], consts)
+    (out,) = await run(devices, "attention_batched", [q, k, v, first, last, nan(T, nh, hd), *att_workspace(T, nh, hd)], [5], consts)
     assert np.isfinite(out).all()
     for t in rng.choice(T, size=4, replace=False):
         await _check_batched_row(devices, out[t], q[t], k, v, int(first[t]), int(last[t]), seq_ctx, nh, nkv, hd, scale)
@@ -331,20 +331,20 @@ async def test_attention_sliding_window(devices, rng, window):
     pos = np.array([0, 2, 7, -1, 15], np.int32)
     scale = 1.0 / np.sqrt(hd)
     consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": ctx, "q_stride": nh * hd, "scale": scale}
-    (out,) = await run(devices, "attention", [q, k, v, pos, nan(T, nh, hd)], [4], dict(consts, window=window))
+    (out,) = await run(devices, "attention", [q, k, v, pos, nan(T, nh, hd), *att_workspace(T, nh, hd)], [4], dict(consts, window=window))
     for t in (0, 1, 2, 4):
         s = max(0, int(pos[t]) - window + 1)
         ref = attention_ref(q[t:t + 1], k[s:], v[s:], np.array([pos[t] - s]), nh, nkv, hd, np.float32(scale))
         np.testing.assert_allclose(out[t], ref[0], rtol=RTOL, atol=2e-5)
     np.testing.assert_array_equal(out[3], 0.0)
-    (full,) = await run(devices, "attention", [q, k, v, pos, nan(T, nh, hd)], [4], dict(consts, window=ctx))
-    (none,) = await run(devices, "attention", [q, k, v, pos, nan(T, nh, hd)], [4], dict(consts, window=0))
+    (full,) = await run(devices, "attention", [q, k, v, pos, nan(T, nh, hd), *att_workspace(T, nh, hd)], [4], dict(consts, window=ctx))
+    (none,) = await run(devices, "attention", [q, k, v, pos, nan(T, nh, hd), *att_workspace(T, nh, hd)], [4], dict(consts, window=0))
     np.testing.assert_array_equal(full, none)
     # the batched kernel over the same keys (one sequence at rows 0..ctx-1): bit-identical
     first, last = np.where(pos < 0, -1, 0).astype(np.int32), pos.copy()
     cb = dict(consts, rows=ctx, window=window)
     del cb["ctx"]
-    (bat,) = await run(devices, "attention_batched", [q, k, v, first, last, nan(T, nh, hd)], [5], cb)
+    (bat,) = await run(devices, "attention_batched", [q, k, v, first, last, nan(T, nh, hd), *att_workspace(T, nh, hd)], [5], cb)
     np.testing.assert_array_equal(bat, out)
 
 

@@ -269,7 +269,7 @@ def test_bench_help_names_the_command_and_describes_every_subcommand():
         assert len(line.split(None, 1)[1]) > 20, line  # a description, not just the name
 
 
-@pytest.mark.parametrize("name", ["runtime", "model-layer", "load", "model", "native", "cuda-raw", "serve"])
+@pytest.mark.parametrize("name", ["runtime", "model-layer", "load", "model", "native", "cuda-raw", "cuda-matrix", "serve"])
 def test_every_bench_help_prints_without_running_and_without_a_gpu(name):
     import time
 

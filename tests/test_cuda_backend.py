@@ -24,7 +24,7 @@ if not AVAILABLE:
 
 import trio  # noqa: E402
 
-from _kernel_refs import attention_ref  # noqa: E402
+from _kernel_refs import att_workspace, attention_ref  # noqa: E402
 from xinfer_async.hal import DeviceOutOfMemoryError, KernelCompileError  # noqa: E402
 from xinfer_async.hal._commands import (CopyCmd, DispatchCmd, FillCmd, GemmCmd, ReplayCmd,  # noqa: E402
                                        TimestampCmd, UploadCmd)
@@ -165,7 +165,7 @@ def test_attention(be, q, n_head, n_kv, hd, ctx, pos):
     qm, k, v = f32(T, n_head, hd), f32(ctx, n_kv, hd), f32(ctx, n_kv, hd)
     pos = np.array(pos, np.int32)
     scale = 1 / np.sqrt(hd)
-    out = run(be, q, "attention", [qm, k, v, pos, np.full((T, n_head, hd), 7, np.float32)],
+    out = run(be, q, "attention", [qm, k, v, pos, np.full((T, n_head, hd), 7, np.float32), *att_workspace(T, n_head, hd)],
               dict(T=T, n_head=n_head, n_kv=n_kv, head_dim=hd, ctx=ctx, q_stride=n_head * hd, scale=scale, window=0))[4]
     # online softmax over up to 8192 keys in f32: each rescale adds ~2^-24, the sums ~sqrt(ctx) * 2^-24
     np.testing.assert_allclose(out, attention_ref(qm, k, v, pos, n_head, n_kv, hd, scale), rtol=1e-4, atol=1e-5)
@@ -410,11 +410,19 @@ def test_errors(be):
     assert "nope" in info.value.log
     assert "affine" in be.load_kernel("affine").name
     mm = be.load_kernel("matmul_q4_1")
-    # T <= 8: the staged kernel (shaders/xi_mvc.cuh): 8 rows (12 KB of a 32 KB stage) and 8 tokens a block
-    grid, block, shared = mm.launch_config(dict(T=6, N=4096, K=4096, accumulate=0))
-    assert grid == (512, 1, 1) and block == (256, 1, 1) and shared == 0
-    g = mm.launch_grid(dict(T=6, N=4096, K=4096, accumulate=0))
-    assert g == (512, 1, 1) and g.block == (256, 1, 1) and g.function == mm.function
+    # T <= 8, a weight under _launch.MVP_MIN_BYTES: the staged kernel (shaders/xi_mvc.cuh): 2 rows (N spread
+    # over ~2 blocks an SM) and 8 tokens a block
+    grid, block, shared = mm.launch_config(dict(T=6, N=512, K=4096, accumulate=0))
+    assert grid == (256, 1, 1) and block == (256, 1, 1) and shared == 0
+    g = mm.launch_grid(dict(T=6, N=512, K=4096, accumulate=0))
+    assert g == (256, 1, 1) and g.block == (256, 1, 1) and g.function == mm.function
+    # larger, one token: the pipelined entry matmul_q4_1_p (shaders/xi_mvp.cuh; _launch.MVP_MAX_T == 1),
+    # 2 rows a warp, at most 2 blocks an SM, 3 stages of 2 x 8 groups of 160 bytes a warp and the staged
+    # token (4096 floats and 512 block sums); at 6 tokens the staged kernel as above
+    g = mm.launch_grid(dict(T=1, N=4096, K=4096, accumulate=0))
+    assert g.function == mm.entries["_p"] and g == (min(256, 2 * be.multiprocessors), 1, 1)
+    assert g.block == (256, 1, 1) and g.shared_bytes == 8 * 3 * 2 * 8 * 160 + 4096 * 4 + 2048
+    assert mm.launch_grid(dict(T=6, N=4096, K=4096, accumulate=0)).function == mm.function
     # T > 8: the register-tiled entry matmul_q4_1_t (shaders/xi_mvt.cuh): 32 rows and 8 tokens a block
     g = mm.launch_grid(dict(T=12, N=4096, K=4096, accumulate=0))
     assert g == (128, 2, 1) and g.block == (256, 1, 1) and g.function == mm.entries["_t"] != mm.function
@@ -444,12 +452,12 @@ def test_errors(be):
     # block; the entry by head_dim (xi_attention.cuh's XI_ATT_ENTRIES)
     att = be.load_kernel("attention_batched")
     few, many = be.multiprocessors // 3 - 1, be.multiprocessors // 3 + 1
-    g = att.launch_grid(dict(T=few, n_head=9, n_kv=3, head_dim=64))
+    g = att.launch_grid(dict(T=few, n_head=9, n_kv=3, head_dim=64, rows=64, window=0))
     assert g == (few, 3, 3) and g.block == (256, 1, 1) and g.function == att.entries[""]
-    assert att.launch_grid(dict(T=many, n_head=9, n_kv=3, head_dim=64)) == (many, 3, 1)
-    g = att.launch_grid(dict(T=many, n_head=28, n_kv=4, head_dim=128))
+    assert att.launch_grid(dict(T=many, n_head=9, n_kv=3, head_dim=64, rows=64, window=0)) == (many, 3, 1)
+    g = att.launch_grid(dict(T=many, n_head=28, n_kv=4, head_dim=128, rows=64, window=0))
     assert g == (many, 4, 2) and g.function == att.entries["_d4"] != att.function
-    assert att.launch_grid(dict(T=1, n_head=8, n_kv=8, head_dim=256)).function == att.entries["_d8"]
+    assert att.launch_grid(dict(T=1, n_head=8, n_kv=8, head_dim=256, rows=64, window=0)).function == att.entries["_d8"]
 
 
 # ---- fences ------------------------------------------------------------------------------------

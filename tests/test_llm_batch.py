@@ -99,6 +99,31 @@ async def test_concurrent_requests_equal_each_alone(model, unbatched, alone):
     await _idle(model)
 
 
+async def test_requests_ending_one_after_another_equal_each_alone_and_stay_pipelined(model, unbatched):
+    """Staggered lengths: a request ends every few steps while the others decode. Every request's
+    tokens are its alone result, and the steps between the ends stay pipelined."""
+    lengths = [40 - 3 * k for k in range(len(PROMPTS))]  # 40, 37, ..., 19
+    alone = [await unbatched.complete(p, max_tokens=n, ignore_eos=True) for p, n in zip(PROMPTS, lengths)]
+    results = [None] * len(PROMPTS)
+
+    async def one(i):
+        results[i] = await model.complete(PROMPTS[i], max_tokens=lengths[i], ignore_eos=True)
+
+    await model.complete(PROMPTS[0], max_tokens=1)
+    before = model._batch.statistics()
+    async with trio.open_nursery() as nursery:
+        for i in range(len(PROMPTS)):
+            nursery.start_soon(one, i)
+    for i, r in enumerate(results):
+        assert (r.token_ids, r.finish_reason) == (alone[i].token_ids, "length"), PROMPTS[i]
+    st = model._batch.statistics()
+    steps, pipelined = st.steps - before.steps, st.pipelined - before.pipelined
+    # not pipelined: the steps while the prompts join (a few), and one step per end (the one after
+    # it: its rows changed)
+    assert pipelined >= steps - 6 - len(PROMPTS), (steps, pipelined)
+    await _idle(model)
+
+
 async def test_more_requests_than_sequences_wait(model, unbatched, alone):
     n = SLOTS + 4
     results = [None] * n

@@ -12,6 +12,7 @@ import threading
 import gguf
 import numpy as np
 import pytest
+from _kernel_refs import att_workspace
 from _q8dot_model import quantization_bound
 
 try:
@@ -242,7 +243,7 @@ def test_attention(rng, T, nh, nkv, hd, ctx, qextra):
             q[t * qs + h * hd: t * qs + (h + 1) * hd] = kk * (1e4 / scale / (kk @ kk))
     out = poison(T, nh, hd)
     consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": ctx, "q_stride": qs, "scale": scale, "window": 0}
-    assert call("attention", [q, k, v, pos, out], consts) == 0
+    assert call("attention", [q, k, v, pos, out, *att_workspace(T, nh, hd)], consts) == 0
     ref = attention_ref(q, k, v, pos, T, nh, nkv, hd, ctx, qs, scale)
     assert np.isfinite(out).all()
     # scores are O(1): f32 dot and exp errors ~ 1e-6 relative, values O(1)
@@ -274,7 +275,7 @@ def test_attention_batched(rng, T, nh, nkv, hd, seq_ctx, qextra):
     scale = 1.0 / np.sqrt(hd)
     out = poison(T, nh, hd)
     consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "rows": rows, "q_stride": qs, "scale": scale, "window": 0}
-    assert call("attention_batched", [q, k, v, first, last, out], consts) == 0
+    assert call("attention_batched", [q, k, v, first, last, out, *att_workspace(T, nh, hd)], consts) == 0
     assert np.isfinite(out).all()
     for t in range(T):
         p = int(last[t]) - int(first[t])
@@ -288,7 +289,7 @@ def test_attention_batched(rng, T, nh, nkv, hd, seq_ctx, qextra):
         np.testing.assert_allclose(out[t], ref[0], rtol=1e-5, atol=2e-5)
         single = poison(1, nh, hd)
         c1 = {"T": 1, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": seq_ctx, "q_stride": nh * hd, "scale": scale, "window": 0}
-        assert call("attention", [qt, kt, vt, np.array([p], np.int32), single], c1) == 0
+        assert call("attention", [qt, kt, vt, np.array([p], np.int32), single, *att_workspace(1, nh, hd)], c1) == 0
         assert np.array_equal(out[t], single[0]), f"row {t} differs from attention on its own sequence"
 
 
@@ -440,13 +441,13 @@ def _einval_cases():
         ("rope", 2, {"rows": 2, "n_head": 2, "head_dim": 4, "row_stride": 4, "theta": 1e4}),
         ("swiglu", 3, {"rows": 1, "n": 8, "in_stride": 4}),
         ("softmax", 2, {"rows": 1, "n": -5}),
-        ("attention", 5, {"T": 1, "n_head": 3, "n_kv": 2, "head_dim": 4, "ctx": 4, "q_stride": 12, "scale": 1.0, "window": 0}),
-        ("attention", 5, {"T": 1, "n_head": 2, "n_kv": 0, "head_dim": 4, "ctx": 4, "q_stride": 8, "scale": 1.0, "window": 0}),
-        ("attention", 5, {"T": 2, "n_head": 2, "n_kv": 1, "head_dim": 4, "ctx": 4, "q_stride": 4, "scale": 1.0, "window": 0}),
-        ("attention_batched", 6, {"T": 1, "n_head": 3, "n_kv": 2, "head_dim": 4, "rows": 4, "q_stride": 12, "scale": 1.0, "window": 0}),
-        ("attention_batched", 6, {"T": 2, "n_head": 2, "n_kv": 1, "head_dim": 4, "rows": 4, "q_stride": 4, "scale": 1.0, "window": 0}),
-        ("attention", 5, {"T": 1, "n_head": 2, "n_kv": 1, "head_dim": 4, "ctx": 4, "q_stride": 8, "scale": 1.0, "window": -1}),
-        ("attention_batched", 6, {"T": 1, "n_head": 2, "n_kv": 1, "head_dim": 4, "rows": 4, "q_stride": 8, "scale": 1.0,
+        ("attention", 7, {"T": 1, "n_head": 3, "n_kv": 2, "head_dim": 4, "ctx": 4, "q_stride": 12, "scale": 1.0, "window": 0}),
+        ("attention", 7, {"T": 1, "n_head": 2, "n_kv": 0, "head_dim": 4, "ctx": 4, "q_stride": 8, "scale": 1.0, "window": 0}),
+        ("attention", 7, {"T": 2, "n_head": 2, "n_kv": 1, "head_dim": 4, "ctx": 4, "q_stride": 4, "scale": 1.0, "window": 0}),
+        ("attention_batched", 8, {"T": 1, "n_head": 3, "n_kv": 2, "head_dim": 4, "rows": 4, "q_stride": 12, "scale": 1.0, "window": 0}),
+        ("attention_batched", 8, {"T": 2, "n_head": 2, "n_kv": 1, "head_dim": 4, "rows": 4, "q_stride": 4, "scale": 1.0, "window": 0}),
+        ("attention", 7, {"T": 1, "n_head": 2, "n_kv": 1, "head_dim": 4, "ctx": 4, "q_stride": 8, "scale": 1.0, "window": -1}),
+        ("attention_batched", 8, {"T": 1, "n_head": 2, "n_kv": 1, "head_dim": 4, "rows": 4, "q_stride": 8, "scale": 1.0,
                                   "window": -1}),
         ("kv_store", 3, {"T": 1, "width": -4, "ctx": 4, "src_stride": 4}),
         ("argmax", 2, {"rows": 1, "n": -1}),

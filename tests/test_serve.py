@@ -12,6 +12,7 @@ client can leave mid-stream).
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib.util
 import math
@@ -25,6 +26,7 @@ import numpy as np
 import openai
 import pytest
 import trio
+import trio.testing
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests._llm_fixtures import require_model
@@ -313,29 +315,64 @@ async def _max_active(model):
     return model.statistics()["scheduler"].max_active
 
 
-async def test_stream_pacing_wakes_every_waiting_stream_on_one_shared_tick(autojump_clock):
+async def test_stream_pacing_spreads_the_turns_over_the_interval_oldest_first(autojump_clock):
     from xinfer_async.serve._sse import StreamPacing
 
-    pacing = StreamPacing(0.01)
-    woken = {}
+    pacing = StreamPacing(write_cost_s=1e-3)  # 32 streams: an interval of 31 ms, a tick of 4 ms
+    streams, rounds = 32, 5
+    turns: list[tuple[float, int]] = []  # (time, stream) of each turn
 
-    async def stream(name: str, start: float) -> None:
-        await trio.sleep(start)
-        await pacing.wait(2)
-        woken[name] = trio.current_time()
+    async def stream(k: int) -> None:
+        await trio.sleep(k * 1e-5)  # they park in the order 0..31
+        for _ in range(rounds):
+            await pacing.wait(streams)
+            turns.append((trio.current_time(), k))
 
     t0 = trio.current_time()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(stream, "a", 0.0)
-        nursery.start_soon(stream, "b", 0.004)  # parks later, wakes on the same tick
-    assert woken["a"] == woken["b"] == pytest.approx(t0 + 0.01)
-    await trio.sleep(0.05)  # the clock stops after an idle period and restarts on demand
+        for k in range(streams):
+            nursery.start_soon(stream, k)
+    per_tick = collections.Counter(round((t - t0) / 4e-3) for t, _ in turns)
+    assert max(per_tick.values()) <= 5  # 32 x 4 / 31 turns a tick, never all 32 streams at once
+    first = [min(t for t, j in turns if j == k) for k in range(streams)]
+    assert first == sorted(first) and first[-1] <= t0 + 0.04  # oldest waiter first (one tick's turns run in any order)
+    for k in range(streams):  # each stream about once an interval
+        times = [t for t, j in turns if j == k]
+        assert len(times) == rounds
+        gaps = np.diff(times)
+        assert 27e-3 <= gaps.min() and gaps.max() <= 37e-3, gaps
+    await trio.sleep(0.05)  # the clock stops after an idle interval and restarts on demand
+    assert pacing._clock is None
     t1 = trio.current_time()
-    await pacing.wait(2)
-    assert trio.current_time() == pytest.approx(t1 + 0.01)
+    await pacing.wait(2)  # 2 streams, an interval of 1 ms: a turn within a tick
+    assert t1 < trio.current_time() <= t1 + 1e-3 + 1e-9
     t2 = trio.current_time()
     await StreamPacing(0).wait(64)  # interval 0: at once
     assert trio.current_time() == t2
+
+
+async def test_stream_pacing_gives_a_late_tick_its_share_but_no_burst(autojump_clock):
+    from xinfer_async.serve._sse import StreamPacing
+
+    pacing = StreamPacing(write_cost_s=1e-3)  # 64 streams: 63 ms, a tick of 4 ms, 64 / 63 turns a ms
+    woken: list[float] = []
+
+    async def stream() -> None:
+        await pacing.wait(64)
+        woken.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(64):
+            nursery.start_soon(stream)
+        await trio.testing.wait_all_tasks_blocked()
+        t0 = trio.current_time()
+        autojump_clock.jump(0.0065)  # the first tick comes 2.5 ms late: 6.5 ms of turns
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(woken) == 6 and all(t == t0 + 0.0065 for t in woken)
+        autojump_clock.jump(0.1)  # the thread was busy for 100 ms: two ticks' turns, not 100 ms of them
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(woken) == 6 + 8
+        nursery.cancel_scope.cancel()
 
 
 def test_counted_histogram_equals_prometheus_histogram_observed_one_by_one():
@@ -682,6 +719,28 @@ def test_bench_serve_sweeps_concurrency_against_the_live_server(tiny, tmp_path):
     assert _serve.parse_event("data: [DONE]") is None and _serve.parse_event("") is None
     with pytest.raises(RuntimeError, match="server error event"):
         _serve.parse_event('data: {"error": {"message": "x"}}')
+
+
+def test_bench_serve_counts_the_tokens_of_grouped_events(tiny):
+    """A server that groups tokens into events (a long stream interval): the client's token count at
+    each chunk is the request's usage dealt by characters, ending at the usage, not one a chunk."""
+    from xinfer_async.bench import _serve
+    from xinfer_async.serve._sse import StreamPacing
+
+    async def run():
+        async with httpx.AsyncClient(timeout=60) as client:
+            return await _serve.stream_request(client, tiny.url + "/v1/completions",
+                                               _serve.request_body("tiny", "once upon a time", 24, False),
+                                               {"Authorization": f"Bearer {KEY}"})
+
+    tiny.app.pacing = StreamPacing(0.3)  # one write per 0.3 s: several tokens an event
+    try:
+        r = trio.run(run)
+    finally:
+        tiny.app.pacing = StreamPacing()
+    counts = [n for _, n in r["times"]]
+    assert r["tokens"] == 24 and counts[-1] == 24 and counts == sorted(counts) and 1 <= len(counts) < 24
+    tiny.wait_idle()
 
 
 def test_bench_serve_deals_a_row_out_to_client_processes_and_merges_them(tiny, tmp_path):

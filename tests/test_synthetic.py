@@ -61,7 +61,7 @@ def _scaled(name: str, **kw) -> _synthetic.LlamaConfig:
                                dim=c.n_head // c.n_kv_head * c.head_dim, **kw)
 
 
-@pytest.mark.parametrize("name,dtype", [("llama-3.1-8b", "q4_1"), ("qwen2.5-7b", "q4_k_m")])
+@pytest.mark.parametrize("name,dtype", [("llama-3.1-8b", "q4_1"), ("llama-3.1-8b", "q4_k_m"), ("qwen2.5-7b", "q4_k_m")])
 def test_scaled_7b_8b_shapes_write_stream_and_load(tmp_path, monkeypatch, name, dtype):
     """The 8B / 7B write path (untied output, head_dim 128, their GQA ratios and rope bases) on a
     scaled-down config, several chunks a matrix: the file loads with the config written, and each

@@ -1,4 +1,7 @@
-"""T=1 matmul (matrix-vector) variants on the cuda backend: ``python tools/gemv_variants.py [--quick]``.
+"""T=1 matmul (matrix-vector) variants on the cuda backend: ``python tools/gemv_variants.py [--quick | --mvp]``.
+
+``--mvp``: only the pipelined kernel (shaders/xi_mvp.cuh, entry ``_p``) and its variants against the
+old entry and the read ceiling on Llama-3.1-8B / 3.2-1B shapes at T = 1, 2, 4, 8 (``mvp_main``).
 
 A research tool, not part of the package: it drives the cuda backend's private modules (NVRTC,
 driver, launch geometry) directly, so it lives outside ``xinfer_async`` and may break when they
@@ -27,6 +30,7 @@ import math
 import os
 import struct
 import sys
+import time
 
 import numpy as np
 
@@ -130,8 +134,248 @@ def variants(dt, quick):
     return mv1 if quick else mv1 + v
 
 
+# ---- the pipelined kernel (shaders/xi_mvp.cuh, entry ``_p``) against the kernels it replaces -------
+#: (kind, dt, N output rows, K): Llama-3.1-8B's (wo, qkv, down, gate+up, output), Llama-3.2-1B's,
+#: a few other types, and a SmolLM2-135M-sized one (below MVP_MIN_BYTES: the old kernel stays)
+MVP_SHAPES = [("matmul", "q4_1", 4096, 4096), ("rmsnorm_matmul", "q4_1", 6144, 4096), ("matmul", "q4_1", 4096, 14336),
+              ("rmsnorm_matmul_swiglu", "q4_1", 14336, 4096), ("rmsnorm_matmul", "q8_0", 128256, 4096),
+              ("matmul", "q4_1", 2048, 2048), ("rmsnorm_matmul", "q4_1", 3072, 2048), ("matmul", "q4_1", 2048, 8192),
+              ("rmsnorm_matmul_swiglu", "q4_1", 8192, 2048), ("rmsnorm_matmul", "q8_0", 128256, 2048),
+              ("matmul", "q4_0", 4096, 4096), ("matmul", "q8_0", 4096, 4096), ("matmul", "f16", 4096, 4096),
+              ("rmsnorm_matmul_swiglu", "q8_0", 14336, 4096), ("matmul", "q4_1", 576, 1536)]
+MVP_T = (1, 2, 4, 8)
+EPS = 1e-5
+
+
+def mvp_variants(dt, glu):
+    """(R, S, CG) of the pipelined kernel to time besides the default (``_launch.mvp_params``): rows a
+    warp, stages, groups a chunk (CG scaled with the default's for the type)."""
+    from xinfer_async.backends.cuda import _launch
+
+    r0, s0, cg = _launch.mvp_params(dt, glu)
+    v = [(1, 2, cg), (1, 4, cg), (2, 2, cg)] if glu else [(1, 3, cg), (2, 2, cg), (2, 4, cg), (4, 2, cg), (2, 2, 2 * cg)]
+    return [x for x in v if x != (r0, s0, cg)]
+
+
+def raw_weights(rng, dt, rows, K):
+    """Random raw bytes of a (rows, K) weight of type dt with finite, moderate scales (no float64 copy)."""
+    if dt == "f16":
+        return (rng.standard_normal(rows * K).astype(np.float16) * 0.05).view(np.uint8)
+    nb, bs = rows * K // 32, BLOCK[dt]
+    raw = rng.integers(0, 256, (nb, bs), dtype=np.uint8)
+    raw[:, 0:2] = (rng.uniform(0.002, 0.02, nb) * rng.choice([-1, 1], nb)).astype(np.float16).view(np.uint8).reshape(nb, 2)
+    if dt == "q4_1":
+        raw[:, 2:4] = rng.uniform(-0.1, 0.1, nb).astype(np.float16).view(np.uint8).reshape(nb, 2)
+    return raw.reshape(-1)
+
+
+def mvp_main(argv) -> int:
+    """``--mvp``: for each MVP_SHAPES entry and T in MVP_T, the old entry (``""``: xi_mv1 at T == 1,
+    the staged xi_mvc at T <= 8, with their grids), the ``_p`` entry (default parameters, mvp_launch)
+    and the variants of mvp_variants (compiled here), timed L2-cold in a CUDA graph as above, with
+    GB/s and % of ``read`` (the read-only ceiling kernel on the same bytes); ``*`` marks what the
+    backend launches. First every one of them is checked bit for bit against the old entry on the
+    same inputs (a row's sum order is the same by design), at every T, accumulate 1 for matmul and
+    rmsnorm_matmul (y random first), and the old entry against a float64 reference where N K <= 2^26.
+    Results also go to $OUT/gemv_mvp.json. Exit status 1 on any mismatch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from xinfer_async.backends.cuda import CUDABackend, _launch, _nvrtc
+    from xinfer_async.backends.cuda._driver import check, ffi
+    from xinfer_async.backends.cuda._kernel import CUDAKernel, LaunchGrid, shader_dir
+    from xinfer_async.backends.cuda import _driver
+
+    from xinfer_async.backends.cuda._precompile import device_target, precompile
+
+    combos = sorted({(kind, dt) for kind, dt, _, _ in MVP_SHAPES})
+    t0 = time.perf_counter()
+    precompile(device_target(), [f"{kind}_{dt}" for kind, dt in combos])  # the backend's shaders, in parallel
+    print(f"shaders compiled or cached in {time.perf_counter() - t0:.0f} s")
+    be = CUDABackend()
+    q = be.create_queue()
+    lib = be._lib
+    d = shader_dir()
+    headers = {h: open(os.path.join(d, h)).read() for h in sorted(os.listdir(d)) if h.endswith(".cuh")}
+    rng = np.random.default_rng(2026)
+    sms, cc, smax = be.multiprocessors, be.compute_capability, be.stage_max
+    print(f"device: {sms} SMs, cc {cc}, stage_max {smax}; MVP_MAX_T {_launch.MVP_MAX_T}, MVP_MIN_BYTES {_launch.MVP_MIN_BYTES}")
+
+    # variant entries, one module per (kind, dt), compiled on threads (cffi releases the GIL in NVRTC)
+    sources = {}
+    for kind, dt in combos:
+        glu, norm = kind == "rmsnorm_matmul_swiglu", kind != "matmul"
+        src = ['#include "xi_mvp.cuh"', read_source(dt)]
+        cstruct = {"matmul": "xi_matmul_c", "rmsnorm_matmul": "xi_rmsnorm_matmul_c",
+                   "rmsnorm_matmul_swiglu": "xi_rmsnorm_matmul_swiglu_c"}[kind]
+        for r, st, cg in mvp_variants(dt, glu):
+            nm = f"mvp_{kind}_{dt}_R{r}S{st}C{cg}"
+            params = ("const uint8_t *__restrict__ w, const float *__restrict__ x, " +
+                      ("const float *__restrict__ norm, " if norm else "") + f"float *__restrict__ y, {cstruct} c")
+            acc = "c.accumulate" if kind != "rmsnorm_matmul_swiglu" else "0"
+            src.append(f'extern "C" __global__ void __launch_bounds__(256, 2) {nm}({params}) {{ '
+                       f'const XiMvcArgs a{{w, x, {"norm" if norm else "nullptr"}, y, c.T, c.N, c.K, {acc}, '
+                       f'{"c.eps" if norm else "0.0f"}}}; xi_mvp_kernel<{ENUM[dt]}, {r}, {st}, {cg}, '
+                       f'{"true" if norm else "false"}, {"true" if glu else "false"}>(a); }}')
+        sources[(kind, dt)] = "\n".join(src)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        cubins = dict(zip(combos, pool.map(lambda kd: _nvrtc.compile_cubin(
+            sources[kd], f"mvp_{kd[0]}_{kd[1]}.cu", be.arch, headers, driver_version=be.driver_version), combos)))
+
+    print(f"variants compiled or cached in {time.perf_counter() - t0:.0f} s")
+
+    def function(mod, nm, shared_max=0):
+        fn = ffi.new("CUfunction *")
+        check(lib.cuModuleGetFunction(fn, mod, nm.encode()), nm)
+        if shared_max > 48 * 1024:
+            check(lib.cuFuncSetAttribute(fn[0], _driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_max), nm)
+        return fn[0]
+
+    variants = {}  # (kind, dt) -> [(label, params, CUfunction)], read kernel
+    for kind, dt in combos:
+        be.make_current()
+        mod = ffi.new("CUmodule *")
+        check(lib.cuModuleLoadData(mod, cubins[(kind, dt)]), "cuModuleLoadData")
+        glu = kind == "rmsnorm_matmul_swiglu"
+        lst = [(f"R{r}S{st}C{cg}", (r, st, cg), function(mod[0], f"mvp_{kind}_{dt}_R{r}S{st}C{cg}", smax))
+               for r, st, cg in mvp_variants(dt, glu)]
+        variants[(kind, dt)] = (lst, CUDAKernel("read", mod[0], function(mod[0], f"mv_{dt}_read"), 256, None, pdl=True))
+
+    def consts(kind, T, N, K, acc):
+        c = dict(T=T, N=N, K=K)
+        if kind != "rmsnorm_matmul_swiglu":
+            c["accumulate"] = acc
+        if kind != "matmul":
+            c["eps"] = EPS
+        packed = struct.pack("<iii", T, N, K) + (struct.pack("<i", acc) if "accumulate" in c else b"") + \
+            (struct.pack("<f", EPS) if "eps" in c else b"")
+        return c, packed
+
+    def entries_of(kind, dt, T, N, K):
+        """[(label, LaunchGrid)]: old, _p (default), the variants; and the backend's choice's label."""
+        k = be.load_kernel(f"{kind}_{dt}")
+        glu = kind == "rmsnorm_matmul_swiglu"
+        c, _ = consts(kind, T, N, K, 0)
+        old = _launch._matmul_grid(c, dt) if kind == "matmul" else _launch._fused_grid(c, dt, glu)
+        out = [("old", LaunchGrid(old, (256, 1, 1), 0, k.entries[""]))]
+        grid, block, shared, _ = _launch.mvp_launch(c, dt, glu, sms, cc)
+        out.append(("_p", LaunchGrid(grid, block, shared, k.entries["_p"])))
+        for label, params, fn in variants[(kind, dt)][0]:
+            grid, block, shared, _ = _launch.mvp_launch(c, dt, glu, sms, cc, params)
+            if shared <= smax:
+                out.append((label, LaunchGrid(grid, block, shared, fn)))
+        chosen = k.launch_grid(c).function
+        pick = next((lb for lb, g in out if g.function == chosen), "other")
+        return k, out, pick
+
+    fails, results = 0, []
+    e0, e1 = be.create_timestamp(), be.create_timestamp()
+    kmax, nmax = max(s[3] for s in MVP_SHAPES), max(s[2] for s in MVP_SHAPES)
+    px, pn, py = be.alloc(8 * kmax * 4), be.alloc(kmax * 4), be.alloc(8 * nmax * 4)
+    for kind, dt, N, K in MVP_SHAPES:
+        glu, rows = kind == "rmsnorm_matmul_swiglu", N * (2 if kind == "rmsnorm_matmul_swiglu" else 1)
+        wb = wbytes_of(dt, rows, K)
+        # ---- correctness: bit for bit against the old entry; the old entry against float64 (small)
+        small = rows * K <= 2 ** 26
+        if small:
+            raw, vals = make_weights(rng, dt, rows, K)
+        else:
+            raw, vals = raw_weights(rng, dt, rows, K), None
+        pw = be.alloc(raw.nbytes + 256)
+        be.write(pw, raw)
+        norm = rng.uniform(0.5, 1.5, K).astype(np.float32)
+        be.write(pn, norm.view(np.uint8))
+        for T in MVP_T:
+            x = (rng.standard_normal((T, K)) * rng.uniform(0.1, 10, (T, 1))).astype(np.float32)
+            be.write(px, x.view(np.uint8))
+            acc = 0 if glu else 1
+            y0 = rng.standard_normal((T, N)).astype(np.float32)
+            k, ents, pick = entries_of(kind, dt, T, N, K)
+            _, packed = consts(kind, T, N, K, acc)
+            bind = [pw, px, py] if kind == "matmul" else [pw, px, pn, py]
+            got = {}
+            for label, g in ents:
+                be.write(py, y0.view(np.uint8))
+                be._enqueue(q.stream, DispatchCmd(k, g, bind, packed))
+                q.synchronize()
+                y = np.empty((T, N), np.float32)
+                be.read(py, y.view(np.uint8))
+                got[label] = y
+            for label, y in got.items():
+                if not np.array_equal(y.view(np.uint32), got["old"].view(np.uint32)):
+                    fails += 1
+                    bad = np.argwhere(y.view(np.uint32) != got["old"].view(np.uint32))
+                    print(f"FAIL {kind}_{dt} N={N} K={K} T={T} {label}: {len(bad)} values differ from the old entry "
+                          f"(first {tuple(bad[0])}: {y[tuple(bad[0])]!r} vs {got['old'][tuple(bad[0])]!r})")
+            if small:
+                x64 = x.astype(np.float64)
+                if kind != "matmul":
+                    x64 = x64 / np.sqrt((x64 ** 2).mean(1, keepdims=True) + EPS) * norm.astype(np.float64)
+                if glu:
+                    g, u = x64 @ vals[:N].T, x64 @ vals[N:].T
+                    ref = g / (1 + np.exp(-g)) * u
+                    mag = 1.1 * (np.abs(x64) @ np.abs(vals[:N]).T) * np.abs(u) + np.abs(g) * (np.abs(x64) @ np.abs(vals[N:]).T)
+                else:
+                    ref = x64 @ vals.T + y0
+                    mag = np.abs(x64) @ np.abs(vals).T + np.abs(y0)
+                err = np.abs(got["old"] - ref)
+                if not (err <= 1e-5 * mag + 1e-30).all():
+                    fails += 1
+                    print(f"FAIL {kind}_{dt} N={N} K={K} T={T} old vs float64: max err/mag {np.max(err / (mag + 1e-30)):.3g}")
+        be.free(pw)
+        # ---- timing
+        stride = -(-wb // 256) * 256
+        copies = int(min(64, max(8, math.ceil(256e6 / stride))))  # as l2_cold_copies, without a float64 copy
+        big = be.alloc(stride * copies)
+        be.write(big, raw_weights(rng, dt, rows, K))
+        for i in range(1, copies):
+            be._enqueue(q.stream, CopyCmd(big + i * stride, big, wb))
+        q.synchronize()
+        read = variants[(kind, dt)][1]
+        rd = [DispatchCmd(read, LaunchGrid(read_grid(dt, rows, K), (256, 1, 1), 0, read.function),
+                          [big + i * stride, px, py], struct.pack("<iiii", 1, rows, K, 0)) for i in range(copies)]
+        read_us = graph_replay_ms(be, q, (e0, e1), rd) * 1e3 / copies
+        print(f"\n{kind}_{dt} N={N} K={K} ({wb / 1e6:.2f} MB, {copies} copies): read {read_us:.2f} us "
+              f"{wb / read_us / 1e3:.0f} GB/s")
+        table = {}
+        for T in MVP_T:
+            k, ents, pick = entries_of(kind, dt, T, N, K)
+            _, packed = consts(kind, T, N, K, 0)
+            for label, g in ents:
+                cmds = [DispatchCmd(k, g, ([big + i * stride, px, py] if kind == "matmul" else [big + i * stride, px, pn, py]),
+                                    packed) for i in range(copies)]
+                us = graph_replay_ms(be, q, (e0, e1), cmds, 7) * 1e3 / copies
+                table.setdefault(label, {})[T] = (us, label == pick, g)
+                results.append(dict(kind=kind, dt=dt, N=N, K=K, T=T, variant=label, us=us, gbs=wb / us / 1e3,
+                                    read_us=read_us, chosen=label == pick, grid=list(g), shared=g.shared_bytes))
+        for label, row in table.items():
+            g1 = next(iter(row.values()))[2]  # the first T it ran at (a variant past stage_max skips T == 1)
+            cells = "  ".join(f"T={T}: {us:7.2f} us {wb / us / 1e3:6.0f} GB/s {100 * read_us / us:4.0f}%{'*' if ch else ' '}"
+                              for T, (us, ch, _) in row.items())
+            print(f"  {label:10s} grid {g1[0]:5d} shm {g1.shared_bytes:6d}  {cells}")
+        be.free(big)
+    print("\nsummary, us a launch (GB/s): old entry / _p / the best variant, and the read ceiling")
+    for kind, dt, N, K in MVP_SHAPES:
+        rs = [r for r in results if (r["kind"], r["dt"], r["N"], r["K"]) == (kind, dt, N, K)]
+        cells = []
+        for T in MVP_T:
+            at = {r["variant"]: r for r in rs if r["T"] == T}
+            best = min((r for v, r in at.items() if v != "old"), key=lambda r: r["us"])
+            cells.append(f"T={T}: {at['old']['us']:.1f} / {at['_p']['us']:.1f} / {best['variant']} {best['us']:.1f} "
+                         f"({at['_p']['gbs']:.0f} GB/s)")
+        print(f"  {kind}_{dt} {N}x{K}: read {rs[0]['read_us']:.1f}  " + "  ".join(cells))
+    print(f"\ncorrectness: {fails} failures (bit-identity with the old entry at T = {MVP_T}, float64 where small)")
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "gemv_mvp.json"), "w") as f:
+            json.dump(dict(fails=fails, results=results), f, indent=1)
+    be.close()
+    return 1 if fails else 0
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--mvp" in argv:
+        return mvp_main(argv)
     quick = "--quick" in argv
     from xinfer_async.backends.cuda import CUDABackend
     from xinfer_async.backends.cuda import _nvrtc

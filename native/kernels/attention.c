@@ -27,41 +27,61 @@ static inline float xi_dot(const float *a, const float *b, long n)
 #endif
 }
 
+/* kf (hd) = the f16 row kh converted to floats (exact) */
+static void xi_att_row_f16(const uint16_t *kh, float *kf, long hd)
+{
+    for (long d = 0; d < hd; d++) kf[d] = xi_h2f(kh[d]);
+}
+
 /* One (query row, head): o (hd) = softmax(q . k[j] * scale) @ v[j] over keys j = 0..p of kh/vh
- * (rows kvs floats apart). Shared by attention and attention_batched, so a batched row is
+ * (rows kvs elements apart; f16: IEEE halves, each k row converted exactly into kf (hd floats) and
+ * summed as the f32 cache's would be). Shared by attention and attention_batched, so a batched row is
  * bit-identical to the single-sequence kernel over the same keys. sc: scratch of p + 1 floats, or
  * NULL (scores recomputed). */
-static void xi_att_row(const float *qh, const float *kh, const float *vh, long kvs, long p, long hd,
-                       float scale, float *sc, float *o)
+static void xi_att_row(const float *qh, const void *kh, const void *vh, long kvs, long p, long hd,
+                       float scale, int f16, float *sc, float *kf, float *o)
 {
     for (long d = 0; d < hd; d++) o[d] = 0.0f;
     if (p < 0) return; /* zero row */
+    const float *k32 = (const float *)kh, *v32 = (const float *)vh;
+    const uint16_t *k16 = (const uint16_t *)kh, *v16 = (const uint16_t *)vh;
+#define XI_ATT_SCORE(j)                                                                       \
+    (f16 ? (xi_att_row_f16(k16 + (j) * kvs, kf, hd), xi_dot(qh, kf, hd)) * scale             \
+         : xi_dot(qh, k32 + (j) * kvs, hd) * scale)
     float mx = -INFINITY;
     for (long j = 0; j <= p; j++) {
-        float s = xi_dot(qh, kh + j * kvs, hd) * scale;
+        float s = XI_ATT_SCORE(j);
         if (sc) sc[j] = s;
         mx = s > mx ? s : mx;
     }
     double sum = 0.0;
     for (long j = 0; j <= p; j++) {
-        float s = sc ? sc[j] : xi_dot(qh, kh + j * kvs, hd) * scale;
+        float s = sc ? sc[j] : XI_ATT_SCORE(j);
         float e = expf(s - mx);
         sum += e;
-        const float *vj = vh + j * kvs;
-        for (long d = 0; d < hd; d++) o[d] += e * vj[d];
+        if (f16) {
+            const uint16_t *vj = v16 + j * kvs;
+            for (long d = 0; d < hd; d++) o[d] += e * xi_h2f(vj[d]);
+        } else {
+            const float *vj = v32 + j * kvs;
+            for (long d = 0; d < hd; d++) o[d] += e * vj[d];
+        }
     }
+#undef XI_ATT_SCORE
     const float inv = (float)(1.0 / sum);
     for (long d = 0; d < hd; d++) o[d] *= inv;
 }
 
 /* Every (query row t, head h) of T rows: row t attends keys start[t]..start[t]+last[t] of the cache
  * (last[t] < 0: a zero row), query head h reading kv head h / (n_head / n_kv). OpenMP over the
- * T * n_head rows once the work is large enough; each thread keeps one score buffer. */
-static void xi_att_rows(const float *q, const float *kc, const float *vc, const long *start, const long *last,
-                        long T, long nh, long nkv, long hd, long qs, float scale, float *out)
+ * T * n_head rows once the work is large enough; each thread keeps one score buffer (and, f16, a
+ * converted k row). XI_ENOMEM where an f16 cache's row buffer cannot be had. */
+static int xi_att_rows(const float *q, const void *kc, const void *vc, const long *start, const long *last,
+                       long T, long nh, long nkv, long hd, long qs, float scale, int f16, float *out)
 {
-    const long group = nh / (nkv ? nkv : 1), kvs = nkv * hd;
+    const long group = nh / (nkv ? nkv : 1), kvs = nkv * hd, esize = f16 ? 2 : 4;
     long work = 0, span = 0;
+    int failed = 0;
     for (long t = 0; t < T; t++) {
         work += last[t] + 1;
         span = last[t] + 1 > span ? last[t] + 1 : span;
@@ -72,15 +92,24 @@ static void xi_att_rows(const float *q, const float *kc, const float *vc, const 
     {
         /* per-thread score buffer; without memory the scores are recomputed */
         float *sc = span > 0 ? (float *)malloc((size_t)span * sizeof(float)) : NULL;
+        float *kf = f16 && span > 0 ? (float *)malloc((size_t)(hd > 0 ? hd : 1) * sizeof(float)) : NULL;
+        if (f16 && span > 0 && !kf) {
+#pragma omp atomic write
+            failed = 1;
+        }
 #pragma omp for schedule(dynamic, 1)
         for (long th = 0; th < T * nh; th++) {
             const long t = th / nh, h = th % nh, g = h / group;
             const long base = last[t] < 0 ? 0 : start[t] * kvs;
-            xi_att_row(q + t * qs + h * hd, kc + base + g * hd, vc + base + g * hd, kvs, last[t], hd, scale, sc,
+            if (f16 && !kf && last[t] >= 0) continue; /* XI_ENOMEM below */
+            xi_att_row(q + t * qs + h * hd, (const char *)kc + (base + g * hd) * esize,
+                       (const char *)vc + (base + g * hd) * esize, kvs, last[t], hd, scale, f16, sc, kf,
                        out + (t * nh + h) * hd);
         }
         free(sc);
+        free(kf);
     }
+    return failed ? XI_ENOMEM : XI_OK;
 }
 
 /* Per-row key spans of T rows: start[t], and last[t] (the count minus one; -1 for none) in one
@@ -90,9 +119,9 @@ static long *xi_att_spans(long T)
     return (long *)malloc((size_t)(2 * (T > 0 ? T : 1)) * sizeof(long));
 }
 
-int xi_k_attention(void *const *b, const void *c)
+/* attention over an f32 (f16 = 0) or f16 cache; the split-K workspace bindings (5, 6) are cuda's */
+static int xi_attention_impl(void *const *b, const xi_attention_c *k, int f16)
 {
-    XI_C(xi_attention_c);
     if (k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->ctx < 0 ||
         k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim || k->window < 0)
         return XI_EINVAL;
@@ -110,15 +139,27 @@ int xi_k_attention(void *const *b, const void *c)
         start[t] = s;
         last[t] = p < 0 ? -1 : p - s;
     }
-    xi_att_rows((const float *)b[0], (const float *)b[1], (const float *)b[2], start, last, T, k->n_head, k->n_kv,
-                k->head_dim, k->q_stride, k->scale, (float *)b[4]);
+    const int rc = xi_att_rows((const float *)b[0], b[1], b[2], start, last, T, k->n_head, k->n_kv, k->head_dim,
+                               k->q_stride, k->scale, f16, (float *)b[4]);
     free(start);
-    return XI_OK;
+    return rc;
 }
 
-int xi_k_attention_batched(void *const *b, const void *c)
+int xi_k_attention(void *const *b, const void *c)
 {
-    XI_C(xi_attention_batched_c);
+    XI_C(xi_attention_c);
+    return xi_attention_impl(b, k, 0);
+}
+
+int xi_k_attention_f16(void *const *b, const void *c)
+{
+    XI_C(xi_attention_c); /* the family's one layout */
+    return xi_attention_impl(b, k, 1);
+}
+
+/* attention_batched over an f32 (f16 = 0) or f16 cache; the workspace bindings (6, 7) are cuda's */
+static int xi_attention_batched_impl(void *const *b, const xi_attention_batched_c *k, int f16)
+{
     if (k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->rows < 0 ||
         k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim || k->window < 0)
         return XI_EINVAL;
@@ -135,8 +176,20 @@ int xi_k_attention_batched(void *const *b, const void *c)
         start[t] = f;
         last[t] = (f < 0 || l < f) ? -1 : l - f;
     }
-    xi_att_rows((const float *)b[0], (const float *)b[1], (const float *)b[2], start, last, T, k->n_head, k->n_kv,
-                k->head_dim, k->q_stride, k->scale, (float *)b[5]);
+    const int rc = xi_att_rows((const float *)b[0], b[1], b[2], start, last, T, k->n_head, k->n_kv, k->head_dim,
+                               k->q_stride, k->scale, f16, (float *)b[5]);
     free(start);
-    return XI_OK;
+    return rc;
+}
+
+int xi_k_attention_batched(void *const *b, const void *c)
+{
+    XI_C(xi_attention_batched_c);
+    return xi_attention_batched_impl(b, k, 0);
+}
+
+int xi_k_attention_batched_f16(void *const *b, const void *c)
+{
+    XI_C(xi_attention_batched_c);
+    return xi_attention_batched_impl(b, k, 1);
 }

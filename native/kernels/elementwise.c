@@ -107,6 +107,18 @@ void xi_kv_store_rows(const float *src, float *cache, const int32_t *pos, long T
     }
 }
 
+void xi_kv_store_rows_f16(const float *src, uint16_t *cache, const int32_t *pos, long T, long width, long ctx,
+                          long src_stride)
+{
+    for (long t = 0; t < T; t++) {
+        int32_t p = pos[t];
+        if (p < 0 || p >= ctx) continue;
+        const float *s = src + t * src_stride;
+        uint16_t *d = cache + (long)p * width;
+        for (long i = 0; i < width; i++) d[i] = xi_f2h(s[i]);
+    }
+}
+
 int xi_k_kv_store(void *const *b, const void *c)
 {
     XI_C(xi_kv_store_c);

@@ -45,15 +45,14 @@ int xi_k_rope(void *const *b, const void *c)
 /* rope of the q heads and of the k heads of each qkv row (two calls of the row routine, as rope on
  * q and rope on k make), then kv_store of its k and v parts at row[t]: bit for bit rope(q) +
  * rope(k) + kv_store(k) + kv_store(v). The stores run after every row is rotated, in t order. */
-/* rope_kv_store and rope_kv_store_ff (freq factors ff, or NULL) */
-static int xi_rope_kv_store_impl(void *const *b, const xi_rope_kv_store_c *k, const float *ff)
+/* rope_kv_store and rope_kv_store_ff (freq factors ff, or NULL); f16: the caches hold IEEE halves */
+static int xi_rope_kv_store_impl(void *const *b, const xi_rope_kv_store_c *k, const float *ff, int f16)
 {
     if (k->T < 0 || k->n_head < 0 || k->n_kv < 0 || k->head_dim < 0 || (k->head_dim & 1) || k->ctx < 0 ||
         (long)k->row_stride < ((long)k->n_head + 2L * k->n_kv) * k->head_dim || !(k->theta > 0.0f))
         return XI_EINVAL;
     float *qkv = (float *)b[0];
     const int32_t *pos = (const int32_t *)b[1], *row = (const int32_t *)b[2];
-    float *kc = (float *)b[3], *vc = (float *)b[4];
     const long T = k->T, nh = k->n_head, nkv = k->n_kv, hd = k->head_dim, st = k->row_stride;
     const double ltheta = log((double)k->theta);
 #pragma omp parallel for schedule(static) if (T > 1 && T * (nh + nkv) * hd >= 4 * XI_OMP_MIN_WORK)
@@ -63,19 +62,36 @@ static int xi_rope_kv_store_impl(void *const *b, const xi_rope_kv_store_c *k, co
             xi_rope_row(qkv + t * st + nh * hd, pos[t], nkv, hd, ltheta, ff);
         }
     }
-    xi_kv_store_rows(qkv + nh * hd, kc, row, T, nkv * hd, k->ctx, st);
-    xi_kv_store_rows(qkv + (nh + nkv) * hd, vc, row, T, nkv * hd, k->ctx, st);
+    if (f16) {
+        xi_kv_store_rows_f16(qkv + nh * hd, (uint16_t *)b[3], row, T, nkv * hd, k->ctx, st);
+        xi_kv_store_rows_f16(qkv + (nh + nkv) * hd, (uint16_t *)b[4], row, T, nkv * hd, k->ctx, st);
+    } else {
+        xi_kv_store_rows(qkv + nh * hd, (float *)b[3], row, T, nkv * hd, k->ctx, st);
+        xi_kv_store_rows(qkv + (nh + nkv) * hd, (float *)b[4], row, T, nkv * hd, k->ctx, st);
+    }
     return XI_OK;
 }
 
 int xi_k_rope_kv_store(void *const *b, const void *c)
 {
     XI_C(xi_rope_kv_store_c);
-    return xi_rope_kv_store_impl(b, k, NULL);
+    return xi_rope_kv_store_impl(b, k, NULL, 0);
+}
+
+int xi_k_rope_kv_store_f16(void *const *b, const void *c)
+{
+    XI_C(xi_rope_kv_store_c); /* the family's one layout */
+    return xi_rope_kv_store_impl(b, k, NULL, 1);
+}
+
+int xi_k_rope_kv_store_ff_f16(void *const *b, const void *c)
+{
+    XI_C(xi_rope_kv_store_c);
+    return xi_rope_kv_store_impl(b, k, (const float *)b[5], 1);
 }
 
 int xi_k_rope_kv_store_ff(void *const *b, const void *c)
 {
     XI_C(xi_rope_kv_store_c);
-    return xi_rope_kv_store_impl(b, k, (const float *)b[5]);
+    return xi_rope_kv_store_impl(b, k, (const float *)b[5], 0);
 }

@@ -51,31 +51,39 @@ static inline float xi_h2f(uint16_t h)
 #endif
 }
 
-/* x rounded to the nearest IEEE half (ties to even; overflow -> inf, NaN kept), as a float: what
- * llama.cpp's GGML_CPU_FP32_TO_FP16 then FP16_TO_FP32 give (F16C _cvtss_sh with rounding 0). */
-static inline float xi_f16_round(float x)
+/* float -> IEEE half bits, rounded to nearest even (numpy's astype(float16)); portable bit conversion. */
+static inline uint16_t xi_f2h_bits(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu)); /* nan: quiet */
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* inf, or rounds to it (>= 65520) */
+    if (ax < 0x38800000u) { /* below 2^-14: a subnormal half (or zero), ulp 2^-24; the scaling is exact */
+        float a;
+        memcpy(&a, &ax, 4);
+        return (uint16_t)(sign | (uint32_t)nearbyintf(a * 16777216.0f));
+    }
+    const uint32_t rem = ax & 0x1fffu;
+    uint32_t h = ((((ax >> 23) - 112u) << 10) | ((ax >> 13) & 0x3ffu));
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry into the exponent is right */
+    return (uint16_t)(sign | h);
+}
+
+static inline uint16_t xi_f2h(float f)
 {
 #ifdef __F16C__
-    return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+    return (uint16_t)_cvtss_sh(f, 0); /* 0: round to nearest even */
 #else
-    uint32_t bits;
-    memcpy(&bits, &x, 4);
-    const uint32_t sign = bits & 0x80000000u, a = bits & 0x7fffffffu;
-    uint16_t h;
-    if (a >= 0x7f800000u) {
-        h = (uint16_t)((sign >> 16) | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
-    } else if (a >= 0x477ff000u) { /* >= 65520: rounds to inf */
-        h = (uint16_t)((sign >> 16) | 0x7c00u);
-    } else if (a < 0x38800000u) { /* below 2^-14: a subnormal half (or zero), step 2^-24 */
-        float f;
-        memcpy(&f, &a, 4);
-        h = (uint16_t)((sign >> 16) | (uint16_t)rintf(f * 16777216.0f)); /* exact scaling, rint ties even */
-    } else {
-        const uint32_t m = a + 0xfffu + ((a >> 13) & 1u); /* round the 13 dropped bits, ties to even */
-        h = (uint16_t)((sign >> 16) | ((m - 0x38000000u) >> 13));
-    }
-    return xi_h2f_bits(h);
+    return xi_f2h_bits(f);
 #endif
+}
+
+/* x rounded to the nearest IEEE half (ties to even; overflow -> inf, NaN kept), as a float: what
+ * llama.cpp's GGML_CPU_FP32_TO_FP16 then FP16_TO_FP32 give. */
+static inline float xi_f16_round(float x)
+{
+    return xi_h2f(xi_f2h(x));
 }
 
 static inline uint16_t xi_rd16(const uint8_t *p)
@@ -125,6 +133,9 @@ XI_SHARED void xi_rmsnorm_rows(const float *x, const float *w, float *y, long ro
 XI_SHARED void xi_swiglu_rows(const float *gate, const float *up, float *y, long rows, long n, long in_stride);
 XI_SHARED void xi_kv_store_rows(const float *src, float *cache, const int32_t *pos, long T, long width, long ctx,
                                 long src_stride);
+/* the same into an f16 cache (IEEE half bits, xi_f2h: rounded to nearest even) */
+XI_SHARED void xi_kv_store_rows_f16(const float *src, uint16_t *cache, const int32_t *pos, long T, long width,
+                                    long ctx, long src_stride);
 /* y (T, N) = (accumulate ? y : 0) + w (N, K) @ x (T, K)^T, w of type DT: the body of matmul_DT */
 XI_SHARED void xi_matmul_rows_f32(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_matmul_rows_f16(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);

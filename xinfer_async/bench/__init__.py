@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     # tools, which drive the cuda backend's private modules, live outside the package: tools/)
     "native": "xinfer_async.bench._native_bench:main",
     "cuda-raw": "xinfer_async.bench._cuda_bench:main",
+    "cuda-matrix": "xinfer_async.bench._matrix_bench:main",
 }
 
 #: what each subcommand measures, one line (``xinfer-async bench --help``)
@@ -33,15 +34,16 @@ SUMMARIES: dict[str, str] = {
     "model-layer": "runs/s of a tiny prepared model and the host overhead of PreparedModel.run",
     "native": "the cpu backend's matmul kernels at SmolLM2-135M's shapes (us a call, GB/s)",
     "cuda-raw": "raw cuda figures: launch and fence round trips, kernel GB/s, cuBLAS TFLOP/s (needs a GPU)",
+    "cuda-matrix": "GB/s of the cuda matrix kernels per weight type beside q4_1, at model shapes (needs a GPU)",
     "serve": "a streaming load test of any OpenAI-compatible server over HTTP (TTFT, ITL, tok/s)",
 }
 
 #: subcommands that drive the cuda backend directly
-NEEDS_CUDA = {"cuda-raw"}
+NEEDS_CUDA = {"cuda-raw", "cuda-matrix"}
 
 #: subcommands whose function parses its argv with argparse (``--help`` prints and exits before
 #: anything runs); for the others ``bench NAME --help`` prints the module's docstring
-OWN_HELP = {"model", "load", "runtime", "model-layer", "native", "cuda-raw", "serve"}
+OWN_HELP = {"model", "load", "runtime", "model-layer", "native", "cuda-raw", "cuda-matrix", "serve"}
 
 #: the command line the benchmarks' usage lines show
 PROG = "xinfer-async bench"

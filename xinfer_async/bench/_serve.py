@@ -15,7 +15,10 @@ Per row (a warm-up of one short request per place in flight runs first and is le
 - ``steady tok/s``: generated tokens / time while every request of the row streams (from the last
   first token to the first last token; as ``bench model`` reports it: the figure to hold against
   ``bench model --batching`` with as many requests as ``--concurrency``; ``-`` when that window is
-  under 4 tokens a request);
+  under 4 tokens a request). A chunk does not say how many tokens it carries: a request's tokens
+  (its usage) are dealt to its chunks in proportion to their characters (exact for one token a
+  chunk; for a server that groups tokens into events, as ``xinfer-async serve`` does with many
+  streams, an estimate good to the variation of characters a token);
 - ``ttft``: time to first token (request sent to the first content chunk), ``itl``: gaps
   between content chunks, all requests pooled (a chunk counted as one token, as vLLM's benchmark
   does), ``tpot``: (latency - ttft) / (tokens - 1) per request, ``latency``: sent to last chunk;
@@ -128,7 +131,8 @@ def parse_events(data: bytes) -> tuple[list[tuple[str, int | None]], bytes]:
 async def stream_request(client: Any, url: str, body: dict, headers: dict) -> dict:
     """Send one streamed request; returns its times (perf_counter seconds) and token counts."""
     t0 = time.perf_counter()
-    times: list[tuple[float, int]] = []  # (arrival, content chunks so far)
+    times: list[tuple[float, int]] = []  # (arrival, characters of content so far)
+    chars = 0
     usage_tokens = None
     async with client.stream("POST", url, json=body, headers=headers) as r:
         if r.status_code != 200:
@@ -140,9 +144,14 @@ async def stream_request(client: Any, url: str, body: dict, headers: dict) -> di
                 if n is not None:
                     usage_tokens = n
                 if text:
-                    times.append((time.perf_counter(), len(times) + 1))
+                    chars += len(text)
+                    times.append((time.perf_counter(), chars))
     end = time.perf_counter()
     tokens = usage_tokens if usage_tokens is not None else len(times)
+    # tokens so far at each chunk: the request's tokens in proportion to the characters (a chunk
+    # does not say how many tokens it carries, and a server may group several in one event)
+    times = [(t, round(tokens * c / chars)) for t, c in times] if usage_tokens is not None and chars else \
+        [(t, k + 1) for k, (t, _) in enumerate(times)]
     ttft = times[0][0] - t0 if times else math.nan
     gaps = [b[0] - a[0] for a, b in zip(times, times[1:])]
     return dict(start=t0, end=end, tokens=tokens, ttft=ttft, itl=gaps, times=times, latency=end - t0,
@@ -319,11 +328,13 @@ def run_row(url: str, headers: dict, *, model: str | None, concurrency: int, rat
         raise RuntimeError(f"every request failed; first error: {errors[0] if errors else '?'}")
     wall = max(r["end"] for r in done) - min(r["start"] for r in done)
     tokens = sum(r["tokens"] for r in done)
+    events = sum(len(r["times"]) for r in done)
     steady_tok_s, _ = steady_rate(done)
     return dict(
         concurrency=concurrency, rate=rate, requests=requests, completed=len(done), errors=len(errors),
         first_errors=errors[:3], max_tokens=max_tokens, client_processes=len(shares), duration_s=wall,
-        output_tokens=tokens, client_cpu_us_per_tok=client_cpu / tokens * 1e6,
+        output_tokens=tokens, content_events=events, tokens_per_event=tokens / events if events else math.nan,
+        client_cpu_us_per_tok=client_cpu / tokens * 1e6,
         server_cpu_us_per_tok=server_cpu / tokens * 1e6, req_per_s=len(done) / wall, out_tok_per_s=tokens / wall, steady_tok_per_s=steady_tok_s,
         **percentiles((r["ttft"] for r in done if not math.isnan(r["ttft"])), QS, 1e3, "ttft_ms_"),
         **percentiles((g for r in done for g in r["itl"]), QS, 1e3, "itl_ms_"),

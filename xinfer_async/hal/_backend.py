@@ -123,9 +123,11 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    def create_gemm(self, dtype: Any, m: int, n: int, k: int, trans_b: bool) -> Any:
+    def create_gemm(self, dtype: Any, m: int, n: int, k: int, trans_b: bool, out_dtype: Any = None) -> Any:
         """A GEMM handle: ``C (m, n) f32|dtype = A (m, k) @ B`` with ``B (k, n)``, or ``(n, k)``
-        transposed when ``trans_b``; row-major, all three of ``dtype`` (f32, f16 or bf16)."""
+        transposed when ``trans_b``; row-major, all three of ``dtype`` (f32, f16 or bf16), or ``C`` of
+        ``out_dtype`` f32 for f16 operands with ``trans_b`` (the GEMM regime: cuda pins one
+        split-K-free algorithm per ``(n, k)``, so a row of C never depends on ``m``)."""
 
     @abc.abstractmethod
     def create_timestamp(self) -> Any:

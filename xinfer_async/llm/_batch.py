@@ -33,7 +33,8 @@ the device from the in-flight step's argmax (same bucket, same rows), so the hos
 step (reading ids, streaming 64 tokens to 64 tasks) overlaps the device's next step. A step's
 results go to the requests it was submitted for: one that ended meanwhile (a stop token, a
 cancel) has its row ignored (it only wrote the KV-cache row after its last token); one admitted
-meanwhile joins the step after.
+meanwhile joins the step after. A request's end costs one step submitted after the tokens were
+read (the one after it: its rows changed).
 """
 
 from __future__ import annotations
@@ -219,7 +220,7 @@ class Batcher:
         self._admitted.remove(r)
         r.request.mark_prefilled()
         self._active.append(r)
-        self._emit_or_end(r, nxt)
+        self._emit(r, nxt)
         self._max_active = max(self._max_active, len(self._active))
 
     async def _prefill_chunk(self, r: BatchedRequest):
@@ -324,7 +325,7 @@ class Batcher:
                 continue  # ended after this step was submitted: its row is ignored
             r.pos += 1
             if not r.cancelled:
-                self._emit_or_end(r, ids[i] if r.request.greedy else logits[i])
+                self._emit(r, ids[i] if r.request.greedy else logits[i])
         i0 = len(step.rows)
         for r, i, complete in step.prompts:
             n = i + 1 - i0
@@ -336,25 +337,23 @@ class Batcher:
             if complete and not r.cancelled:
                 self._activate(r, ids[i] if r.request.greedy else logits[i])
 
-    def _emit_or_end(self, r: BatchedRequest, nxt: Any) -> None:
-        """``_emit``; an error there (a sampler's) ends ``r`` with it, not the scheduler and the
-        other requests."""
-        try:
-            self._emit(r, nxt)
-        except Exception as exc:
-            self._end(r, error=exc)
-
     def _emit(self, r: BatchedRequest, nxt: Any) -> None:
-        """Sample (non-greedy) and ``advance`` the request; end it when it is done."""
+        """Sample (non-greedy) and ``advance`` the request; end it when it is done, or with the
+        error when sampling failed (that request's, not the scheduler's and the other requests').
+        One call a row: 64 rows a step on the trio thread."""
         req = r.request
-        if req.greedy:
-            token, logits = nxt, None
-        else:
-            token, logits = req.sample(nxt), nxt
         try:
-            finish = req.advance(token, logits)
+            if req.greedy:
+                token = nxt
+                finish = req.advance(token)
+            else:
+                token = req.sample(nxt)
+                finish = req.advance(token, nxt)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._end(r)  # the consumer closed the stream
+            return
+        except Exception as exc:
+            self._end(r, error=exc)
             return
         if finish is not None:
             self._end(r)

@@ -9,7 +9,7 @@ stored) and each slot's KV cache (persistent state). ``forward(T, logits)`` buil
     for each block:
         qkv = rmsnorm(x) @ [Wq; Wk; Wv]^T [+ bias]      # rmsnorm_matmul (bias_add): (T, q_dim + 2 * kv_dim)
         [q, k heads = rmsnorm(head) * q_norm / k_norm]  # qk_rmsnorm
-        rope(q), rope(k) at pos; kv_cache[pos] = k, v   # rope_kv_store[_ff] (the block's base; pos < 0: padding)
+        rope(q), rope(k) at pos; kv_cache[pos] = k, v   # rope_kv_store[_ff][_f16] (the block's base; pos < 0: padding)
         o = attention(q, k_cache, v_cache, pos) @ Wo^T  # attention (GQA, causal, [sliding window])
         x += o                 [x += rmsnorm(o) * post_attention_norm]      # matmul accumulate / rmsnorm_add
         act = act(rmsnorm(x) @ Wgate^T) * (rmsnorm(x) @ Wup^T)    # rmsnorm_matmul_swiglu / rmsnorm_matmul + geglu
@@ -27,17 +27,42 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+import os
+from typing import Any, Mapping
 
 import numpy as np
 
 from ..hal import Access, GGUFError, TensorDesc
-from ..model import Binding, Dispatch, IODesc, ModelContext, ModelSession
+from ..model import Binding, Dispatch, Fill, IODesc, ModelContext, ModelSession
+from ..ops._attention_split import SPLIT_T_MAX, count_ints, workspace_floats
+from ._gemm import GemmLowering, dequantize_f16, lowers
+from ._gemm import f16_weights as _policy_f16_weights
+from ._gemm import gemm_min_t as _policy_min_t
 from ._gguf import GGUFModel, ModelConfig
 
 F32 = 4
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 RW, W_ = Access.READ_WRITE, Access.WRITE
+
+#: the KV-cache element types: bytes an element, and the suffix of the kernels that read and write them
+KV_DTYPES = {"f32": (4, ""), "f16": (2, "_f16")}
+
+
+def kv_cache_dtype(value: str | None = None, environ: Mapping[str, str] = os.environ) -> str:
+    """The KV-cache element type: ``value``, else ``$XINFER_KV_CACHE``, else ``"f32"``.
+
+    ``"f16"`` halves the cache's bytes (and the attention's reads at long contexts): k and v are
+    rounded to the nearest f16 as they are stored, and read back exactly as f32 (all arithmetic stays
+    f32). Its accuracy against the f32 cache: tests/test_kv_f16.py.
+
+    Raises:
+        ValueError: a value other than ``"f32"`` / ``"f16"`` (named, with where it came from).
+    """
+    src = "kv_dtype" if value is not None else "XINFER_KV_CACHE"
+    v = value if value is not None else (environ.get("XINFER_KV_CACHE", "").strip().lower() or "f32")
+    if v not in KV_DTYPES:
+        raise ValueError(f"{src}={v!r} is not a KV-cache type; use one of {', '.join(map(repr, KV_DTYPES))}")
+    return v
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,16 +137,49 @@ class LlamaBuilder:
         batch_seqs: 0, or the sequences of the batched decode path: one more KV cache per layer of
             ``batch_seqs * ctx`` rows (sequence s owns rows ``[s*ctx, (s+1)*ctx)``) and the plans
             of ``prepare_batched``.
+        kv_dtype: the KV cache's element type, ``"f32"`` or ``"f16"`` (None: ``kv_cache_dtype()``,
+            ``$XINFER_KV_CACHE``, else f32).
+        gemm_min_t: the smallest T whose quantized matrix products run in the GEMM regime
+            (``_gemm.py``); default: the policy ``gemm_min_t(device.name)`` (cuda: 64 or
+            ``XINFER_GEMM_MIN_T``; cpu: never); None: never; an int forces it (tests, on any device).
+        f16_weights: keep an f16 copy of every matrix that lowers resident on the device (no
+            dequantization per plan call; 2 bytes a weight more); default ``XINFER_F16_WEIGHTS``.
 
     Raises:
         GGUFError: a tensor is missing or has an unexpected shape.
-        ValueError: ``ctx`` out of range.
+        ValueError: ``ctx``, ``chunk`` or ``gemm_min_t`` out of range, an unknown ``kv_dtype``.
     """
 
-    def __init__(self, gguf_model: GGUFModel, device: Any, ctx: int, chunk: int = 64, batch_seqs: int = 0):
+    def __init__(self, gguf_model: GGUFModel, device: Any, ctx: int, chunk: int = 64, batch_seqs: int = 0,
+                 kv_dtype: str | None = None, gemm_min_t: int | None | str = "policy",
+                 f16_weights: bool | None = None):
         cfg = gguf_model.config
+        self.kv_dtype = kv_cache_dtype(kv_dtype)
+        kv_bytes, self._kv_sfx = KV_DTYPES[self.kv_dtype]
         if not 1 <= ctx <= cfg.context_length:
             raise ValueError(f"ctx={ctx} must be in [1, {cfg.context_length}] (the model's context length)")
+        if not 1 <= chunk <= ctx:
+            raise ValueError(f"chunk={chunk} must be in [1, ctx={ctx}]")
+        if gemm_min_t == "policy":
+            gemm_min_t = _policy_min_t(device.name)
+        elif gemm_min_t is not None and (not isinstance(gemm_min_t, int) or gemm_min_t < 1):
+            raise ValueError(f"gemm_min_t={gemm_min_t!r} must be a positive int, None or 'policy'")
+        self.gemm_min_t = gemm_min_t
+        self.chunk = chunk
+        # prefill buckets: a short prompt runs through a small plan instead of a padded chunk
+        self.prefill_sizes = sorted({min(16, chunk), chunk} - {1}) or [1]
+        self.batch_seqs = batch_seqs
+        #: batched step buckets: every bucket below batch_seqs + chunk (a row for each sequence and a
+        #: chunk of prompt rows: llm/_batch.py) and the smallest one that holds that many
+        top = batch_seqs + chunk
+        self.batch_sizes = ([b for b in BATCH_BUCKETS if b < top] + [min([b for b in BATCH_BUCKETS if b >= top]
+                                                                         or [top])]) if batch_seqs else []
+        self.plan_sizes = sorted({1, *self.prefill_sizes, *self.batch_sizes})
+        gemm_on = gemm_min_t is not None and self.plan_sizes[-1] >= gemm_min_t
+        if f16_weights is None:
+            f16_weights = _policy_f16_weights()
+        #: quantized weight region -> its resident f16 copy (``f16_weights`` with the GEMM regime on)
+        self._resident: dict | None = {} if f16_weights and gemm_on else None
         self.cfg: ModelConfig = cfg
         self.ctx = ctx
         self.device = device
@@ -135,7 +193,7 @@ class LlamaBuilder:
         # the table is the output matrix too when tied: then kept in the device's matrix layout
         self.embd, self.embd_dtype = self._weight("token_embd.weight", matrix=cfg.tied_embeddings)
         out_name = "token_embd.weight" if cfg.tied_embeddings else "output.weight"
-        self.out, self.out_dtype = (self.embd, self.embd_dtype) if cfg.tied_embeddings else self._weight(out_name)
+        self.out, self.out_dtype = (self.embd, self.embd_dtype) if cfg.tied_embeddings else self._weight(out_name, True)
         self.out_norm, _ = self._weight("output_norm.weight")
         arch = cfg.architecture
         self._qkv_rows = self._qkv_order() if arch.rope == "neox" else None
@@ -146,10 +204,10 @@ class LlamaBuilder:
             p = f"blk.{i}."
             blk = _Block(
                 self._weight(p + "attn_norm.weight")[0], self._fused(p, self._qkv_parts(), self._qkv_rows),
-                self._weight(p + "attn_output.weight"), self._weight(p + "ffn_norm.weight")[0],
-                self._fused(p, self._gu_parts()), self._weight(p + "ffn_down.weight"),
-                s.scratch(ctx * self.kv_dim * F32, persistent=True, name=f"{p}k_cache"),
-                s.scratch(ctx * self.kv_dim * F32, persistent=True, name=f"{p}v_cache"),
+                self._weight(p + "attn_output.weight", True), self._weight(p + "ffn_norm.weight")[0],
+                self._fused(p, self._gu_parts()), self._weight(p + "ffn_down.weight", True),
+                s.scratch(ctx * self.kv_dim * kv_bytes, persistent=True, name=f"{p}k_cache"),
+                s.scratch(ctx * self.kv_dim * kv_bytes, persistent=True, name=f"{p}v_cache"),
                 theta=cfg.layer_rope_theta(i), window=cfg.layer_window(i),
             )
             if arch.qkv_bias:
@@ -162,21 +220,12 @@ class LlamaBuilder:
                 blk.post_attn_norm = self._weight(p + "post_attention_norm.weight")[0]
                 blk.post_ffw_norm = self._weight(p + "post_ffw_norm.weight")[0]
             if batch_seqs:
-                blk.bk_cache = s.scratch(batch_seqs * ctx * self.kv_dim * F32, persistent=True, name=f"{p}bk_cache")
-                blk.bv_cache = s.scratch(batch_seqs * ctx * self.kv_dim * F32, persistent=True, name=f"{p}bv_cache")
+                rows_bytes = batch_seqs * ctx * self.kv_dim * kv_bytes
+                blk.bk_cache = s.scratch(rows_bytes, persistent=True, name=f"{p}bk_cache")
+                blk.bv_cache = s.scratch(rows_bytes, persistent=True, name=f"{p}bv_cache")
             self.blocks.append(blk)
-        if not 1 <= chunk <= ctx:
-            raise ValueError(f"chunk={chunk} must be in [1, ctx={ctx}]")
-        self.chunk = chunk
-        # prefill buckets: a short prompt runs through a small plan instead of a padded chunk
-        self.prefill_sizes = sorted({min(16, chunk), chunk} - {1}) or [1]
-        self.batch_seqs = batch_seqs
-        #: batched step buckets: every bucket below batch_seqs + chunk (a row for each sequence and a
-        #: chunk of prompt rows: llm/_batch.py) and the smallest one that holds that many
-        top = batch_seqs + chunk
-        self.batch_sizes = ([b for b in BATCH_BUCKETS if b < top] + [min([b for b in BATCH_BUCKETS if b >= top]
-                                                                         or [top])]) if batch_seqs else []
-        self._layouts = {T: self._layout(T) for T in sorted({1, *self.prefill_sizes, *self.batch_sizes})}
+        self._gemm = self._gemm_lowering()
+        self._layouts = {T: self._layout(T) for T in self.plan_sizes}
         self.definition = s.freeze(ModelContext(device))
         self._tensors = None  # the memory map is no longer needed
 
@@ -187,22 +236,33 @@ class LlamaBuilder:
             raise GGUFError(f"tensor {name!r} is missing from the model file")
         return t
 
-    def _weight(self, name: str, matrix: bool = True):
-        """Upload tensor ``name``: ``(region, the dtype label its kernels are named after)``; a 2-D
-        tensor with ``matrix`` in the device's matrix layout (``ModelSession.matrix_dtype``)."""
+    def _weight(self, name: str, matrix: bool = False):
+        """Upload tensor ``name``: ``(region, the dtype label its kernels are named after)``; ``matrix``:
+        a matrix product's weight, kept in the device's matrix layout (``ModelSession.matrix_dtype``)
+        and with its f16 copy where ``f16_weights`` asks for one."""
         t = self._tensor(name)
         if t.dtype in ("f32", "f16") and len(t.shape) == 1:
             data = np.asarray(t.data, dtype=np.float32)  # norms: f32 on the device
             return self.session.weight(data, TensorDesc(t.shape, "f32"), name), "f32"
+        data = np.ascontiguousarray(t.data)
         desc = TensorDesc(t.shape, t.dtype)
         matrix = matrix and len(t.shape) == 2
-        label = self.session.matrix_dtype(desc).label if matrix else t.dtype
-        return self.session.weight(np.ascontiguousarray(t.data), desc, name, matrix=matrix), label
+        region = self.session.weight(data, desc, name, matrix=matrix)
+        if matrix:
+            self._keep_f16(region, data, t.dtype, tuple(t.shape), name)
+        return region, self.session.matrix_dtype(desc).label if matrix else t.dtype
 
     def _matrix_dtype(self, name: str) -> str:
-        """The dtype label of 2-D tensor ``name`` as ``_weight`` uploads it."""
+        """The dtype label of 2-D tensor ``name`` as ``_weight(name, matrix=True)`` uploads it."""
         t = self._tensor(name)
         return self.session.matrix_dtype(TensorDesc(t.shape, t.dtype)).label
+
+    def _keep_f16(self, region, data: np.ndarray, dtype: str, shape: tuple[int, int], name: str) -> None:
+        """With resident f16 weights on and a type that lowers: upload the f16 copy of ``region``
+        (``data``: the tensor as stored in the file, of GGUF type ``dtype``)."""
+        if self._resident is not None and lowers(dtype, self.gemm_min_t, self.gemm_min_t):
+            w16 = dequantize_f16(data, dtype, shape)
+            self._resident[region] = self.session.weight(w16, TensorDesc(shape, "f16"), name + ".f16")
 
     def _qkv_parts(self) -> list[str]:
         return ["attn_qkv"] if self.cfg.architecture.fused_qkv else ["attn_q", "attn_k", "attn_v"]
@@ -220,23 +280,41 @@ class LlamaBuilder:
     def _kernel_names(self, batch_seqs: int) -> set[str]:
         """The kernels ``forward`` dispatches, from the family and the tensors' types (as ``_weight``
         and ``_fused`` choose them)."""
-        cfg, arch = self.cfg, self.cfg.architecture
+        cfg, arch, kv = self.cfg, self.cfg.architecture, self._kv_sfx
         dt = self._matrix_dtype
         embd = dt("token_embd.weight") if cfg.tied_embeddings else self._tensor("token_embd.weight").dtype
-        names = {f"get_rows_{embd}", "get_rows_f32", "rope_kv_store_ff" if cfg.rope_freqs else "rope_kv_store",
-                 "attention", "argmax",
+        names = {f"get_rows_{embd}", "get_rows_f32", ("rope_kv_store_ff" if cfg.rope_freqs else "rope_kv_store") + kv,
+                 "attention" + kv, "argmax",
                  f"rmsnorm_matmul_{embd if cfg.tied_embeddings else dt('output.weight')}"}
-        names |= {n for n, on in (("attention_batched", batch_seqs), ("affine", arch.embed_scale_sqrt_dim),
+        names |= {n for n, on in (("attention_batched" + kv, batch_seqs), ("affine", arch.embed_scale_sqrt_dim),
                                   ("bias_add", arch.qkv_bias), ("qk_rmsnorm", arch.qk_norm),
                                   ("rmsnorm_add", arch.post_norms), ("softcap", cfg.logit_softcap > 0),
                                   ("geglu", arch.activation == "gelu_tanh")) if on}
         ffn = "rmsnorm_matmul_swiglu_" if arch.activation == "silu" else "rmsnorm_matmul_"
+        out_dt = embd if cfg.tied_embeddings else dt("output.weight")
+        matrix_dtypes = {out_dt}
         for i in range(cfg.n_layer):
             p = f"blk.{i}."
-            names |= {f"rmsnorm_matmul_{self._fused_dtype(p, self._qkv_parts())}",
-                      ffn + self._fused_dtype(p, self._gu_parts()),
-                      f"matmul_{dt(p + 'attn_output.weight')}", f"matmul_{dt(p + 'ffn_down.weight')}"}
+            qkv, gu = self._fused_dtype(p, self._qkv_parts()), self._fused_dtype(p, self._gu_parts())
+            wo, wdown = dt(p + "attn_output.weight"), dt(p + "ffn_down.weight")
+            names |= {f"rmsnorm_matmul_{qkv}", ffn + gu, f"matmul_{wo}", f"matmul_{wdown}"}
+            matrix_dtypes |= {qkv, gu, wo, wdown}
+        if self.gemm_min_t is not None and self.plan_sizes[-1] >= self.gemm_min_t:
+            names |= GemmLowering.kernel_names(matrix_dtypes, arch.activation == "silu")
         return names
+
+    def _gemm_lowering(self) -> GemmLowering | None:
+        """The GEMM regime's scratch, when a plan's T reaches ``gemm_min_t`` and a matrix lowers."""
+        cfg = self.cfg
+        if self.gemm_min_t is None or self.plan_sizes[-1] < self.gemm_min_t:
+            return None
+        mats = [(w, n, k) for b in self.blocks for w, n, k in (
+            (b.wqkv, cfg.q_dim + 2 * self.kv_dim, cfg.dim), (b.wo, cfg.dim, cfg.q_dim),
+            (b.wgu, 2 * cfg.ffn_dim, cfg.dim), (b.wdown, cfg.dim, cfg.ffn_dim))]
+        if not any(lowers(w[1], self.gemm_min_t, self.gemm_min_t) for w, _, _ in mats) and \
+                not lowers(self.out_dtype, self.gemm_min_t, self.gemm_min_t):
+            return None
+        return GemmLowering(self.session, sorted({(n, k) for _, n, k in mats}), cfg.dim, self._resident)
 
     def _fused_dtype(self, prefix: str, parts: list[str]) -> str:
         """The dtype of ``_fused``'s stacked weight: the parts' one dtype and K, else f32."""
@@ -259,8 +337,11 @@ class LlamaBuilder:
             return self.session.weight(data, TensorDesc(data.shape, "f32"), name), "f32"
         data = np.concatenate([np.asarray(t.data) for t in ts], axis=0)
         data = np.ascontiguousarray(data if rows is None else data[rows])
-        desc = TensorDesc((sum(t.shape[0] for t in ts), ts[0].shape[1]), ts[0].dtype)
-        return self.session.weight(data, desc, name, matrix=True), self.session.matrix_dtype(desc).label
+        dt = ts[0].dtype
+        desc = TensorDesc((sum(t.shape[0] for t in ts), ts[0].shape[1]), dt)
+        region = self.session.weight(data, desc, name, matrix=True)
+        self._keep_f16(region, data, dt, desc.shape, name)
+        return region, self.session.matrix_dtype(desc).label
 
     def _vector(self, name: str, parts: list[str], rows: np.ndarray | None = None):
         """Vectors (biases, norm weights) joined into one f32 weight, in the order ``rows``."""
@@ -273,11 +354,15 @@ class LlamaBuilder:
         cfg, kvd, arch = self.cfg, self.kv_dim, self.cfg.architecture
         sizes = dict(tokens=T, pos=T, last=1, row=T, first=T, klast=T, x=T * cfg.dim, qkv=T * (cfg.q_dim + 2 * kvd),
                      att=T * cfg.q_dim, act=T * cfg.ffn_dim, hl=cfg.dim,
-                     logits=T * cfg.vocab_size, logits_last=cfg.vocab_size, argmax=T)
+                     logits=T * cfg.vocab_size, logits_last=cfg.vocab_size, argmax=T,
+                     att_part=max(1, workspace_floats(T, cfg.n_head, cfg.head_dim)),  # attention's split-K
+                     att_count=max(1, count_ints(T, cfg.n_head)))  # workspace (ops/_attention_split.py)
         if arch.post_norms or arch.embed_scale_sqrt_dim:
             sizes["tmp"] = T * cfg.dim  # a projection's output before its post-norm; the unscaled embeddings
         if arch.activation == "gelu_tanh":
             sizes["gu"] = T * 2 * cfg.ffn_dim
+        if self._gemm is not None and T >= self.gemm_min_t:
+            self._gemm.declare(T)
         return {k: self.session.scratch(n * F32, name=f"T{T}.{k}") for k, n in sizes.items()}
 
     def weight_bytes(self) -> int:
@@ -300,6 +385,7 @@ class LlamaBuilder:
         L = self._layouts[T]
         tokens, pos, last, x, qkv, att, act = (L[k] for k in ("tokens", "pos", "last", "x", "qkv", "att", "act"))
         row, first, klast = L["row"], L["first"], L["klast"]
+        part, count = L["att_part"], L["att_count"]  # count zeroed first; each attention launch leaves it zero
         tmp, gu = L.get("tmp"), L.get("gu")
         rows = self.batch_seqs * self.ctx
         if batched and not self.batch_seqs:
@@ -312,27 +398,30 @@ class LlamaBuilder:
             cmds = [get_rows(tmp), self._dispatch("affine", [tmp, (x, W_)], dict(n=T * dim, a=math.sqrt(dim), b=0.0))]
         else:
             cmds = [get_rows(x)]
-        mm = lambda wd, src, dst, n, kk, acc, rows=T: self._dispatch(  # noqa: E731
-            f"matmul_{wd[1]}", [wd[0], src, (dst, RW)], dict(T=rows, N=n, K=kk, accumulate=acc))
-        norm_mm = lambda wd, src, g, dst, n, rows=T: self._dispatch(  # noqa: E731  rmsnorm(src) * g, then @ w^T
-            f"rmsnorm_matmul_{wd[1]}", [wd[0], src, g, (dst, RW)], dict(T=rows, N=n, K=dim, accumulate=0, eps=cfg.rms_eps))
+        if T <= SPLIT_T_MAX:  # split-K attention's counters (cuda; above SPLIT_T_MAX tokens it never splits)
+            cmds.insert(0, Fill(count, 0.0))
+        mm = lambda wd, src, dst, n, kk, acc, rows=T: self._product(  # noqa: E731
+            "matmul", wd, src, None, dst, rows, n, kk, accumulate=acc)
+        norm_mm = lambda wd, src, g, dst, n, rows=T: self._product(  # noqa: E731  rmsnorm(src) * g, then @ w^T
+            "rmsnorm_matmul", wd, src, g, dst, rows, n, dim)
         ff = [] if self.rope_ff is None else [self.rope_ff]
         rope_kv = lambda b, dst_row, k_cache, v_cache, ctx: self._dispatch(  # noqa: E731
-            "rope_kv_store_ff" if ff else "rope_kv_store", [(qkv, RW), pos, dst_row, (k_cache, RW), (v_cache, RW)] + ff,
+            ("rope_kv_store_ff" if ff else "rope_kv_store") + self._kv_sfx,
+            [(qkv, RW), pos, dst_row, (k_cache, RW), (v_cache, RW)] + ff,
             dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, row_stride=qkv_w, ctx=ctx,
                  theta=b.theta))
 
         def residual(w, src, k, norm):
             """x += src @ w^T, or with a post-norm x += rmsnorm(src @ w^T) * norm."""
             if norm is None:
-                return [mm(w, src, x, dim, k, 1)]
-            return [mm(w, src, tmp, dim, k, 0),
-                    self._dispatch("rmsnorm_add", [tmp, norm, (x, RW)], dict(rows=T, dim=dim, eps=cfg.rms_eps))]
+                return mm(w, src, x, dim, k, 1)
+            return mm(w, src, tmp, dim, k, 0) + [
+                self._dispatch("rmsnorm_add", [tmp, norm, (x, RW)], dict(rows=T, dim=dim, eps=cfg.rms_eps))]
 
         heads = dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, q_stride=qkv_w,
                      scale=1.0 / math.sqrt(cfg.head_dim))
         for b in self.blocks:
-            cmds.append(norm_mm(b.wqkv, x, b.attn_norm, qkv, qkv_w))
+            cmds += norm_mm(b.wqkv, x, b.attn_norm, qkv, qkv_w)
             if b.bqkv is not None:
                 cmds.append(self._dispatch("bias_add", [(qkv, RW), b.bqkv], dict(rows=T, n=qkv_w)))
             if b.q_norm is not None:
@@ -342,30 +431,31 @@ class LlamaBuilder:
             if batched:
                 cmds += [
                     rope_kv(b, row, b.bk_cache, b.bv_cache, rows),
-                    self._dispatch("attention_batched", [qkv, b.bk_cache, b.bv_cache, first, klast, (att, W_)],
+                    self._dispatch("attention_batched" + self._kv_sfx,
+                                   [qkv, b.bk_cache, b.bv_cache, first, klast, (att, W_), (part, RW), (count, RW)],
                                    dict(heads, rows=rows, window=b.window)),
                 ]
             else:
                 cmds += [
                     rope_kv(b, pos, b.k_cache, b.v_cache, self.ctx),
-                    self._dispatch("attention", [qkv, b.k_cache, b.v_cache, pos, (att, W_)],
+                    self._dispatch("attention" + self._kv_sfx,
+                                   [qkv, b.k_cache, b.v_cache, pos, (att, W_), (part, RW), (count, RW)],
                                    dict(heads, ctx=self.ctx, window=b.window)),
                 ]
             cmds += residual(b.wo, att, qd, b.post_attn_norm)
             if arch.activation == "silu":
-                cmds.append(self._dispatch(f"rmsnorm_matmul_swiglu_{b.wgu[1]}", [b.wgu[0], x, b.ffn_norm, (act, W_)],
-                                           dict(T=T, N=ffn, K=dim, eps=cfg.rms_eps)))
+                cmds += self._product("rmsnorm_matmul_swiglu", b.wgu, x, b.ffn_norm, act, T, ffn, dim)
             else:
-                cmds += [norm_mm(b.wgu, x, b.ffn_norm, gu, 2 * ffn),
-                         self._dispatch("geglu", [gu, (act, W_)], dict(rows=T, n=ffn))]
+                cmds += norm_mm(b.wgu, x, b.ffn_norm, gu, 2 * ffn)
+                cmds.append(self._dispatch("geglu", [gu, (act, W_)], dict(rows=T, n=ffn)))
             cmds += residual(b.wdown, act, ffn, b.post_ffw_norm)
         out = (self.out, self.out_dtype)
         if all_logits:
-            cmds.append(norm_mm(out, x, self.out_norm, logits, V))
+            cmds += norm_mm(out, x, self.out_norm, logits, V)
         else:
             hl = L["hl"]
             cmds.append(self._dispatch("get_rows_f32", [x, last, (hl, W_)], dict(T=1, dim=dim, vocab=T)))
-            cmds.append(norm_mm(out, hl, self.out_norm, logits, V, rows=1))
+            cmds += norm_mm(out, hl, self.out_norm, logits, V, rows=1)
         if cfg.logit_softcap > 0:
             cmds.append(self._dispatch("softcap", [(logits, RW)], dict(n=n_out * V, cap=cfg.logit_softcap)))
         ids = L["argmax"]
@@ -376,6 +466,23 @@ class LlamaBuilder:
         outs = dict(logits=IODesc(logits, TensorDesc((n_out, V), "f32")), argmax=i32(ids, n_out))
         spec = PlanSpec(T, all_logits, batched)
         return d.fragment(cmds, [ins[k] for k in spec.inputs], [outs[k] for k in spec.outputs])
+
+    def _product(self, kind: str, wd, x, norm, y, rows: int, n: int, k: int, accumulate: int = 0) -> list:
+        """The commands of one matrix product of ``kind`` (``matmul``, ``rmsnorm_matmul``,
+        ``rmsnorm_matmul_swiglu``: the kernel families of ``ops/_kernels.py``) with weight ``wd``
+        ((region, dtype), (n, k); swiglu: (2n, k)), input ``x`` (rows, k), output ``y`` (rows, n):
+        the GEMM regime where the policy lowers it (``_gemm.py``), else the kernel."""
+        if self._gemm is not None and lowers(wd[1], rows, self.gemm_min_t):
+            return self._gemm.commands(self.definition.kernels, wd[0], wd[1], x, y, rows, n, k, norm=norm,
+                                       eps=self.cfg.rms_eps, accumulate=accumulate,
+                                       glu=kind == "rmsnorm_matmul_swiglu")
+        consts = dict(T=rows, N=n, K=k)
+        if kind != "rmsnorm_matmul_swiglu":
+            consts["accumulate"] = accumulate
+        if kind != "matmul":
+            consts["eps"] = self.cfg.rms_eps
+        binds = [wd[0], x] + ([norm] if norm is not None else []) + [(y, W_ if kind == "rmsnorm_matmul_swiglu" else RW)]
+        return [self._dispatch(f"{kind}_{wd[1]}", binds, consts)]
 
     def _dispatch(self, name: str, bindings: list, constants: dict) -> Dispatch:
         binds = [Binding(b[0], b[1]) if isinstance(b, tuple) else Binding(b) for b in bindings]

@@ -15,7 +15,7 @@ from .._open import open_device
 from ._engine import LanguageModel
 from ._chat import resolve_chat_template
 from ._gguf import load_gguf
-from ._llama import LlamaBuilder
+from ._llama import LlamaBuilder, kv_cache_dtype
 from ._registry import resolve_model
 from ._tokenizer import Tokenizer
 
@@ -25,7 +25,7 @@ DEFAULT_MODEL = "smollm2-135m"
 async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any = None, slots: int = 4,
                ctx: int | None = None, chunk: int = 64, pull: bool = True,
                max_queued: int = 256, batching: bool | None = None, progress: bool = False,
-               chat_template: str | os.PathLike | None = None) -> LanguageModel:
+               chat_template: str | os.PathLike | None = None, kv_dtype: str | None = None) -> LanguageModel:
     """Load a GGUF model of a supported family (``llm._arch``) onto a device, ready for concurrent requests.
 
     Args:
@@ -55,13 +55,17 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
             (``"chatml"``, ``"gemma"``, ``"llama3"``) or the path of a ``.jinja`` file; it replaces
             the file's ``tokenizer.chat_template``. None (default): the file's (a base model such as
             Gemma 3 270M has none; ``chat`` then raises ``ValueError`` saying so).
+        kv_dtype: the KV cache's element type, ``"f32"`` or ``"f16"`` (half the bytes; k and v
+            rounded to f16 as stored, all arithmetic f32). None (default): ``$XINFER_KV_CACHE``, else
+            ``"f32"`` (``_llama.kv_cache_dtype``).
 
     The whole file is read and checked (``load_gguf``: format, hyperparameters, tensor types and
     shapes, finite weights, tokenizer) and the tokenizer built before any weight reaches the device.
 
     Raises:
         ValueError: an unknown model name (the message lists the known ones), bad sizes, an unknown
-            chat template name or an unreadable template file (checked before the file is read).
+            chat template name or an unreadable template file, an unknown ``kv_dtype`` (checked
+            before the file is read).
         GGUFError: a malformed, truncated or unsupported file, or one that is not a model this runs
             (see ``load_gguf``); the message names the key or tensor and the value.
         DeviceError: the device cannot be opened.
@@ -71,6 +75,7 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
     if batching is None:
         batching = slots > 1
     template = resolve_chat_template(chat_template) if chat_template is not None else None
+    kv_dtype = kv_cache_dtype(kv_dtype)
     path = await trio.to_thread.run_sync(lambda: resolve_model(name_or_path, pull=pull))
     bar = _LoadProgress(os.path.basename(str(path))) if progress else None
     try:
@@ -78,7 +83,7 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
         _advance(bar, "building the tokenizer")
         tokenizer = await trio.to_thread.run_sync(Tokenizer.from_gguf, gguf_model.metadata)
         _advance(bar, "uploading weights, building plans")
-        return await _on_device(path, gguf_model, tokenizer, device, slots, ctx, chunk, max_queued, batching,
+        return await _on_device(path, gguf_model, tokenizer, device, slots, ctx, chunk, max_queued, batching, kv_dtype,
                                 template)
     finally:
         if bar is not None:
@@ -155,7 +160,7 @@ def _advance(bar: _LoadProgress | None, stage: str) -> None:
         bar.advance(stage)
 
 
-async def _on_device(path, gguf_model, tokenizer, device, slots, ctx, chunk, max_queued, batching,
+async def _on_device(path, gguf_model, tokenizer, device, slots, ctx, chunk, max_queued, batching, kv_dtype,
                      chat_template) -> LanguageModel:
     dev = device if isinstance(device, Device) else open_device(device)
     if ctx is None:
@@ -164,9 +169,9 @@ async def _on_device(path, gguf_model, tokenizer, device, slots, ctx, chunk, max
 
     def build():
         if batching:
-            builder = LlamaBuilder(gguf_model, dev, ctx, chunk, batch_seqs=slots)
+            builder = LlamaBuilder(gguf_model, dev, ctx, chunk, batch_seqs=slots, kv_dtype=kv_dtype)
             return builder, builder.prepare(1), builder.prepare_batched()
-        builder = LlamaBuilder(gguf_model, dev, ctx, chunk)
+        builder = LlamaBuilder(gguf_model, dev, ctx, chunk, kv_dtype=kv_dtype)
         return builder, builder.prepare(slots), None
 
     try:

@@ -128,10 +128,27 @@ class GenerationStream:
         then this for the rest that came meanwhile. The end of the stream (and the request's
         error, if any) is left to the next ``anext``.
         """
-        if self._handle is None:
+        if self._handle is None or self.result is not None:
             return ""
-        pieces = []
         received = self.request.received
+        if not self._stop:  # nothing held back: the tokens' text as it comes, one string at the end
+            push, offsets, n, parts = self._decoder.push, self._offsets, len(self._text), []
+            while True:
+                try:
+                    token = received.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                offsets.append(n)
+                parts.append(push(token))
+                n += len(parts[-1])
+            if not parts:
+                return ""
+            self._consumed += len(parts)
+            text = "".join(parts)
+            self._text += text
+            self._emitted = n
+            return text
+        pieces = []
         while self.result is None:
             try:
                 token = received.receive_nowait()

@@ -1,7 +1,7 @@
 """The model layer: ModelSession -> freeze -> ModelDefinition -> fragment -> ModelFragment ->
 record into a Graph / prepare(capacity) -> PreparedModel of inference slots."""
 
-from ._commands import Binding as Binding, Copy as Copy, Dispatch as Dispatch, Fill as Fill
+from ._commands import Binding as Binding, Copy as Copy, Dispatch as Dispatch, Fill as Fill, Gemm as Gemm
 from ._commands import Indices as Indices, Packed as Packed
 from ._definition import ModelDefinition as ModelDefinition
 from ._graph import Graph as Graph, GraphTensor as GraphTensor, ModelFragment as ModelFragment

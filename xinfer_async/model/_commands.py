@@ -1,4 +1,4 @@
-"""Commands of a model fragment: ``Fill``, ``Copy``, ``Dispatch`` with ``Binding``s and arguments."""
+"""Commands of a model fragment: ``Fill``, ``Copy``, ``Dispatch`` with ``Binding``s and arguments, ``Gemm``."""
 
 from __future__ import annotations
 
@@ -72,6 +72,20 @@ class Dispatch:
     bindings: Sequence[Binding]
     arguments: object = None
     grid: tuple | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Gemm:
+    """``c (m, n) f32 = a (m, k) f16 @ b (n, k)^T f16``, row-major (the ``ops.Gemm`` operator with
+    ``out_dtype`` f32: cuBLASLt on cuda, one split-K-free algorithm per ``(n, k)``; numpy on cpu).
+    Checked at ``fragment``: the regions are this definition's, large enough, ``c`` not a weight."""
+
+    a: Region
+    b: Region
+    c: Region
+    m: int
+    n: int
+    k: int
 
 
 def unpack_arguments(spec, arguments) -> dict:

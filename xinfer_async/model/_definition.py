@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..hal import Access, ValidationError
 from ..ops import kernel_spec
-from ._commands import Copy, Dispatch, Fill, unpack_arguments
+from ._commands import Copy, Dispatch, Fill, Gemm, unpack_arguments
 from ._graph import Graph, GraphTensor, ModelFragment
 from ._prepared import PreparedModel
 from ._region import Allocation, AllocationKind, IODesc, KernelId, Region
@@ -96,6 +96,18 @@ class ModelDefinition:
                     need = bs.nbytes(values)
                     if b.region.nbytes < need:
                         raise ValidationError(f"{where}: binding {j} ({bs.name}) has {b.region.nbytes} bytes, the contract needs {need}")
+            elif isinstance(cmd, Gemm):
+                for arg in ("m", "n", "k"):
+                    v = getattr(cmd, arg)
+                    if not isinstance(v, int) or v <= 0:
+                        raise ValueError(f"{where}: {arg}={v!r} must be a positive int")
+                for name, region, need in (("a", cmd.a, 2 * cmd.m * cmd.k), ("b", cmd.b, 2 * cmd.n * cmd.k),
+                                           ("c", cmd.c, 4 * cmd.m * cmd.n)):
+                    self._check_region(region, f"{where} {name}")
+                    if region.nbytes < need:
+                        raise ValidationError(f"{where}: {name} has {region.nbytes} bytes, the gemm needs {need}")
+                if cmd.c.allocation.is_weight:
+                    raise ValidationError(f"{where}: c writes immutable weight {cmd.c.allocation!r}")
             else:
                 raise TypeError(f"{where}: not a model command")
 
@@ -113,7 +125,7 @@ class ModelDefinition:
                 raise ValidationError(f"{what} {i}: IO aliases immutable weight {io.region.allocation!r}")
 
     # -- building --------------------------------------------------------------------------
-    def fragment(self, commands: Sequence[Fill | Copy | Dispatch], inputs: Sequence[IODesc],
+    def fragment(self, commands: Sequence[Fill | Copy | Dispatch | Gemm], inputs: Sequence[IODesc],
                  outputs: Sequence[IODesc]) -> ModelFragment:
         """A validated, shape-specific fragment (see ``ModelFragment``)."""
         self.validate_commands(commands)

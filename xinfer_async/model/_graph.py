@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..hal import Access, TensorDesc, ValidationError
 from ..ops import kernel_spec
-from ._commands import Copy, Dispatch, Fill, unpack_arguments
+from ._commands import Copy, Dispatch, Fill, Gemm, unpack_arguments
 from ._region import Allocation, AllocationKind, IODesc, Region
 
 if TYPE_CHECKING:  # annotations only: the definition and prepared modules import this one
@@ -69,8 +69,20 @@ class GraphDispatch:
     grid: tuple | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class GraphGemm:
+    """``c (m, n) f32 = a (m, k) f16 @ b (n, k)^T f16`` (the model command ``Gemm``)."""
+
+    a: Ref
+    b: Ref
+    c: Ref
+    m: int
+    n: int
+    k: int
+
+
 #: a command of a ``Graph``
-GraphCommand = GraphFill | GraphCopy | GraphDispatch
+GraphCommand = GraphFill | GraphCopy | GraphDispatch | GraphGemm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +148,7 @@ class ModelFragment:
     """Validated, shape-specific commands with declared inputs and outputs
     (from ``ModelDefinition.fragment``)."""
 
-    def __init__(self, definition: ModelDefinition, commands: tuple[Fill | Copy | Dispatch, ...],
+    def __init__(self, definition: ModelDefinition, commands: tuple[Fill | Copy | Dispatch | Gemm, ...],
                  inputs: tuple[IODesc, ...], outputs: tuple[IODesc, ...], reuse_scratch: bool = False):
         self.definition = definition
         self.commands = commands
@@ -159,6 +171,10 @@ class ModelFragment:
             elif isinstance(cmd, Dispatch):
                 for b in cmd.bindings:
                     yield i, b.region
+            elif isinstance(cmd, Gemm):
+                yield i, cmd.a
+                yield i, cmd.b
+                yield i, cmd.c
 
     def _written_allocations(self) -> set:
         out = set()
@@ -167,6 +183,8 @@ class ModelFragment:
                 out.add(cmd.region.allocation)
             elif isinstance(cmd, Copy):
                 out.add(cmd.dst.allocation)
+            elif isinstance(cmd, Gemm):
+                out.add(cmd.c.allocation)
             elif isinstance(cmd, Dispatch):
                 for b, bs in zip(cmd.bindings, kernel_spec(cmd.kernel.name).bindings):
                     if (b.access | bs.access) & Access.WRITE:
@@ -260,6 +278,8 @@ class ModelFragment:
                 graph.commands.append(GraphFill(ref(cmd.region), cmd.value))
             elif isinstance(cmd, Copy):
                 graph.commands.append(GraphCopy(ref(cmd.dst), ref(cmd.src)))
+            elif isinstance(cmd, Gemm):
+                graph.commands.append(GraphGemm(ref(cmd.a), ref(cmd.b), ref(cmd.c), cmd.m, cmd.n, cmd.k))
             else:
                 consts = unpack_arguments(kernel_spec(cmd.kernel.name), cmd.arguments)
                 graph.commands.append(GraphDispatch(cmd.kernel.name, [ref(b.region) for b in cmd.bindings], consts, cmd.grid))

@@ -12,8 +12,9 @@ import numpy as np
 import trio
 
 from ..hal import TensorDesc, ValidationError
+from ..ops import Gemm
 from ..runtime import BufferView, CapturedGraph, Completion, DeviceBuffer, Executor, Readback
-from ._graph import Graph, GraphAlloc, GraphCopy, GraphDispatch, GraphFill, GraphTensor, Ref
+from ._graph import Graph, GraphAlloc, GraphCopy, GraphDispatch, GraphFill, GraphGemm, GraphTensor, Ref
 from ._region import Allocation
 
 if TYPE_CHECKING:  # annotations only: the definition module imports this one
@@ -137,6 +138,10 @@ class Slot:
                 ex.fill(self._view(cmd.ref), cmd.value)
             elif kind is GraphCopy:
                 ex.copy(self._view(cmd.dst), self._view(cmd.src))
+            elif kind is GraphGemm:  # the Operator lifecycle: create -> compile -> bind -> dispatch
+                op = Gemm.create(self.device, cmd.m, cmd.n, cmd.k, "f16", trans_b=True, out_dtype="f32").compile()
+                op.bind(self._view(cmd.a), self._view(cmd.b), self._view(cmd.c))
+                op.dispatch(ex)
             else:
                 raise TypeError(f"plan {plan.name!r}: not a graph command: {cmd!r}")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..hal import Access, DType
+from ._attention_split import count_ints, workspace_floats
 from ._spec import BindingSpec, Consts, CudaLaunch, KernelSpec, cdiv, flat, per_row
 
 R, W, RW = Access.READ, Access.WRITE, Access.READ_WRITE
@@ -89,27 +90,48 @@ _gqa_ok = lambda c: (f"n_head={c['n_head']} is not a multiple of n_kv={c['n_kv']
                      if c["n_kv"] == 0 or c["n_head"] % c["n_kv"] else None)
 _ATTENTION = CudaLaunch(family="attention")
 _window_ok = lambda c: f"window={c['window']} must be >= 0" if c["window"] < 0 else None  # noqa: E731
-_declare("attention", [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
-                       ("k", R, "(ctx, n_kv, hd)", _kv), ("v", R, "(ctx, n_kv, hd)", _kv),
-                       ("pos", R, "(T) i32", _f32(lambda c: c["T"])),
-                       ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))],
-         ["T", "n_head", "n_kv", "head_dim", "ctx", "q_stride", "scale:f32", "window"],
-         check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok, _window_ok), cuda=_ATTENTION,
-         doc="query row t (starting at t*q_stride) attends keys 0..pos[t] inclusive (window > 0: only keys j with "
-             "pos[t] - j < window, a sliding window); query head h reads kv head h / (n_head / n_kv); softmax with "
-             "max subtracted; pos[t] < 0 gives a zero row")
-_kv_rows = _f32(lambda c: c["rows"] * c["n_kv"] * c["head_dim"])
-_declare("attention_batched", [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
-                               ("k", R, "(rows, n_kv, hd)", _kv_rows), ("v", R, "(rows, n_kv, hd)", _kv_rows),
-                               ("first", R, "(T) i32", _f32(lambda c: c["T"])),
-                               ("last", R, "(T) i32", _f32(lambda c: c["T"])),
-                               ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))],
-         ["T", "n_head", "n_kv", "head_dim", "rows", "q_stride", "scale:f32", "window"],
-         check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok, _window_ok), cuda=_ATTENTION,
-         doc="query row t attends key rows first[t]..last[t] inclusive (last clamped to rows - 1; window > 0: first "
-             "raised to last - window + 1); first[t] < 0 or last[t] < first[t] gives a zero row; otherwise the math and accumulation order of `attention` with "
-             "pos = last - first over the cache starting at row first[t] (bit-identical): one launch serves several "
-             "sequences' caches stacked in one allocation")
+_part = _f32(lambda c: workspace_floats(c["T"], c["n_head"], c["head_dim"]))
+_count = _f32(lambda c: count_ints(c["T"], c["n_head"]))
+#: the split-K workspace of the attention kernels (ops/_attention_split.py; the cpu kernels leave it be)
+_SPLIT = [("part", RW, "(T, n_head, 32, hd + 2) workspace (T <= 8, else none)", _part),
+          ("count", RW, "(T, n_head) i32 (T <= 8, else none), zero before the launch", _count)]
+_SPLIT_DOC = ("; part and count: the cuda split-K workspace (ops/_attention_split.py: count zero before the launch "
+              "and after it; the result does not depend on it); `_f16`: k and v f16, converted exactly to f32 as read")
+_KV_DTYPES = (DType.f32, DType.f16)  # the KV-cache types (``kv_dtype`` of llm/_llama.py)
+
+
+def _kv_bytes(dt: DType, rows: str):
+    return lambda c: dt.nbytes(max(0, c[rows] * c["n_kv"] * c["head_dim"]))
+
+
+def _declare_attention(dt: DType) -> None:
+    """attention[_f16] and attention_batched[_f16]: the cache of ``dt`` (f16: converted to f32 as loaded)."""
+    sfx, kvd = ("" if dt is DType.f32 else f"_{dt.label}"), f"{dt.label} " if dt is not DType.f32 else ""
+    _declare("attention" + sfx, [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
+                                 ("k", R, f"(ctx, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "ctx")),
+                                 ("v", R, f"(ctx, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "ctx")),
+                                 ("pos", R, "(T) i32", _f32(lambda c: c["T"])),
+                                 ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))] + _SPLIT,
+             ["T", "n_head", "n_kv", "head_dim", "ctx", "q_stride", "scale:f32", "window"], struct="attention",
+             check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok, _window_ok), cuda=_ATTENTION,
+             doc="query row t (starting at t*q_stride) attends keys 0..pos[t] inclusive (window > 0: only keys j with "
+                 "pos[t] - j < window, a sliding window); query head h reads kv head h / (n_head / n_kv); softmax with "
+                 "max subtracted; pos[t] < 0 gives a zero row" + _SPLIT_DOC)
+    _declare("attention_batched" + sfx, [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
+                                         ("k", R, f"(rows, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "rows")),
+                                         ("v", R, f"(rows, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "rows")),
+                                         ("first", R, "(T) i32", _f32(lambda c: c["T"])),
+                                         ("last", R, "(T) i32", _f32(lambda c: c["T"])),
+                                         ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))] + _SPLIT,
+             ["T", "n_head", "n_kv", "head_dim", "rows", "q_stride", "scale:f32", "window"], struct="attention_batched",
+             check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok, _window_ok), cuda=_ATTENTION,
+             doc="query row t attends key rows first[t]..last[t] inclusive (last clamped to rows - 1; window > 0: first "
+                 "raised to last - window + 1); first[t] < 0 or last[t] < first[t] gives a zero row; otherwise the math and accumulation order of `attention` with "
+                 "pos = last - first over the cache starting at row first[t] (bit-identical): one launch serves several "
+                 "sequences' caches stacked in one allocation" + _SPLIT_DOC)
+
+
+_declare_attention(DType.f32)
 _declare("kv_store", [("src", R, "(T, width)", _strided("T", "src_stride", lambda c: c["width"])),
                       ("cache", RW, "(ctx, width)", _f32(lambda c: c["ctx"] * c["width"])),
                       ("pos", R, "(T) i32", _f32(lambda c: c["T"]))],
@@ -120,17 +142,12 @@ _declare("kv_store", [("src", R, "(T, width)", _strided("T", "src_stride", lambd
 WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1,
                  DType.q5_0, DType.q5_1, DType.q2_k, DType.q3_k, DType.q4_k, DType.q5_k, DType.q6_k,
                  DType.iq4_nl, DType.iq4_xs, DType.bf16)
-#: the weight types of the tuned cuda matrix kernels (the ``matmul`` launcher family of
-#: ``backends/cuda/_launch.py``: shaders/xi_mvc.cuh, xi_mvt.cuh, xi_tc.cuh); the others run the simple
-#: kernels of shaders/xi_kquant.cuh (a warp an output row, 8 rows a block)
-CUDA_WEIGHT_DTYPES = (DType.f32, DType.f16, DType.q8_0, DType.q4_0, DType.q4_1)
-_KQ_ROWS = CudaLaunch(256, lambda c, sms: (cdiv(c["N"], 8), 1, 1))
 
 
 def _matrix_launch(dt: DType, kind: str) -> CudaLaunch:
-    if dt in CUDA_WEIGHT_DTYPES:
-        return CudaLaunch(family="matmul", params=(("dt", dt.label), ("kind", kind)))
-    return _KQ_ROWS
+    """The ``matmul`` launcher family of ``backends/cuda/_launch.py`` (shaders/xi_mvc.cuh, xi_mvt.cuh,
+    xi_tc.cuh; the formats of shaders/xi_kquant.cuh through their decoders there), every weight type."""
+    return CudaLaunch(family="matmul", params=(("dt", dt.label), ("kind", kind)))
 
 
 def _blocks(dt: DType, key: str):
@@ -216,7 +233,8 @@ _declare("rope_kv_store", [("qkv", RW, "(T, row_stride)", _strided("T", "row_str
          doc="row t starts at t*row_stride and holds n_head q heads, n_kv k heads, n_kv v heads; if pos[t] >= 0 its q "
              "and k heads are rotated as `rope` does by pos[t]; then, rows with row[t] outside [0, ctx) skipped, "
              "k_cache[row[t]] = its (rotated) k heads and v_cache[row[t]] = its v heads: bit-identical to `rope` "
-             "(q, n_head) + `rope` (k, n_kv) + `kv_store` (k) + `kv_store` (v) with pos = row")
+             "(q, n_head) + `rope` (k, n_kv) + `kv_store` (k) + `kv_store` (v) with pos = row; `_f16`: the caches f16, the "
+             "stored values rounded to nearest even")
 _declare("rope_kv_store_ff", [("qkv", RW, "(T, row_stride)", _strided("T", "row_stride", _qkv_width)),
                               ("pos", R, "(T) i32", _f32(lambda c: c["T"])), ("row", R, "(T) i32", _f32(lambda c: c["T"])),
                               ("k_cache", RW, "(ctx, n_kv*hd)", _kv_cache), ("v_cache", RW, "(ctx, n_kv*hd)", _kv_cache),
@@ -269,6 +287,56 @@ for _dt in REPACKED_DTYPES:
     _declare_matmul(_dt)
     _declare_rmsnorm_matmul(_dt)
     _declare_rmsnorm_matmul_swiglu(_dt)
+
+
+# -- the f16 KV cache (``kv_dtype="f16"`` of llm/_llama.py): its attention and its stores ---------------
+_declare_attention(DType.f16)
+for _ff in (False, True):
+    _kv16 = (lambda c: DType.f16.nbytes(c["ctx"] * c["n_kv"] * c["head_dim"]))
+    _declare("rope_kv_store_ff_f16" if _ff else "rope_kv_store_f16",
+             [("qkv", RW, "(T, row_stride)", _strided("T", "row_stride", _qkv_width)),
+              ("pos", R, "(T) i32", _f32(lambda c: c["T"])), ("row", R, "(T) i32", _f32(lambda c: c["T"])),
+              ("k_cache", RW, "(ctx, n_kv*hd) f16", _kv16), ("v_cache", RW, "(ctx, n_kv*hd) f16", _kv16)]
+             + ([("freq_factors", R, "(head_dim/2)", _f32(lambda c: c["head_dim"] // 2))] if _ff else []),
+             ["T", "n_head", "n_kv", "head_dim", "row_stride", "ctx", "theta:f32"], struct="rope_kv_store",
+             check=_all(_stride_ok("T", "row_stride", _qkv_width),
+                        lambda c: f"head_dim={c['head_dim']} must be even" if c["head_dim"] % 2 else None),
+             cuda=CudaLaunch(128, lambda c, sms: (max(1, c["T"]), cdiv((c["n_head"] + 2 * c["n_kv"]) * (c["head_dim"] // 2), 128), 1)),
+             doc=("`rope_kv_store_ff`" if _ff else "`rope_kv_store`") + " into f16 caches: the stored k and v rounded to "
+                 "the nearest f16 (ties to even, numpy's astype(float16)); q and the qkv row as the f32 kernel leaves them")
+
+# -- the GEMM regime's operands (llm/_gemm.py: a cuBLASLt f16 x f16 -> f32 GEMM; shaders/xi_gemm_prep.cuh) --
+#: the weight types the GEMM regime dequantizes to f16 (``dequantize_f16_DT``)
+GEMM_WEIGHT_DTYPES = tuple(d for d in WEIGHT_DTYPES if d.is_quantized)
+_F16_SCALE = ("; the row's f16 values are h * s[r], s[r] the largest power of two <= 1 with max|h[r]| * s[r] <= "
+              "2^15 (NaN elements aside), inv_scale[r] = 1 / s[r]")
+for _dt in GEMM_WEIGHT_DTYPES:
+    _declare(f"dequantize_f16_{_dt.label}", [("src", R, "(n / block)", (lambda d: lambda c: d.nbytes(c["n"]))(_dt)),
+                                             ("dst", W, "(n) f16", lambda c: 2 * max(0, c["n"]))],
+             ["n"], check=_blocks(_dt, "n"), struct="dequantize_f16", cuda=flat(lambda c: c["n"] // 8),
+             doc="float16 (round to nearest even) of the float32 values `dequantize_DT` gives")
+_declare("to_f16", [("x", R, "(rows, dim)", _f32(lambda c: c["rows"] * c["dim"])),
+                    ("y", W, "(rows, dim) f16", lambda c: 2 * c["rows"] * c["dim"]),
+                    ("inv_scale", W, "(rows)", _f32(lambda c: c["rows"]))],
+         ["rows", "dim"], cuda=per_row("rows"), doc="y = f16(h * s[r]) with h = x" + _F16_SCALE)
+_declare("rmsnorm_f16", [("x", R, "(rows, dim)", _f32(lambda c: c["rows"] * c["dim"])),
+                         ("w", R, "(dim)", _f32(lambda c: c["dim"])),
+                         ("y", W, "(rows, dim) f16", lambda c: 2 * c["rows"] * c["dim"]),
+                         ("inv_scale", W, "(rows)", _f32(lambda c: c["rows"]))],
+         ["rows", "dim", "eps:f32"], cuda=per_row("rows"),
+         doc="y = f16(h * s[r]) with h = `rmsnorm`(x, w, eps) (bit-identical to it)" + _F16_SCALE)
+_declare("unscale_add", [("src", R, "(rows, n)", _f32(lambda c: c["rows"] * c["n"])),
+                         ("inv_scale", R, "(rows)", _f32(lambda c: c["rows"])),
+                         ("y", RW, "(rows, y_stride)", _strided("rows", "y_stride", lambda c: c["n"]))],
+         ["rows", "n", "y_stride", "accumulate"], check=_stride_ok("rows", "y_stride", lambda c: c["n"]),
+         cuda=flat(lambda c: c["rows"] * c["n"]),
+         doc="y[r*y_stride+i] = (accumulate ? y[r*y_stride+i] : 0) + src[r*n+i] * inv_scale[r]")
+_declare("swiglu_unscale", [("gu", R, "(rows, 2n)", _f32(lambda c: c["rows"] * 2 * c["n"])),
+                            ("inv_scale", R, "(rows)", _f32(lambda c: c["rows"])),
+                            ("y", W, "(rows, n)", _f32(lambda c: c["rows"] * c["n"]))],
+         ["rows", "n"], cuda=flat(lambda c: c["rows"] * c["n"]),
+         doc="y[r,i] = silu(g) * u with g = gu[r,i] * inv_scale[r], u = gu[r,n+i] * inv_scale[r] (`swiglu`'s "
+             "arithmetic)")
 
 
 def kernel_spec(name: str) -> KernelSpec:

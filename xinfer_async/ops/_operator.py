@@ -34,30 +34,42 @@ class Operator:
 
 class Gemm(Operator):
     """``C (m, n) = A (m, k) @ B``, ``B`` of shape ``(k, n)`` or ``(n, k)`` when ``trans_b``;
-    row-major, all three of ``dtype`` (f32; f16 and bf16 accumulate in f32).
+    row-major, all three of ``dtype`` (f32; f16 and bf16 accumulate in f32), or ``C`` of ``out_dtype``
+    f32 with f16 ``A`` and ``B`` and ``trans_b`` (the GEMM regime of ``llm/_gemm.py``: on cuda one
+    split-K-free cuBLASLt algorithm per ``(n, k)``, so a row of C never depends on ``m``).
 
     Raises (create):
-        ValueError: a non-positive dimension; TypeError: an unsupported dtype.
+        ValueError: a non-positive dimension; TypeError: an unsupported dtype or dtype pair.
     """
 
     DTYPES = (DType.f32, DType.f16, DType.bf16)
 
-    def __init__(self, device: Device, m: int, n: int, k: int, dtype: Any = "f32", trans_b: bool = False):
+    def __init__(self, device: Device, m: int, n: int, k: int, dtype: Any = "f32", trans_b: bool = False,
+                 out_dtype: Any = None):
         super().__init__(device)
         self.dtype = DType.parse(dtype)
         if self.dtype not in self.DTYPES:
             raise TypeError(f"Gemm dtype={self.dtype.label} is not supported; choose f32, f16 or bf16")
+        self.out_dtype = self.dtype if out_dtype is None else DType.parse(out_dtype)
+        if self.out_dtype is not self.dtype and (self.dtype, self.out_dtype, bool(trans_b)) != (DType.f16, DType.f32, True):
+            raise TypeError(f"Gemm out_dtype={self.out_dtype.label} with dtype={self.dtype.label}, trans_b={trans_b}: "
+                            "only f16 operands with trans_b=True may give f32")
         for name, v in (("m", m), ("n", n), ("k", k)):
             if int(v) <= 0:
                 raise ValueError(f"Gemm {name}={v} must be > 0")
         self.m, self.n, self.k, self.trans_b = int(m), int(n), int(k), bool(trans_b)
 
     @classmethod
-    def create(cls, device: Device, m: int, n: int, k: int, dtype: Any = "f32", trans_b: bool = False) -> "Gemm":
-        return cls(device, m, n, k, dtype, trans_b)
+    def create(cls, device: Device, m: int, n: int, k: int, dtype: Any = "f32", trans_b: bool = False,
+               out_dtype: Any = None) -> "Gemm":
+        return cls(device, m, n, k, dtype, trans_b, out_dtype)
 
     def compile(self) -> "Gemm":
-        self.handle = self.device.backend.create_gemm(self.dtype, self.m, self.n, self.k, self.trans_b)
+        be = self.device.backend
+        if self.out_dtype is self.dtype:
+            self.handle = be.create_gemm(self.dtype, self.m, self.n, self.k, self.trans_b)
+        else:
+            self.handle = be.create_gemm(self.dtype, self.m, self.n, self.k, self.trans_b, out_dtype=self.out_dtype)
         return self
 
     @property
@@ -67,7 +79,7 @@ class Gemm(Operator):
     def bind(self, a: Any, b: Any, c: Any) -> None:
         """Raises: ValueError: a buffer smaller than its matrix (named)."""
         isz = self.dtype.block_nbytes
-        need = {"a": self.m * self.k * isz, "b": self.k * self.n * isz, "c": self.m * self.n * isz}
+        need = {"a": self.m * self.k * isz, "b": self.k * self.n * isz, "c": self.m * self.n * self.out_dtype.block_nbytes}
         views = []
         for name, obj in (("a", a), ("b", b), ("c", c)):
             v = as_view(obj, self.device, name)

@@ -11,11 +11,12 @@ The default interval grows with the streams in flight (``StreamPacing``): one st
 event per token; 64 streams of a fast model get tens of tokens an event. The generation never waits
 for the socket: the scheduler's tokens queue on the request meanwhile.
 
-The turns are the ticks of one clock per ``StreamPacing`` (a trio system task that sleeps an
-interval, then wakes every stream parked since its last tick, all at once), not a timer per
-stream: a ``trio.sleep_until`` per event costs a cancel scope, a deadline and the ``Cancelled``
-raised through the task when it expires (measured 60 us a wake on the shared 2-core cpu, against
-10 us for a wake from a ``ParkingLot``).
+The turns come from one clock per ``StreamPacing`` (a trio system task that ticks every few
+``write_cost_s`` and wakes the streams' turns due, oldest waiter first, spread over the interval
+rather than all at once: see ``StreamPacing``), not a timer per stream: a ``trio.sleep_until``
+per event costs a cancel scope, a deadline and the ``Cancelled`` raised through the task when it
+expires (measured 60 us a wake on the shared 2-core cpu, against 10 us for a wake from a
+``ParkingLot``).
 """
 
 from __future__ import annotations
@@ -58,10 +59,19 @@ class PieceEncoder:
 class StreamPacing:
     """How often one request's stream may write: its *stream interval*, seconds.
 
-    A stream writes an event, then ``await wait(streams)``: its next turn is the next tick of a
-    clock of period ``interval(streams)`` shared by every stream of the server (so a stream writes
-    once per tick, about once per interval; with an interval of 0 it writes as soon as its tokens
-    are there).
+    A stream writes an event, then ``await wait(streams)`` for its next turn. The turns are handed
+    out by one clock per ``StreamPacing`` (a trio system task), oldest waiter first, at
+    ``streams / interval(streams)`` turns a second in all (1 / ``write_cost_s`` by default), about
+    ``TURNS_PER_TICK`` on each tick of ``min(TURNS_PER_TICK * write_cost_s, interval)``: so each
+    stream writes about once per interval, and the writes -- and the text work of the tokens each
+    carries (detokenizing, stop strings, the chunk's encoding) -- are spread evenly over the
+    interval. Turns given all at
+    once (every waiting stream woken on one tick) would make one burst of all the streams' work
+    each interval, holding the trio thread -- and with it the batched scheduler, which submits the
+    device's next step from the same thread -- for the whole burst (64 streams x 28 tokens an
+    event: several steps' time on the H200). A tick that comes late (the thread overloaded) hands
+    out two ticks' turns at most: the writes back off, each carrying more tokens. With an interval
+    of 0 a stream writes as soon as its tokens are there.
 
     Args:
         interval_s: a fixed interval (0: every token as soon as it is there), or None for the
@@ -76,10 +86,16 @@ class StreamPacing:
             event against 6), so at 64 streams of a fast model one event a token would take the
             thread, and 4,000 events a second (the former 0.25 ms) still about a tenth of it; at
             64 streams the interval is 63 ms (16 events a second a stream), at 8 streams 7 ms.
+            A tick (a ``trio.sleep`` wake, tens of us on the shared cpu) every few of them keeps
+            the clock's own cost small beside the writes it paces.
 
     Raises:
         ValueError: ``interval_s`` below 0, or ``write_cost_s`` not above 0.
     """
+
+    #: turns a tick hands out (with the streams all waiting): a burst of a few events' work, well
+    #: under a decode step's time, at a fraction of one tick per turn
+    TURNS_PER_TICK = 4
 
     def __init__(self, interval_s: float | None = None, write_cost_s: float = 1e-3):
         if interval_s is not None and not interval_s >= 0:
@@ -88,8 +104,10 @@ class StreamPacing:
             raise ValueError(f"write_cost_s must be > 0 seconds, got {write_cost_s!r}")
         self.interval_s = interval_s
         self.write_cost_s = write_cost_s
-        self._turns = trio.lowlevel.ParkingLot()  # the streams waiting for the next tick
-        self._period = 0.0  # the interval the clock sleeps next
+        self._turns = trio.lowlevel.ParkingLot()  # the streams waiting for a turn, oldest first
+        self._tick_s = 0.0  # the clock's next sleep
+        self._rate = 0.0  # turns a second: streams / interval
+        self._gap = 0.0  # the interval
         self._clock: Any = None  # the trio token of the run whose clock task ticks, or None
 
     def interval(self, streams: int) -> float:
@@ -99,15 +117,16 @@ class StreamPacing:
         return self.write_cost_s * max(0, streams - 1)
 
     async def wait(self, streams: int) -> None:
-        """Wait for the calling stream's next turn to write, with ``streams`` requests streaming:
-        the next tick of the shared clock (started here when it is not running: a trio system
-        task of the current run, which stops after a period in which no stream waited).
-        Cancellable; returns at once, without a checkpoint, when the interval is 0 (the write
-        before it had its own)."""
+        """Wait for the calling stream's next turn to write, with ``streams`` requests streaming
+        (the clock is started here when it is not running: a trio system task of the current run,
+        which stops after an interval in which no stream waited). Cancellable; returns at once,
+        without a checkpoint, when the interval is 0 (the write before it had its own)."""
         gap = self.interval(streams)
         if gap <= 0:
             return
-        self._period = gap
+        self._tick_s = min(self.TURNS_PER_TICK * self.write_cost_s, gap)
+        self._rate = max(1, streams) / gap
+        self._gap = gap
         token = trio.lowlevel.current_trio_token()
         if self._clock is not token:
             self._clock = token
@@ -115,12 +134,28 @@ class StreamPacing:
         await self._turns.park()
 
     async def _tick(self, token: Any) -> None:
+        # turns owed (a fraction carries to the next tick), accrued over the time that passed, up
+        # to two ticks' worth: a tick a little late owes its share, and one late because the
+        # thread is overloaded hands out no burst (the streams write less often then, more tokens
+        # an event, which is what an overloaded thread needs); time with none waiting
+        credit, idle_s, last = 0.0, 0.0, trio.current_time()
         try:
             while True:
-                await trio.sleep(self._period)
-                if not self._turns:  # a whole period with no stream waiting: stop
-                    return
-                self._turns.unpark_all()
+                await trio.sleep(self._tick_s)
+                now = trio.current_time()
+                elapsed, last = min(now - last, 2 * self._tick_s), now
+                waiting = len(self._turns)
+                if not waiting:
+                    credit, idle_s = 0.0, idle_s + elapsed
+                    if idle_s >= self._gap:  # an interval with no stream waiting: stop
+                        return
+                    continue
+                idle_s = 0.0
+                credit = min(credit + elapsed * self._rate, waiting)  # no turns saved up for a burst later
+                n = int(credit)
+                if n:
+                    credit -= n
+                    self._turns.unpark(count=n)
         finally:
             if self._clock is token:
                 self._clock = None

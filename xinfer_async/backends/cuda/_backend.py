@@ -18,6 +18,7 @@ from ...hal import Backend, DeviceError
 from ...hal._commands import Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, GemmCmd, ReplayCmd, TimestampCmd, UploadCmd
 from . import _driver
 from ._driver import check, ffi
+from ._cublaslt import LtGemm
 from ._graph import CUDAGraph, GraphCapture
 from ._kernel import CUDAKernel, LaunchGrid, load_kernel, shader_dir
 from ._launch import stage_max_for
@@ -80,6 +81,7 @@ class CUDABackend(Backend):
         self._queues: list[CUDAQueue] = []
         self._host_fn = None
         self._cublas = None
+        self._cublaslt = None
         self._graphs = GraphCapture(lib, self._enqueue)
         self._closed = False
         self._pinned = PinnedPool(lib)
@@ -211,7 +213,9 @@ class CUDABackend(Backend):
             check(lib.cuMemcpyDtoHAsync_v2(ffi.from_buffer(host, require_writable=True), cmd.src, host.nbytes, stream),
                   "cuMemcpyDtoHAsync")
         elif kind is GemmCmd:
-            self._gemm_handle().gemm(int(ffi.cast("uintptr_t", stream)), cmd.gemm, cmd.a, cmd.b, cmd.c)
+            g = cmd.gemm
+            handle = g.handle if isinstance(g, LtGemm) else self._gemm_handle()
+            handle.gemm(int(ffi.cast("uintptr_t", stream)), g, cmd.a, cmd.b, cmd.c)
         elif kind is TimestampCmd:
             check(lib.cuEventRecord(cmd.ts.event, stream), "cuEventRecord")
         elif kind is ReplayCmd:
@@ -243,10 +247,25 @@ class CUDABackend(Backend):
             self._cublas_ws = ws
         return self._cublas
 
-    def create_gemm(self, dtype: Any, m: int, n: int, k: int, trans_b: bool):
-        from ._cublas import Gemm
+    def create_gemm(self, dtype: Any, m: int, n: int, k: int, trans_b: bool, out_dtype: Any = None):
+        """cuBLAS (``out_dtype`` None or ``dtype``), or, for f16 operands with ``trans_b`` and an f32
+        ``out_dtype``, cuBLASLt with one split-K-free algorithm per ``(n, k)`` (``_cublaslt.py``).
+
+        Raises:
+            ValueError: another combination of dtypes.
+        """
+        from ._cublas import Gemm, dtype_name
 
         self.make_current()
+        if out_dtype is not None and dtype_name(out_dtype) != dtype_name(dtype):
+            if (dtype_name(dtype), dtype_name(out_dtype), trans_b) != ("f16", "f32", True):
+                raise ValueError(f"gemm out_dtype={out_dtype!r} with dtype={dtype!r}, trans_b={trans_b}: only f16 "
+                                 "operands with trans_b may give f32")
+            if self._cublaslt is None:
+                from ._cublaslt import LtHandle
+
+                self._cublaslt = LtHandle()
+            return self._cublaslt.gemm_for(m, n, k)
         g = Gemm(dtype, m, n, k, trans_b)
         self._gemm_handle()
         return g
@@ -298,6 +317,8 @@ class CUDABackend(Backend):
             lib.cuCtxSynchronize()
         for q in self._queues:
             q.close()
+        if self._cublaslt is not None:
+            self._cublaslt.close()
         if self._cublas is not None:
             self._cublas.close()
             lib.cuMemFree_v2(self._cublas_ws)

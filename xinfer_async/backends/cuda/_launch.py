@@ -10,6 +10,8 @@ import functools
 import os
 from typing import Callable, Mapping
 
+from ...ops._attention_split import SPLIT_T_MAX, segments
+
 
 def _cdiv(a: int, b: int) -> int:
     return max(1, -(-a // b))
@@ -17,32 +19,56 @@ def _cdiv(a: int, b: int) -> int:
 
 _BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}  # 32 elements
 _ELEM_BYTES = {"f32": 4, "f16": 2}
+#: the types of shaders/xi_kquant.cuh in the tuned kernels: (elements, bytes) a block (xk_block_elems,
+#: xk_block_bytes); at T == 1 they run the staged kernel too (``xi_mvc_staged1``)
+STAGED1_TYPES = {"q5_0": (32, 22), "q5_1": (32, 24), "iq4_nl": (32, 18), "q2_k": (256, 84), "q3_k": (256, 110),
+                 "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210), "iq4_xs": (256, 136), "bf16": (1, 2)}
 _MVC_BYTES, _MVC_SPREAD, _MVC_TG = 32768, 264, 8  # XI_MVC_BYTES, XI_MVC_SPREAD, XI_MVC_TG
+
+
+def row_bytes(dt: str, k: int) -> int:
+    """Bytes of a weight row of ``k`` elements of ``dt`` (``xi_row_bytes_of``)."""
+    if dt in _ELEM_BYTES:
+        return k * _ELEM_BYTES[dt]
+    if dt in STAGED1_TYPES:
+        qk, nb = STAGED1_TYPES[dt]
+        return (k // qk) * nb
+    return (k // 32) * _BLOCK_BYTES[dt]
 
 
 def mvc_rows(dt: str, n: int, k: int, t: int = 1, glu: bool = False) -> int:
     """Output rows a CTA owns in the staged matrix kernel (``xi_mvc_rows`` in shaders/xi_mvc.cuh):
-    the largest of 16, 8, 4, 2, 1 under the stage (half each for GLU's two regions) and under the
-    want: T == 1: 8 (a row a warp), 16 when N >= 16384; 1 < T <= 8: N spread over ~2 CTAs per SM;
-    T > 8: 8; GLU at most 8. 0: one row does not fit the stage."""
-    row_bytes = k * _ELEM_BYTES[dt] if dt in _ELEM_BYTES else (k // 32) * _BLOCK_BYTES[dt]
-    fit = ((_MVC_BYTES >> int(glu)) - 32) // max(1, row_bytes)
-    want = (16 if n >= 16384 else 8) if t == 1 else -(-n // _MVC_SPREAD) if t <= 8 else 8
-    r = min(want, fit, 8 if glu else 16)
-    return next((b for b in (16, 8, 4, 2, 1) if r >= b), 0)
+    the largest of 32, 16, 8, 4, 2, 1 under the stage (half each for GLU's two regions) and under
+    the want: T == 1: 8 (a row a warp), 16 when N >= 16384 (32 for ``STAGED1_TYPES``); 1 < T <= 8:
+    N spread over ~2 CTAs per SM; T > 8: 8; at most 16, 8 with GLU and for ``STAGED1_TYPES`` at
+    T > 1. 0: one row does not fit the stage."""
+    s1 = dt in STAGED1_TYPES
+    fit = ((_MVC_BYTES >> int(glu)) - 32) // max(1, row_bytes(dt, k))
+    want = ((32 if s1 else 16) if n >= 16384 else 8) if t == 1 else -(-n // _MVC_SPREAD) if t <= 8 else 8
+    cap = 8 if glu else (32 if t == 1 else 8) if s1 else 16
+    r = min(want, fit, cap)
+    return next((b for b in (32, 16, 8, 4, 2, 1) if r >= b), 0)
 
 
 def mv1_rows(dt: str, n: int, glu: bool) -> int:
-    """Rows a warp at T == 1 (``xi_mv1_rows``): 2 for f32/f16 and N >= 16384 (not with GLU), else 1."""
-    return 1 if glu else 2 if dt in ("f32", "f16") or n >= 16384 else 1
+    """Rows a warp at T == 1 (``xi_mv1_rows``): 2 for f32/f16 and N >= 16384 (not with GLU nor for
+    ``STAGED1_TYPES``), else 1."""
+    return 1 if glu or dt in STAGED1_TYPES else 2 if dt in ("f32", "f16") or n >= 16384 else 1
+
+
+def _one_token_grid(c: dict, dt: str, glu: bool) -> tuple[int, int, int]:
+    """T == 1: ``STAGED1_TYPES`` where a row fits the stage: ``mvc_rows`` rows a block (the staged
+    kernel); else ``mv1_rows`` rows a warp (xi_mv1)."""
+    rows = mvc_rows(dt, c["N"], c["K"], 1, glu) if dt in STAGED1_TYPES else 0
+    return (_cdiv(c["N"], rows), 1, 1) if rows else (_cdiv(c["N"], 8 * mv1_rows(dt, c["N"], glu)), 1, 1)
 
 
 def _matmul_grid(c: dict, dt: str) -> tuple[int, int, int]:
-    """matmul_DT (shaders/xi_mvc.cuh), blocks of 8 warps: T == 1: ``mv1_rows`` rows a warp; T > 1:
+    """matmul_DT (shaders/xi_mvc.cuh), blocks of 8 warps: T == 1: ``_one_token_grid``; T > 1:
     ``mvc_rows`` output rows and 8 tokens a block, or where one row does not fit the stage,
     xi_quant.cuh's warp per row and 4 tokens a block row."""
     if c["T"] == 1:
-        return (_cdiv(c["N"], 8 * mv1_rows(dt, c["N"], False)), 1, 1)
+        return _one_token_grid(c, dt, False)
     rows = mvc_rows(dt, c["N"], c["K"], c["T"])
     if rows:
         return (_cdiv(c["N"], rows), _cdiv(c["T"], _MVC_TG), 1)
@@ -53,7 +79,7 @@ def _fused_grid(c: dict, dt: str, glu: bool) -> tuple[int, int, int]:
     """rmsnorm_matmul_DT / rmsnorm_matmul_swiglu_DT: as matmul_DT at T == 1; T > 1: ``mvc_rows`` rows
     (or one row where a row does not fit the stage: the element-by-element path) and 8 tokens a block."""
     if c["T"] == 1:
-        return (_cdiv(c["N"], 8 * mv1_rows(dt, c["N"], glu)), 1, 1)
+        return _one_token_grid(c, dt, glu)
     return (_cdiv(c["N"], mvc_rows(dt, c["N"], c["K"], c["T"], glu) or 1), _cdiv(c["T"], _MVC_TG), 1)
 
 
@@ -222,8 +248,95 @@ def mmq_usable(dt: str, stage_max: int, cc: tuple[int, int]) -> bool:
     return dt in MMQ_TYPES and cc >= (8, 0) and mmq_shared(dt, MMQ_TN) <= stage_max
 
 
+#: the weight types of the pipelined matrix kernel (shaders/xi_mvp.cuh, entry ``_p``)
+MVP_TYPES = ("f16", "q8_0", "q4_0", "q4_1")
+_MVP_WARPS, _MVP_XK, _MVP_TT = 8, 8192, 8  # XI_MVP_WARPS, XI_MVP_XK, XI_MVP_TT
+_MVP_GROUP = {"f16": 512, "q8_0": 272, "q4_0": 144, "q4_1": 160}  # bytes of 8 blocks of 32 (xi_mvp_group_bytes)
+#: where ``_p`` runs (``mvp_weight``): at most this many tokens, weights (both halves with GLU) of at
+#: least this many bytes (smaller ones keep xi_mv1 / xi_mvc, fast on SmolLM2-135M). Set from
+#: tools/gemv_variants.py's ``--mvp`` table on the H200 (2026-12-01): at T = 1 ``_p`` beats xi_mv1 on
+#: the 8B shapes (qkv 25.2 -> 14.6 us, down 29.9 -> 24.3, gate/up 50.6 -> 36.5, output q8_0 275 -> 181;
+#: wo 4096x4096 7.8 -> 8.2), at T = 2..8 it mostly loses to xi_mvc (down at T = 8: 128 -> 188 us).
+MVP_MAX_T, MVP_MIN_BYTES = 1, 2 << 20
+#: shared memory an SM has, by compute capability major (CTAs an SM of ``_p``: ``mvp_ctas_per_sm``)
+_SMEM_PER_SM = {8: 164 * 1024, 9: 228 * 1024, 10: 228 * 1024}
+
+
+def mvp_params(dt: str, glu: bool) -> tuple[int, int, int]:
+    """(R rows a warp, S stages, CG groups of 8 blocks a region's chunk) of the ``_p`` entries
+    (XI_MVP_R, XI_MVP_S, XI_MVP_CG in shaders/xi_mvp.cuh): R = 2 (1 with GLU: a gate and an up
+    row), S = 3, CG for ~1-1.3 KB a chunk (8 q4_0 / q4_1 groups, 4 of q8_0, 2 of f16)."""
+    return (1 if glu else 2), 3, {"q8_0": 4, "f16": 2}.get(dt, 8)
+
+
+def mvp_shared(dt: str, k: int, t: int, glu: bool, params: tuple[int, int, int] | None = None) -> int:
+    """Dynamic shared bytes of the pipelined kernel (``xi_mvp_shared``): 8 warps x S stages x NR
+    regions (R, 2R with GLU) x CG groups, and at T == 1 where K <= 8192 the staged token (4.5 K)."""
+    r, s, cg = params or mvp_params(dt, glu)
+    return _MVP_WARPS * s * r * (2 if glu else 1) * cg * _MVP_GROUP[dt] + (k * 4 + k // 2 if t == 1 and k <= _MVP_XK else 0)
+
+
+def mvp_ctas_per_sm(shared: int, cc: tuple[int, int]) -> int:
+    """CTAs of ``_p`` an SM holds: 2 (``__launch_bounds__(256, 2)``: registers), fewer where the
+    shared bytes (plus 1 KB the CTA reserves) do not fit the SM's."""
+    return max(1, min(2, _SMEM_PER_SM.get(cc[0], 100 * 1024) // (shared + 1024)))
+
+
+def mvp_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 0),
+               params: tuple[int, int, int] | None = None) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+    """(grid, block, shared bytes, entry suffix) of the pipelined kernel: 256 threads, tiles of R
+    rows a warp, at most one wave of CTAs (the warps stride over the tiles), ceil(T / 8) CTA rows."""
+    r, s, cg = params or mvp_params(dt, glu)
+    shared = mvp_shared(dt, c["K"], c["T"], glu, (r, s, cg))
+    ctas = min(_cdiv(_cdiv(c["N"], r), _MVP_WARPS), sms * mvp_ctas_per_sm(shared, cc))
+    return (ctas, _cdiv(c["T"], _MVP_TT), 1), (256, 1, 1), shared, "_p"
+
+
+def mvp_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: tuple[int, int]) -> bool:
+    """Whether a product runs the pipelined kernel (``_p``, shaders/xi_mvp.cuh): a type of
+    MVP_TYPES on compute capability 8.0+ (cp.async), T <= MVP_MAX_T, K a multiple of 256, a weight
+    of at least MVP_MIN_BYTES, its shared bytes within ``stage_max``. Its rows' results are
+    bit-identical to the other entries' (xi_mv1, xi_mvc, xi_mvt), so the choice never changes a result."""
+    if dt not in MVP_TYPES or cc < (8, 0) or t > MVP_MAX_T or k % 256:
+        return False
+    wbytes = n * (2 if glu else 1) * (k // 32) * _MVP_GROUP[dt] // 8
+    return wbytes >= MVP_MIN_BYTES and mvp_shared(dt, k, t, glu) <= stage_max
+
+
+def mvp_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the pipelined kernel may run (``mvp_weight``): ``XINFER_MVP`` unset or ``1``; ``0``
+    turns it off (an A/B switch: its rows give the same bits as the kernels it replaces).
+
+    Raises:
+        ValueError: XINFER_MVP is set to something else.
+    """
+    v = environ.get("XINFER_MVP", "").strip()
+    if v not in ("", "0", "1"):
+        raise ValueError(f"XINFER_MVP={v!r} is not one of '', '0', '1'")
+    return v != "0"
+
+
+def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
+    """Tokens above which the ``STAGED1_TYPES`` run the tiled ``_t`` entry (xi_mvt.cuh: each weight
+    decoded once for 8 tokens) instead of the staged one (xi_mvc.cuh: decoded once a token): 8, as
+    for every type (``XI_MVT_MIN_T``), unless ``XINFER_KQ_TILED_MIN_T`` says 1..8 -- a knob for
+    measuring on the H200 (their decode costs several times q4_1's a weight); every entry gives a
+    row the same bits, so it changes speed only.
+
+    Raises:
+        ValueError: XINFER_KQ_TILED_MIN_T is set to something other than an integer 1..8.
+    """
+    v = environ.get("XINFER_KQ_TILED_MIN_T", "").strip()
+    if not v:
+        return _MVT_MIN_T
+    if not v.isdigit() or not 1 <= int(v) <= _MVT_MIN_T:
+        raise ValueError(f"XINFER_KQ_TILED_MIN_T={v!r} is not an integer from 1 to {_MVT_MIN_T}")
+    return int(v)
+
+
 def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
-                  cc: tuple[int, int] = (9, 0), mmq: str = "") -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+                  cc: tuple[int, int] = (9, 0), mmq: str = "", mvp: bool = True,
+                  kq_min_t: int = _MVT_MIN_T) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, dynamic shared bytes, entry suffix) of a matrix kernel (``kind``: ``matmul``,
     ``rmsnorm_matmul`` or ``rmsnorm_matmul_swiglu``) of type ``dt`` for the constants:
 
@@ -232,15 +345,20 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
     - ``tc_weight``: the tensor-core kernel (shaders/xi_tc.cuh), ``_tc`` at T <= 8 (8 tokens a block)
       and ``_tct`` above (32, 16 with GLU): a block of ``tc_segs`` warps a tile of 16 rows; shared:
       the segment sums (``tc_launch``; at T == 1 also h split for the one-token body);
-    - else T > 8: ``_t``, the register-tiled kernel (shaders/xi_mvt.cuh), 8 warps of ``mvt_rows``
-      rows by 8 tokens a block, tokens staged in ``mvt_stage_bytes`` (``stage_max``: the device's);
+    - ``mvp`` (``mvp_enabled``: XINFER_MVP unset or 1) and ``mvp_weight`` (T <= MVP_MAX_T, large
+      weights): ``_p``, the pipelined kernel (shaders/xi_mvp.cuh, ``mvp_launch``);
+    - else T > 8 (for ``STAGED1_TYPES``: T > ``kq_min_t``, ``kq_tiled_min_t``): ``_t``, the
+      register-tiled kernel (shaders/xi_mvt.cuh), 8 warps of ``mvt_rows`` rows by 8 tokens a block,
+      tokens staged in ``mvt_stage_bytes`` (``stage_max``: the device's);
     - else the first entry (shaders/xi_mvc.cuh), 256 threads (``_matmul_grid``, ``_fused_grid``)."""
     glu, t = kind == "rmsnorm_matmul_swiglu", c["T"]
     if mmq and mmq_usable(dt, stage_max, cc):
         return mmq_launch(c, dt, glu, mmq, sms)
     if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
-    if t > _MVT_MIN_T:
+    if mvp and mvp_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
+        return mvp_launch(c, dt, glu, sms, cc)
+    if t > (kq_min_t if dt in STAGED1_TYPES else _MVT_MIN_T):
         return _tiled_grid(c, glu), (256, 1, 1), mvt_stage_bytes(dt, c["K"], stage_max), "_t"
     grid = _matmul_grid(c, dt) if kind == "matmul" else _fused_grid(c, dt, glu)
     return grid, (256, 1, 1), 0, ""
@@ -248,16 +366,38 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
 
 #: query heads a block of the attention kernels, at most (XI_ATT_GMAX in shaders/xi_attention.cuh)
 ATT_GMAX = 4
+#: blocks a split-K attention launch aims at, per SM (2 blocks of 256 threads fit an SM; 4 waves hide
+#: the tail of the uneven rows)
+ATT_SPLIT_BLOCKS_PER_SM = 8
+
+
+def attention_split(c: dict, sms: int) -> int:
+    """Split-K blocks a row of an attention launch (``S``: grid.y = n_kv * S): 1 where T > SPLIT_T_MAX
+    (the rows fill the device) or where no row of the cache can have two segments (``ctx`` / ``rows``
+    at most SEG_KEYS keys: the single-pass kernel as it was); else enough blocks for about
+    ``ATT_SPLIT_BLOCKS_PER_SM * sms`` in all, at most the segments of the longest row
+    (``_attention_split.segments``). A row's bits do not depend on it (ops/_attention_split.py)."""
+    t, n_kv = max(1, c["T"]), max(1, c["n_kv"])
+    keys = c["ctx"] if "ctx" in c else c["rows"]
+    if c["window"] > 0:
+        keys = min(keys, c["window"])
+    most = segments(keys - 1)
+    if t > SPLIT_T_MAX or most <= 1:
+        return 1
+    heads = t * n_kv * _cdiv(max(1, c["n_head"] // n_kv), ATT_GMAX)
+    return max(1, min(most, _cdiv(ATT_SPLIT_BLOCKS_PER_SM * sms, heads)))
 
 
 def attention_grid(c: dict, sms: int) -> tuple[int, int, int]:
-    """attention / attention_batched (shaders/xi_attention.cuh): a block per (token, kv head, share of
-    that kv head's query heads). Where the tokens' kv heads fill the SMs (T * n_kv >= sms), a block
-    runs up to ``ATT_GMAX`` query heads of its kv head, so each key's k/v rows are read once for them
-    all; below, a head a block, for more blocks in flight. Either way the result is bit-identical."""
+    """attention / attention_batched (shaders/xi_attention.cuh): a block per (token, kv head x split-K
+    share ``attention_split``, share of that kv head's query heads). Where the blocks fill the SMs
+    (T * n_kv * S >= sms), a block runs up to ``ATT_GMAX`` query heads of its kv head, so each key's
+    k/v rows are read once for them all; below, a head a block, for more blocks in flight. Either way
+    the result is bit-identical."""
     t, n_kv = max(1, c["T"]), max(1, c["n_kv"])
     group = max(1, c["n_head"] // n_kv)
-    return (t, n_kv, _cdiv(group, ATT_GMAX) if t * n_kv >= sms else group)
+    split = attention_split(c, sms)
+    return (t, n_kv * split, _cdiv(group, ATT_GMAX) if t * n_kv * split >= sms else group)
 
 
 #: the entries of an attention kernel, by head_dim at most
@@ -279,8 +419,9 @@ def attention_launch(c: dict, sms: int) -> tuple[tuple[int, int, int], tuple[int
 
 def matmul_entries(dt: str) -> tuple[str, ...]:
     """The entry suffixes of a matrix kernel's shader: ``""``, ``"_t"`` (and ``"_tc"``, ``"_tct"``;
-    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``)."""
-    return ("", "_t") + (("_tc", "_tct") if dt in TC_TYPES else ()) + (("_mmq", "_mmqs", "_q1") if dt in MMQ_TYPES else ())
+    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``; ``"_p"``)."""
+    return ("", "_t") + (("_tc", "_tct") if dt in TC_TYPES else ()) + (("_mmq", "_mmqs", "_q1") if dt in MMQ_TYPES else ()) \
+        + (("_p",) if dt in MVP_TYPES else ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,25 +442,28 @@ class Family:
 
 def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
     """matmul_DT, rmsnorm_matmul_DT, rmsnorm_matmul_swiglu_DT (``params``: ``dt``, ``kind``):
-    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ, read when the kernel is loaded); the ``_t``
+    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ), ``mvp_enabled()`` (XINFER_MVP) and
+    ``kq_tiled_min_t()`` (XINFER_KQ_TILED_MIN_T), read when the kernel is loaded; the ``_t``
     entry stages tokens in up to ``stage_max`` dynamic shared bytes, the tiled integer entries opt in
     to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
-    them directly).
+    them directly), and ``_p`` (MVP_TYPES) to ``stage_max`` (``mvp_weight`` keeps it within).
 
     Raises:
-        ValueError: XINFER_MMQ is set to an unknown value."""
+        ValueError: XINFER_MMQ, XINFER_MVP or XINFER_KQ_TILED_MIN_T is set to an unknown value."""
     dt, kind = params["dt"], params["kind"]
     opt_in = {"_t": stage_max} if stage_max > 48 * 1024 else {}
     if mmq_usable(dt, stage_max, cc):
         opt_in.update({"_mmq": mmq_shared(dt, MMQ_TN), "_mmqs": mmq_shared(dt, MMQ_TN_SMALL)})
+    if dt in MVP_TYPES and stage_max > 48 * 1024:
+        opt_in["_p"] = stage_max  # mvp_weight keeps its shared bytes within stage_max
     return Family(matmul_entries(dt),
                   functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc,
-                                    mmq=mmq_mode()),
+                                    mmq=mmq_mode(), mvp=mvp_enabled(), kq_min_t=kq_tiled_min_t()),
                   opt_in)
 
 
 def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
-    """attention, attention_batched: ``attention_launch``."""
+    """attention, attention_batched (and their ``_f16``): ``attention_launch``."""
     return Family(attention_entries(), functools.partial(attention_launch, sms=sms), {})
 
 

@@ -5,7 +5,9 @@ NVRTC is single-threaded and CPU-bound, and a shader has one cubin for every sha
 constants; ``_kernel.compile_shader``). A cold cache costs one compile a shader: measured with NVRTC
 13 for sm_90 on one core of a 2-core machine, 316 s for the 83 shaders, of which the 15 with the
 ``matmul`` launcher family (``xi_entries.cuh``: the staged, tiled and tensor-core entry points) take
-254 s (10-27 s each) and attention 9 s; the other 66 take 0.2-1.6 s. Submitted longest first (the
+254 s (10-27 s each) and attention 9 s; the other 66 take 0.2-1.6 s. Since then the 30 matrix
+kernels of the types of ``xi_kquant.cuh`` joined the family (two entries each, ~20-25 s each on one
+busy core), so the family's 45 shaders take ~1,000 s of one core. Submitted longest first (the
 family's entry count estimates the cost), 16 processes fill the cache in about the longest compile.
 The cache's lock (``_nvrtc.compile_cubin``) lets a process that loads a kernel meanwhile wait for the
 pool's cubin instead of compiling it again.

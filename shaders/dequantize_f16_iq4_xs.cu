@@ -1,0 +1,3 @@
+#include "xi_gemm_prep.cuh"
+// src (n / block) iq4_xs -> dst (n) f16: f16 (round to nearest even) of dequantize_iq4_xs's f32 values.
+XK_DEQUANTIZE_F16(iq4_xs, XI_IQ4_XS)

@@ -1,0 +1,3 @@
+#include "xi_gemm_prep.cuh"
+// src (n / block) q5_1 -> dst (n) f16: f16 (round to nearest even) of dequantize_q5_1's f32 values.
+XK_DEQUANTIZE_F16(q5_1, XI_Q5_1)

@@ -1,0 +1,208 @@
+"""Split-K attention (ops/_attention_split.py, shaders/xi_attention.cuh, backends/cuda/_launch.py) and the
+f16 KV cache (attention_f16, attention_batched_f16, rope_kv_store[_ff]_f16):
+
+* the segmentation rule and the launch rule (no device): segments depend on p only, the launch
+  spreads them over at most as many blocks as the longest row has segments;
+* on each device present, long rows (several segments) against a numpy float64 reference, and the
+  numerics contract: a row's bits do not depend on the other rows of its launch nor on how many blocks
+  a row is spread over (T <= 8 splits on cuda, T = 12 runs a row in one block, T = 1 alone);
+* the f16 cache kernels: attention_f16 is attention over the cache's values converted to f32, bit for
+  bit; rope_kv_store_f16 stores rope_kv_store's f32 rows rounded to nearest even (numpy's float16).
+"""
+
+import os
+import re
+
+import numpy as np
+import pytest
+from _kernel_refs import att_workspace, attention_ref
+
+from xinfer_async.backends.cuda._launch import ATT_SPLIT_BLOCKS_PER_SM, attention_grid, attention_split
+from xinfer_async.ops import kernel_spec
+from xinfer_async.ops._attention_split import (SEG_KEYS, SEGS_MAX, SPLIT_T_MAX, count_ints, segment_keys, segments,
+                                               workspace_floats)
+
+RTOL = 1e-5
+SHADERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shaders")
+
+
+# -- the rules (no device) ---------------------------------------------------------------------------
+def test_segments_cover_the_keys_in_at_most_segs_max_segments():
+    assert [segments(p) for p in (-1, 0, 511, 512, 1023, 1024, 16383, 16384, 32767, 131071)] == \
+        [0, 1, 1, 2, 2, 3, 32, 17, 32, 32]
+    for p in list(range(0, 20000, 7)) + [2**20 - 1, 2**24 + 5]:
+        seg, n = segment_keys(p), segments(p)
+        assert seg % SEG_KEYS == 0 and 1 <= n <= SEGS_MAX
+        assert (n - 1) * seg <= p < n * seg  # every key in a segment, the last segment not empty
+
+
+def test_shader_mirrors_the_split_constants():
+    src = open(os.path.join(SHADERS, "xi_attention.cuh")).read()
+    got = {k: int(v) for k, v in re.findall(r"#define XI_ATT_(SEG_KEYS|SEGS_MAX|SPLIT_T_MAX) (\d+)", src)}
+    assert got == {"SEG_KEYS": SEG_KEYS, "SEGS_MAX": SEGS_MAX, "SPLIT_T_MAX": SPLIT_T_MAX}
+
+
+def _c(T, ctx, n_head=32, n_kv=8, hd=128, window=0):
+    return dict(T=T, n_head=n_head, n_kv=n_kv, head_dim=hd, ctx=ctx, q_stride=n_head * hd, scale=0.1, window=window)
+
+
+def test_split_rule():
+    sms = 132
+    # Llama-3.1-8B heads, one token: as many blocks as the longest row has segments, up to ~8 an SM
+    assert attention_split(_c(1, 16384), sms) == 32 and attention_grid(_c(1, 16384), sms) == (1, 8 * 32, 1)
+    assert attention_split(_c(1, 4096), sms) == 8
+    assert attention_grid(_c(1, 4096), sms) == (1, 64, 4)  # 64 blocks < the SMs: a query head a block
+    assert attention_split(_c(1, 1024), sms) == 2
+    # the single-pass kernel where no row can have two segments, or where the tokens fill the device
+    assert attention_split(_c(1, SEG_KEYS), sms) == 1 and attention_grid(_c(1, SEG_KEYS), sms) == (1, 8, 4)
+    assert attention_split(_c(SPLIT_T_MAX + 1, 16384), sms) == 1
+    assert attention_split(_c(1, 16384, window=500), sms) == 1  # a sliding window of 500 keys: one segment
+    assert attention_split(_c(1, 16384, window=4096), sms) == 8
+    # the batched kernel's cache length is its rows; T tokens share the block budget
+    cb = dict(_c(8, 0), rows=64 * 16384)
+    del cb["ctx"]
+    assert attention_split(cb, sms) == -(-ATT_SPLIT_BLOCKS_PER_SM * sms // (8 * 8))
+    for T in range(1, SPLIT_T_MAX + 1):
+        for ctx in (513, 1000, 5000, 70000):
+            s = attention_split(_c(T, ctx, 9, 3, 64), sms)
+            assert 1 <= s <= segments(ctx - 1)
+
+
+def test_workspace_bindings_are_declared_for_the_split_tokens():
+    for name in ("attention", "attention_f16", "attention_batched", "attention_batched_f16"):
+        spec = kernel_spec(name)
+        part, count = spec.bindings[-2:]
+        assert (part.name, count.name) == ("part", "count")
+        for T in (1, 5, 8, 9, 64):
+            c = dict(T=T, n_head=9, n_kv=3, head_dim=64, ctx=10, rows=10, q_stride=576, scale=1.0, window=0)
+            split = T <= SPLIT_T_MAX  # above, no launch splits: no workspace
+            assert part.nbytes(c) == 4 * workspace_floats(T, 9, 64) == (4 * T * 9 * SEGS_MAX * 66 if split else 0)
+            assert count.nbytes(c) == 4 * count_ints(T, 9) == (4 * T * 9 if split else 0)
+
+
+# -- the kernels, on each device present ---------------------------------------------------------------
+def nan(*shape):
+    return np.full(shape, np.nan, np.float32)
+
+
+def f32(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+async def run(dev, name, inputs, out_index, consts):
+    """Upload ``inputs`` (binding order), dispatch ``name``, download binding ``out_index``."""
+    bufs = [dev.upload(a) for a in inputs]
+    ex = dev.executor()
+    ex.dispatch(name, bufs, consts)
+    rb = ex.download(bufs[out_index])
+    await ex.submit_and_wait()
+    a = inputs[out_index]
+    return rb.numpy(a.shape, a.dtype)
+
+
+async def attention(dev, q, k, v, pos, nh, nkv, hd, ctx, name="attention", window=0):
+    T = len(pos)
+    consts = dict(T=T, n_head=nh, n_kv=nkv, head_dim=hd, ctx=ctx, q_stride=nh * hd, scale=1.0 / np.sqrt(hd),
+                  window=window)
+    return await run(dev, name, [q, k, v, pos, nan(T, nh, hd), *att_workspace(T, nh, hd)], 4, consts)
+
+
+async def batched(dev, q, k, v, first, last, nh, nkv, hd, rows, name="attention_batched"):
+    T = len(first)
+    consts = dict(T=T, n_head=nh, n_kv=nkv, head_dim=hd, rows=rows, q_stride=nh * hd, scale=1.0 / np.sqrt(hd), window=0)
+    return await run(dev, name, [q, k, v, first, last, nan(T, nh, hd), *att_workspace(T, nh, hd)], 5, consts)
+
+
+#: (n_head, n_kv, head_dim): SmolLM2, Llama-3.1-8B, a head a block at head_dim 256, MHA at head_dim 66
+HEADS = [(9, 3, 64), (32, 8, 128), (4, 2, 256), (4, 4, 66)]
+
+
+@pytest.mark.parametrize("nh,nkv,hd", HEADS)
+async def test_long_rows_match_float64_and_do_not_depend_on_the_launch(devices, rng, nh, nkv, hd):
+    """Rows of 1 to 18 segments (p up to 9000; past 16384 keys the segments grow) in a launch of 6 tokens
+    (cuda: split over several blocks a row), each within float64 tolerance and bit-identical to the
+    same row alone (T = 1: another split) and inside a 12-token batched launch (one block a row)."""
+    ctx = 9001
+    k, v = f32(rng, ctx, nkv, hd), f32(rng, ctx, nkv, hd)
+    pos = np.array([9000, 513, 511, 4099, -1, 1023], np.int32)
+    q = f32(rng, len(pos), nh, hd, scale=2.0)
+    out = await attention(devices, q, k, v, pos, nh, nkv, hd, ctx)
+    ref = attention_ref(q, k, v, pos, nh, nkv, hd, np.float32(1.0 / np.sqrt(hd)))
+    # f32 sums over up to 9000 keys: ~sqrt(n) roundings of 2^-24 each, values O(1)
+    err = np.abs(out - ref).max()
+    print(f"{devices.name} heads {nh}/{nkv} x {hd}: max |out - float64| = {err:.3g}")
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-5)
+    np.testing.assert_array_equal(out[4], 0.0)
+    for t in (0, 3):
+        alone = await attention(devices, np.ascontiguousarray(q[t:t + 1]), k, v, pos[t:t + 1], nh, nkv, hd, ctx)
+        np.testing.assert_array_equal(alone[0], out[t], err_msg=f"row {t} alone differs from the 6-token launch")
+    # 12 tokens (no split on cuda): the same rows, other rows between them
+    T = 12
+    qb = f32(rng, T, nh, hd)
+    first = np.zeros(T, np.int32)
+    last = rng.integers(0, ctx, size=T).astype(np.int32)
+    at = [1, 4, 6, 7, 9, 11]
+    qb[at] = q
+    last[at] = pos
+    first[at[4]] = -1  # pos -1: a zero row
+    bat = await batched(devices, qb, k, v, first, last, nh, nkv, hd, ctx)
+    np.testing.assert_array_equal(bat[at], out, err_msg="12-token batched launch differs from the 6-token launch")
+
+
+@pytest.mark.parametrize("nh,nkv,hd", [(9, 3, 64), (32, 8, 128)])
+async def test_f16_cache_is_attention_over_its_values(devices, rng, nh, nkv, hd):
+    """attention_f16 / attention_batched_f16 over an f16 cache == attention over that cache converted to
+    f32, bit for bit (short and split rows; conversion exact, the arithmetic the same)."""
+    ctx = 3000
+    k16 = (rng.standard_normal((ctx, nkv, hd)) * 2).astype(np.float16)
+    v16 = rng.standard_normal((ctx, nkv, hd)).astype(np.float16)
+    k32, v32 = k16.astype(np.float32), v16.astype(np.float32)
+    pos = np.array([2999, 0, 700, -1, 100], np.int32)
+    q = f32(rng, len(pos), nh, hd)
+    want = await attention(devices, q, k32, v32, pos, nh, nkv, hd, ctx)
+    got = await attention(devices, q, k16, v16, pos, nh, nkv, hd, ctx, name="attention_f16")
+    np.testing.assert_array_equal(got, want)
+    first = np.where(pos < 0, -1, 0).astype(np.int32)
+    got_b = await batched(devices, q, k16, v16, first, pos, nh, nkv, hd, ctx, name="attention_batched_f16")
+    np.testing.assert_array_equal(got_b, want)
+    ref = attention_ref(q, k32, v32, pos, nh, nkv, hd, np.float32(1.0 / np.sqrt(hd)))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("ff", [False, True])
+async def test_rope_kv_store_f16_rounds_the_f32_rows(devices, rng, ff):
+    """rope_kv_store[_ff]_f16: qkv as the f32 kernel leaves it, and the caches' rows that kernel's rows
+    rounded to nearest even (numpy's astype(float16)), untouched rows kept; values near the f16 limits
+    (subnormal, a tie, past 65504) included."""
+    T, nh, nkv, hd, ctx = 4, 4, 2, 32, 8
+    stride = (nh + 2 * nkv) * hd
+    qkv = f32(rng, T, stride, scale=3.0)
+    vcol = (nh + nkv) * hd
+    qkv[0, vcol:vcol + 5] = [3e-6, 1.0 + 2.0**-11, 70000.0, -65519.0, 5.96e-8]  # v is stored unrotated
+    pos = np.array([3, 0, 7, 100], np.int32)
+    row = np.array([5, -1, 0, 2], np.int32)
+    name = "rope_kv_store_ff" if ff else "rope_kv_store"
+    consts = dict(T=T, n_head=nh, n_kv=nkv, head_dim=hd, row_stride=stride, ctx=ctx, theta=10000.0)
+    extra = [rng.uniform(1.0, 8.0, hd // 2).astype(np.float32)] if ff else []
+    kc32, vc32 = f32(rng, ctx, nkv * hd), f32(rng, ctx, nkv * hd)
+    kc16, vc16 = kc32.astype(np.float16), vc32.astype(np.float16)
+
+    async def go(name, kc, vc):
+        bufs = [devices.upload(a) for a in [qkv, pos, row, kc, vc, *extra]]
+        ex = devices.executor()
+        ex.dispatch(name, bufs, consts)
+        rbs = [ex.download(bufs[i]) for i in (0, 3, 4)]
+        await ex.submit_and_wait()
+        return [rb.numpy(a.shape, a.dtype) for rb, a in zip(rbs, (qkv, kc, vc))]
+
+    q32, k32, v32 = await go(name, kc32, vc32)
+    q16, k16, v16 = await go(name + "_f16", kc16, vc16)
+    np.testing.assert_array_equal(q16.view(np.uint32), q32.view(np.uint32))
+    stored = [0, 2, 5]
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(k16[stored].view(np.uint16), k32[stored].astype(np.float16).view(np.uint16))
+        np.testing.assert_array_equal(v16[stored].view(np.uint16), v32[stored].astype(np.float16).view(np.uint16))
+    rest = [1, 3, 4, 6, 7]
+    np.testing.assert_array_equal(k16[rest].view(np.uint16), kc16[rest].view(np.uint16))
+    np.testing.assert_array_equal(v16[rest].view(np.uint16), vc16[rest].view(np.uint16))
+    assert np.isinf(v16[5, 2]) and v16[5, 3] == -65504.0  # 70000 overflows; -65519 rounds to the largest

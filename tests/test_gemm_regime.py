@@ -1,0 +1,371 @@
+"""The GEMM regime of the decoder's matrix products (``llm/_gemm.py``; issue #15's prefill-sized T):
+
+* the policy: which T and weight types lower, ``XINFER_GEMM_MIN_T`` parsing and its error; which
+  plans of a builder carry ``Gemm`` commands;
+* the operand kernels (``dequantize_f16_DT``, ``to_f16``, ``rmsnorm_f16``, ``unscale_add``,
+  ``swiglu_unscale``) on each device present, against numpy models: bit for bit (weights: gguf's
+  dequantized values rounded to f16; activations: the row scale rule, then f16 rounding);
+* the GEMM itself (cuda: cuBLASLt, here skipped): a row's f32 result is bit-identical for T in
+  {64, 65, 128, 512} with the other rows random, and within a printed bound of float64;
+* a tiny model through the builder with the regime forced, against the kernel path, and a score
+  plan's row 0 unchanged (bit for bit) when the other rows change.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import trio
+
+import xinfer_async
+from xinfer_async.llm._gemm import GEMM_MIN_T, GEMM_MIN_T_ENV, gemm_min_t, lowers
+from xinfer_async.model import Gemm as GemmCommand
+from xinfer_async.ops import Gemm
+
+F16_LIMIT = np.float32(32768.0)
+BLOCK_DTS = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]  # the types gguf-py can quantize
+
+
+# -- the policy ---------------------------------------------------------------------------------
+def test_policy_default_env_and_cpu():
+    assert gemm_min_t("cuda", {}) == GEMM_MIN_T == 64
+    assert gemm_min_t("cuda", {GEMM_MIN_T_ENV: "128"}) == 128
+    assert gemm_min_t("cuda", {GEMM_MIN_T_ENV: " 96 "}) == 96
+    assert gemm_min_t("cuda", {GEMM_MIN_T_ENV: "off"}) is None
+    assert gemm_min_t("cuda", {GEMM_MIN_T_ENV: "0"}) is None
+    assert gemm_min_t("cpu", {GEMM_MIN_T_ENV: "8"}) is None  # cpu keeps its kernels
+
+
+@pytest.mark.parametrize("raw", ["abc", "-3", "1.5", "64k"])
+def test_policy_bad_value_names_the_variable(raw):
+    with pytest.raises(ValueError, match=rf"XINFER_GEMM_MIN_T='{raw}' must be a positive integer"):
+        gemm_min_t("cuda", {GEMM_MIN_T_ENV: raw})
+
+
+def test_lowers_quantized_types_at_or_above_min_t():
+    assert lowers("q4_1", 64, 64) and lowers("q4_k", 512, 64) and lowers("q8_0", 65, 64)
+    assert not lowers("q4_1", 63, 64)
+    assert not lowers("f32", 512, 64) and not lowers("f16", 512, 64) and not lowers("bf16", 512, 64)
+    assert not lowers("q4_1", 512, None)
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    from xinfer_async.llm._gguf import load_gguf
+    from xinfer_async.llm._synthetic import write_synthetic_gguf
+
+    p = write_synthetic_gguf(tmp_path_factory.mktemp("gemm") / "tiny.gguf", "tiny", "q4_1", seed=3)
+    return load_gguf(p, check_tokenizer=False)
+
+
+def _gemms(builder, T, all_logits, batched=False):
+    return sum(isinstance(c, GemmCommand) for c in builder.forward(T, all_logits, batched).commands)
+
+
+def test_which_plans_lower(tiny_gguf):
+    from xinfer_async.llm._llama import LlamaBuilder
+
+    cfg = tiny_gguf.config
+    dev = xinfer_async.open_device("cpu")
+    try:
+        default = LlamaBuilder(tiny_gguf, dev, ctx=128, chunk=64)
+        assert default.gemm_min_t is None and default._gemm is None  # cpu: the policy says never
+        assert _gemms(default, 64, True) == 0
+        b = LlamaBuilder(tiny_gguf, dev, ctx=128, chunk=64, batch_seqs=8, gemm_min_t=64)
+        per_layer = 4  # qkv, o, gate+up, down
+        out_chunks = -(-cfg.vocab_size // b._gemm.chunk_rows)
+        assert _gemms(b, 64, True) == per_layer * cfg.n_layer + out_chunks  # score: every row's logits
+        assert _gemms(b, 64, False) == per_layer * cfg.n_layer  # prefill64: the output layer has 1 row
+        assert b.batch_sizes[-1] == 128
+        assert _gemms(b, 128, True, batched=True) == per_layer * cfg.n_layer + out_chunks  # batch128
+        assert _gemms(b, 16, False) == 0 and _gemms(b, 1, False) == 0  # prefill16, decode
+        assert _gemms(b, 32, True, batched=True) == 0
+    finally:
+        dev.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "64"])
+def test_builder_rejects_bad_gemm_min_t(tiny_gguf, bad):
+    from xinfer_async.llm._llama import LlamaBuilder
+
+    dev = xinfer_async.open_device("cpu")
+    try:
+        with pytest.raises(ValueError, match=r"gemm_min_t=.* must be a positive int, None or 'policy'"):
+            LlamaBuilder(tiny_gguf, dev, ctx=128, chunk=64, gemm_min_t=bad)
+    finally:
+        dev.close()
+
+
+# -- the operand kernels against their numpy models -----------------------------------------------
+def row_scale(h: np.ndarray) -> np.ndarray:
+    """The model of the per-row scale s (float32 (rows,)): the largest power of two <= 1 with
+    max|h| * s <= 2^15 (NaN elements aside)."""
+    out = []
+    for row in np.asarray(h, np.float32):
+        amax, s = np.float32(np.nanmax(np.abs(row))) if row.size else np.float32(0), np.float32(1)
+        for _ in range(126):
+            if not amax * s > F16_LIMIT:
+                break
+            s = np.float32(s * np.float32(0.5))
+        out.append(s)
+    return np.array(out, np.float32)
+
+
+def f16_rows(h: np.ndarray):
+    """The model of to_f16 / rmsnorm_f16's outputs for f32 rows ``h``: (f16 bits, inv_scale)."""
+    s = row_scale(h)
+    return (h * s[:, None]).astype(np.float16).view(np.uint16), (np.float32(1) / s).astype(np.float32)
+
+
+async def _run(dev, steps, outs):
+    ex = dev.executor()
+    for name, bindings, consts in steps:
+        ex.dispatch(name, bindings, consts)
+    rbs = [ex.download(buf) for buf, _, _ in outs]
+    await ex.submit_and_wait()
+    return [rb.numpy(shape, dtype) for rb, (_, shape, dtype) in zip(rbs, outs)]
+
+
+@pytest.mark.parametrize("dt", BLOCK_DTS)
+async def test_dequantize_f16_is_gguf_rounded_to_f16(devices, rng, dt):
+    import gguf
+
+    qt = getattr(gguf.GGMLQuantizationType, dt.upper())
+    N, K = 137, 512  # 70,144 values: several of the C kernel's chunks of 16,384, the last partial
+    w = (rng.standard_normal((N, K)) * rng.uniform(0.01, 100, (N, 1))).astype(np.float32)
+    q = np.ascontiguousarray(gguf.quants.quantize(w, qt))
+    want = gguf.quants.dequantize(q, qt).reshape(N, K).astype(np.float16).view(np.uint16)
+    src = devices.upload(q.reshape(-1).view(np.uint8), (N, K), dt)
+    dst = devices.alloc(N * K, "f16")
+    (got,) = await _run(devices, [(f"dequantize_f16_{dt}", [src, dst], dict(n=N * K))], [(dst, (N, K), np.uint16)])
+    np.testing.assert_array_equal(got, want)
+
+
+def _activations(rng, T, K):
+    """Rows at scales 1, 1e-3, 1e5 (beyond f16: scaled), 3e38 (near f32's max), then random."""
+    scales = rng.uniform(0.1, 10.0, T)
+    scales[:4] = [1.0, 1e-3, 1e5, 3e37]
+    return (rng.standard_normal((T, K)) * scales[:, None]).astype(np.float32)
+
+
+async def test_to_f16_model(devices, rng):
+    T, K = 9, 1000
+    x = _activations(rng, T, K)
+    xb, y, inv = devices.upload(x), devices.alloc((T, K), "f16"), devices.alloc(T, "f32")
+    got, got_inv = await _run(devices, [("to_f16", [xb, y, inv], dict(rows=T, dim=K))],
+                              [(y, (T, K), np.uint16), (inv, (T,), np.float32)])
+    want, want_inv = f16_rows(x)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got_inv, want_inv)
+    assert want_inv[2] > 1 and want_inv[0] == 1  # the 1e5 row was scaled, the unit row not
+    assert np.isfinite(got.view(np.float16)).all()
+
+
+@pytest.mark.parametrize("K", [1024, 999])  # 999: rmsnorm's scalar path
+async def test_rmsnorm_f16_is_rmsnorm_then_the_model(devices, rng, K):
+    T = 7
+    x = _activations(rng, T, K)
+    x[3] = x[0] * 3  # no f32 overflow in the sum of squares
+    w = (rng.standard_normal(K) * 50).astype(np.float32)  # gains to 50: rows beyond f16 after the norm
+    xb, wb = devices.upload(x), devices.upload(w)
+    h, y, inv = devices.alloc((T, K), "f32"), devices.alloc((T, K), "f16"), devices.alloc(T, "f32")
+    c = dict(rows=T, dim=K, eps=1e-5)
+    got_h, got, got_inv = await _run(devices, [("rmsnorm", [xb, wb, h], c), ("rmsnorm_f16", [xb, wb, y, inv], c)],
+                                     [(h, (T, K), np.float32), (y, (T, K), np.uint16), (inv, (T,), np.float32)])
+    want, want_inv = f16_rows(got_h)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got_inv, want_inv)
+
+
+async def test_unscale_add_and_swiglu_unscale(devices, rng):
+    T, N, stride = 5, 300, 700
+    src = (rng.standard_normal((T, 2 * N)) * 40).astype(np.float32)
+    inv = np.array([1, 2, 4, 1024, 0.5], np.float32)
+    y0 = rng.standard_normal((T, stride)).astype(np.float32)
+    sb, ib = devices.upload(src), devices.upload(inv)
+    yb, ab, gb = devices.upload(y0), devices.alloc((T, N), "f32"), devices.alloc((T, N), "f32")
+    sub = devices.upload(np.ascontiguousarray(src[:, :N]))
+    scaled = devices.upload((src * inv[:, None]).astype(np.float32))
+    got_y, got_a, ref_a = await _run(devices, [
+        ("unscale_add", [sub, ib, yb], dict(rows=T, n=N, y_stride=stride, accumulate=1)),
+        ("swiglu_unscale", [sb, ib, ab], dict(rows=T, n=N)),
+        ("swiglu", [scaled, scaled.view(4 * N, 4 * N * (2 * T - 1)), gb], dict(rows=T, n=N, in_stride=2 * N)),
+    ], [(yb, (T, stride), np.float32), (ab, (T, N), np.float32), (gb, (T, N), np.float32)])
+    want_y = y0.copy()
+    want_y[:, :N] = y0[:, :N] + src[:, :N] * inv[:, None]  # a power of two: the product is exact
+    np.testing.assert_array_equal(got_y, want_y)
+    np.testing.assert_array_equal(got_a, ref_a)  # `swiglu` of the unscaled values, bit for bit
+
+
+# -- the GEMM (cuda: cuBLASLt) ---------------------------------------------------------------------
+@pytest.fixture
+def cuda_usable():
+    """Skips, with the reason, where the cuda backend cannot run (a sync fixture: a skip raised inside
+    the trio test would reach the report without its message)."""
+    from xinfer_async._open import cuda_status
+
+    ok, reason = cuda_status()
+    if not ok:
+        pytest.skip(f"cuda backend not usable here: {reason}")
+
+
+SHAPES = [(1024, 4096), (6144, 4096), (4096, 14336), (13568, 4096)]  # (N, K): 8B's qkv, down, a logits chunk
+
+
+async def _gemm(dev, a16, b, N, K):
+    T = a16.shape[0]
+    ab, cb = dev.upload(a16), dev.alloc((T, N), "f32")
+    op = Gemm.create(dev, T, N, K, "f16", trans_b=True, out_dtype="f32").compile()
+    op.bind(ab, b, cb)
+    ex = dev.executor()
+    op.dispatch(ex)
+    rb = ex.download(cb)
+    await ex.submit_and_wait()
+    return rb.numpy((T, N), np.float32)
+
+
+@pytest.mark.parametrize("N,K", SHAPES)
+@pytest.mark.cuda
+async def test_gemm_rows_do_not_depend_on_T_or_other_rows(cuda_usable, rng, N, K):
+    dev = xinfer_async.open_device("cuda")
+    try:
+        w16 = (rng.standard_normal((N, K)) * 0.05).astype(np.float16)
+        b = dev.upload(w16)
+        big = (rng.standard_normal((512, K)) * 3).astype(np.float16)
+        full = await _gemm(dev, big, b, N, K)
+        ref = big[:8].astype(np.float64) @ w16.astype(np.float64).T
+        # f16 products are exact in f32; the sum: K additions of <= 2 units of 2^-24 (tensor cores may
+        # truncate where IEEE rounds)
+        bound = 2 * K * 2.0 ** -24 * (np.abs(big[:8]).astype(np.float64) @ np.abs(w16).astype(np.float64).T)
+        err = np.abs(full[:8] - ref)
+        print(f"N={N} K={K}: max |gemm - float64| {err.max():.3g}, max ratio to 2K*2^-24*sum|a||b| "
+              f"{(err / bound).max():.3g}")
+        assert (err <= bound).all()
+        for T in (64, 65, 128):
+            a = (rng.standard_normal((T, K)) * 3).astype(np.float16)
+            a[0], a[T - 1] = big[0], big[7]
+            got = await _gemm(dev, a, b, N, K)
+            np.testing.assert_array_equal(got[0].view(np.uint32), full[0].view(np.uint32), err_msg=f"T={T} row 0")
+            np.testing.assert_array_equal(got[T - 1].view(np.uint32), full[7].view(np.uint32),
+                                          err_msg=f"T={T} row {T - 1}")
+    finally:
+        dev.close()
+
+
+@pytest.mark.cuda
+async def test_gemm_regime_chain_matches_numpy_model(cuda_usable, rng):
+    """rmsnorm_f16 -> dequantize_f16_q4_1 -> Gemm -> unscale_add (accumulate) on cuda against float64
+    of the model's operands (gguf's weights rounded to f16; the activations by the row-scale rule)."""
+    import gguf
+
+    dev = xinfer_async.open_device("cuda")
+    try:
+        T, N, K = 96, 2048, 4096
+        w = rng.standard_normal((N, K)).astype(np.float32) * 0.02
+        q = np.ascontiguousarray(gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_1))
+        w16 = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q4_1).reshape(N, K).astype(np.float16)
+        x = _activations(rng, T, K)
+        x[3] = x[0] * 7
+        g = (rng.standard_normal(K) + 1).astype(np.float32)
+        y0 = rng.standard_normal((T, N)).astype(np.float32)
+        xb, gb, qb, yb = dev.upload(x), dev.upload(g), dev.upload(q.reshape(-1).view(np.uint8), (N, K), "q4_1"), dev.upload(y0)
+        h, a16, inv = dev.alloc((T, K), "f32"), dev.alloc((T, K), "f16"), dev.alloc(T, "f32")
+        wb, tmp = dev.alloc((N, K), "f16"), dev.alloc((T, N), "f32")
+        ex = dev.executor()
+        ex.dispatch("rmsnorm", [xb, gb, h], dict(rows=T, dim=K, eps=1e-5))
+        ex.dispatch("rmsnorm_f16", [xb, gb, a16, inv], dict(rows=T, dim=K, eps=1e-5))
+        ex.dispatch("dequantize_f16_q4_1", [qb, wb], dict(n=N * K))
+        op = Gemm.create(dev, T, N, K, "f16", trans_b=True, out_dtype="f32").compile()
+        op.bind(a16, wb, tmp)
+        op.dispatch(ex)
+        ex.dispatch("unscale_add", [tmp, inv, yb], dict(rows=T, n=N, y_stride=N, accumulate=1))
+        rbs = [ex.download(v) for v in (h, a16, inv, wb, yb)]
+        await ex.submit_and_wait()
+        got_h, got_a, got_inv, got_w, got_y = (rb.numpy(s, d) for rb, s, d in zip(
+            rbs, [(T, K), (T, K), (T,), (N, K), (T, N)], [np.float32, np.uint16, np.float32, np.uint16, np.float32]))
+        want_a, want_inv = f16_rows(got_h)
+        np.testing.assert_array_equal(got_a, want_a)
+        np.testing.assert_array_equal(got_inv, want_inv)
+        np.testing.assert_array_equal(got_w, w16.view(np.uint16))
+        a64 = want_a.view(np.float16).astype(np.float64)
+        ref = y0 + (a64 @ w16.astype(np.float64).T) * want_inv[:, None]
+        bound = (2 * K * 2.0 ** -24 * (np.abs(a64) @ np.abs(w16).astype(np.float64).T) * want_inv[:, None]
+                 + 2.0 ** -23 * np.abs(ref))
+        err = np.abs(got_y - ref)
+        print(f"GEMM regime chain: max |y - float64 model| {err.max():.3g}, max ratio to bound {(err / bound).max():.3g}")
+        assert (err <= bound).all()
+    finally:
+        dev.close()
+
+
+# -- a model through the builder -------------------------------------------------------------------
+async def _score(builder, prepared, ids):
+    from xinfer_async.llm._runner import Runner
+
+    r = Runner(builder.plan_specs(), builder.ctx, builder.chunk)
+    out = await r.run(prepared.slots[0], "score", tokens=list(ids), positions=range(len(ids)), outputs=("logits",))
+    return out["logits"]
+
+
+async def test_builder_gemm_regime_matches_kernels_and_rows_stand_alone(devices, tiny_gguf, rng):
+    from xinfer_async.llm._llama import LlamaBuilder
+
+    V, T = tiny_gguf.config.vocab_size, 64
+    ids = rng.integers(0, V, T)
+    other = rng.integers(0, V, T)
+    other[0] = ids[0]
+    kern = LlamaBuilder(tiny_gguf, devices, ctx=128, chunk=T, gemm_min_t=None)
+    want = await _score(kern, kern.prepare(1), ids)
+    gemm = LlamaBuilder(tiny_gguf, devices, ctx=128, chunk=T, gemm_min_t=T)
+    assert gemm._gemm is not None
+    prepared = gemm.prepare(1)
+    got = await _score(gemm, prepared, ids)
+    diff = np.abs(got - want).max()
+    print(f"{devices.name}: GEMM regime vs kernels, max |logit diff| {diff:.3g} (max |logit| {np.abs(want).max():.3g})")
+    assert diff <= 0.02 * np.abs(want).max()  # f16 operands: ~2^-11 relative per term
+    assert (got.argmax(1) == want.argmax(1)).mean() >= 0.9
+    again = await _score(gemm, prepared, other)
+    np.testing.assert_array_equal(again[0].view(np.uint32), got[0].view(np.uint32))  # row 0 alone
+
+
+# -- resident f16 weights (XINFER_F16_WEIGHTS) -------------------------------------------------------
+def test_f16_weights_policy():
+    from xinfer_async.llm._gemm import F16_WEIGHTS_ENV, f16_weights
+
+    assert f16_weights({}) is False and f16_weights({F16_WEIGHTS_ENV: "0"}) is False
+    assert f16_weights({F16_WEIGHTS_ENV: "1"}) is True
+    with pytest.raises(ValueError, match=r"XINFER_F16_WEIGHTS='yes' must be 1 \(keep f16 weights resident\) or 0"):
+        f16_weights({F16_WEIGHTS_ENV: "yes"})
+
+
+@pytest.mark.parametrize("dt", ["q4_1", "q8_0"])
+def test_host_dequantize_f16_is_gguf_rounded(rng, dt):
+    import gguf
+
+    from xinfer_async.llm._gemm import dequantize_f16
+
+    qt = getattr(gguf.GGMLQuantizationType, dt.upper())
+    N, K = 70, 1024  # 71,680 values: several threaded chunks
+    w = (rng.standard_normal((N, K)) * rng.uniform(0.01, 100, (N, 1))).astype(np.float32)
+    q = np.ascontiguousarray(gguf.quants.quantize(w, qt))
+    want = gguf.quants.dequantize(q, qt).reshape(N, K).astype(np.float16)
+    np.testing.assert_array_equal(dequantize_f16(q, dt, (N, K)).view(np.uint16), want.view(np.uint16))
+    with pytest.raises(ValueError, match=r"data has \d+ bytes, a \(71, 1024\) q"):
+        dequantize_f16(q, dt, (N + 1, K))
+    with pytest.raises(ValueError, match=r"dtype='f32' is not a GEMM weight type"):
+        dequantize_f16(w, "f32", (N, K))
+
+
+async def test_resident_f16_weights_give_the_same_logits(devices, tiny_gguf, rng):
+    from xinfer_async.llm._llama import LlamaBuilder
+
+    T = 64
+    ids = rng.integers(0, tiny_gguf.config.vocab_size, T)
+    per_call = LlamaBuilder(tiny_gguf, devices, ctx=128, chunk=T, gemm_min_t=T, f16_weights=False)
+    resident = LlamaBuilder(tiny_gguf, devices, ctx=128, chunk=T, gemm_min_t=T, f16_weights=True)
+    assert resident._gemm.w16 is None and len(resident._resident) == 4 * tiny_gguf.config.n_layer + 1
+    names = {c.kernel.name for c in resident.forward(T, True).commands if hasattr(c, "kernel")}
+    assert not any(n.startswith("dequantize_f16_") for n in names)  # no per-call dequantization
+    want = await _score(per_call, per_call.prepare(1), ids)
+    got = await _score(resident, resident.prepare(1), ids)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # the same f16 weights
