@@ -137,3 +137,85 @@ int xi_k_attention_batched(void *const *b, const void *c)
     free(start);
     return XI_OK;
 }
+
+/* ------------------------------------------------------------------ */
+/* share forms (xi_common.h, "teams"): a unit a (query row, head) pair, as xi_att_rows computes it;
+ * a thread keeps its scores in its own scratch (without memory they are recomputed: the same bits). */
+
+/* row t's keys: start and last (last < 0: none), as xi_k_attention (pos, limit = ctx) or
+ * xi_k_attention_batched (first, lastk, limit = rows) compute them */
+static inline void xi_att_span(const int32_t *pos, const int32_t *first, const int32_t *lastk, long limit, long t,
+                               long *start, long *last)
+{
+    if (pos) {
+        long p = pos[t];
+        if (p >= limit) p = limit - 1; /* keys past the cache do not exist */
+        *start = 0;
+        *last = p < 0 ? -1 : p;
+    } else {
+        long f = first[t], l = lastk[t];
+        if (l >= limit) l = limit - 1;
+        *start = f;
+        *last = (f < 0 || l < f) ? -1 : l - f;
+    }
+}
+
+/* pairs [u0, u1) of the T * nh (row, head) pairs */
+static void xi_att_part(const float *q, const float *kc, const float *vc, const int32_t *pos, const int32_t *first,
+                        const int32_t *lastk, long limit, long nh, long nkv, long hd, long qs, float scale, float *out,
+                        long u0, long u1)
+{
+    const long group = nh / (nkv ? nkv : 1), kvs = nkv * hd;
+    long span = 0, start, last;
+    for (long th = u0; th < u1; th++) {
+        xi_att_span(pos, first, lastk, limit, th / nh, &start, &last);
+        span = last + 1 > span ? last + 1 : span;
+    }
+    float *sc = span > 0 ? (float *)xi_thread_scratch(1, (size_t)span * sizeof(float)) : NULL;
+    for (long th = u0; th < u1; th++) {
+        const long t = th / nh, h = th % nh, g = h / group;
+        xi_att_span(pos, first, lastk, limit, t, &start, &last);
+        const long base = last < 0 ? 0 : start * kvs;
+        xi_att_row(q + t * qs + h * hd, kc + base + g * hd, vc + base + g * hd, kvs, last, hd, scale, sc,
+                   out + (t * nh + h) * hd);
+    }
+}
+
+static int xi_plan_attention(const void *c, xi_plan *p)
+{
+    XI_C(xi_attention_c);
+    if (k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->ctx < 0 ||
+        k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim)
+        return XI_EINVAL;
+    p->phases = 1;
+    p->units[0] = (long)k->T * k->n_head;
+    return XI_OK;
+}
+static void xi_run_attention(void *const *b, const void *c, void *scratch, int phase, long u0, long u1)
+{
+    XI_C(xi_attention_c);
+    (void)scratch, (void)phase;
+    xi_att_part((const float *)b[0], (const float *)b[1], (const float *)b[2], (const int32_t *)b[3], NULL, NULL,
+                k->ctx, k->n_head, k->n_kv, k->head_dim, k->q_stride, k->scale, (float *)b[4], u0, u1);
+}
+XI_REGISTER_SHARE(attention)
+
+static int xi_plan_attention_batched(const void *c, xi_plan *p)
+{
+    XI_C(xi_attention_batched_c);
+    if (k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->rows < 0 ||
+        k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim)
+        return XI_EINVAL;
+    p->phases = 1;
+    p->units[0] = (long)k->T * k->n_head;
+    return XI_OK;
+}
+static void xi_run_attention_batched(void *const *b, const void *c, void *scratch, int phase, long u0, long u1)
+{
+    XI_C(xi_attention_batched_c);
+    (void)scratch, (void)phase;
+    xi_att_part((const float *)b[0], (const float *)b[1], (const float *)b[2], NULL, (const int32_t *)b[3],
+                (const int32_t *)b[4], k->rows, k->n_head, k->n_kv, k->head_dim, k->q_stride, k->scale, (float *)b[5],
+                u0, u1);
+}
+XI_REGISTER_SHARE(attention_batched)

@@ -65,3 +65,62 @@ int xi_k_rope_kv_store(void *const *b, const void *c)
     xi_kv_store_rows(qkv + (nh + nkv) * hd, vc, row, T, nkv * hd, k->ctx, st);
     return XI_OK;
 }
+
+/* ------------------------------------------------------------------ */
+/* share forms (xi_common.h, "teams"): a unit a row; rope_kv_store's stores are a second phase of
+ * one unit (in t order, as alone). */
+
+static int xi_plan_rope(const void *c, xi_plan *p)
+{
+    XI_C(xi_rope_c);
+    if (k->rows < 0 || k->n_head < 0 || k->head_dim < 0 || (k->head_dim & 1) ||
+        k->row_stride < k->n_head * k->head_dim || !(k->theta > 0.0f))
+        return XI_EINVAL;
+    p->phases = 1;
+    p->units[0] = k->rows;
+    return XI_OK;
+}
+static void xi_run_rope(void *const *b, const void *c, void *scratch, int phase, long u0, long u1)
+{
+    XI_C(xi_rope_c);
+    float *x = (float *)b[0];
+    const int32_t *pos = (const int32_t *)b[1];
+    const double ltheta = log((double)k->theta);
+    (void)scratch, (void)phase;
+    for (long r = u0; r < u1; r++)
+        if (pos[r] >= 0) xi_rope_row(x + r * k->row_stride, pos[r], k->n_head, k->head_dim, ltheta);
+}
+XI_REGISTER_SHARE(rope)
+
+static int xi_plan_rope_kv_store(const void *c, xi_plan *p)
+{
+    XI_C(xi_rope_kv_store_c);
+    if (k->T < 0 || k->n_head < 0 || k->n_kv < 0 || k->head_dim < 0 || (k->head_dim & 1) || k->ctx < 0 ||
+        (long)k->row_stride < ((long)k->n_head + 2L * k->n_kv) * k->head_dim || !(k->theta > 0.0f))
+        return XI_EINVAL;
+    p->phases = 2;
+    p->units[0] = k->T;
+    p->units[1] = 1;
+    return XI_OK;
+}
+static void xi_run_rope_kv_store(void *const *b, const void *c, void *scratch, int phase, long u0, long u1)
+{
+    XI_C(xi_rope_kv_store_c);
+    float *qkv = (float *)b[0];
+    const int32_t *pos = (const int32_t *)b[1], *row = (const int32_t *)b[2];
+    const long T = k->T, nh = k->n_head, nkv = k->n_kv, hd = k->head_dim, st = k->row_stride;
+    (void)scratch;
+    if (phase == 0) {
+        const double ltheta = log((double)k->theta);
+        for (long t = u0; t < u1; t++) {
+            if (pos[t] >= 0) {
+                xi_rope_row(qkv + t * st, pos[t], nh, hd, ltheta);
+                xi_rope_row(qkv + t * st + nh * hd, pos[t], nkv, hd, ltheta);
+            }
+        }
+    } else {
+        xi_kv_store_rows(qkv + nh * hd, (float *)b[3], row, T, nkv * hd, k->ctx, st);
+        xi_kv_store_rows(qkv + (nh + nkv) * hd, (float *)b[4], row, T, nkv * hd, k->ctx, st);
+    }
+}
+XI_REGISTER_SHARE(rope_kv_store)
