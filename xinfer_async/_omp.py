@@ -5,6 +5,9 @@
   spin count is 0 under the passive policy, so ``GOMP_SPINCOUNT`` needs no default). Spinning
   workers starve the trio thread and the queue thread on small or shared machines (measured on 2
   cores under load: decode 2.4 tok/s spinning vs 31 tok/s passive).
+* A captured step runs in one parallel region (``native/kernels/team.c``): between its kernels a
+  thread spins at most ``XINFER_SPIN_US`` microseconds (default 20, less after waits that had to
+  sleep), then sleeps on a futex, whatever the OpenMP wait policy.
 * ``OMP_NUM_THREADS`` unless set: ``XINFER_THREADS`` when given, else the physical cores this
   process may run on (SMT siblings share one core's execution units, so a second thread on a core
   adds contention, not throughput, to these kernels).

@@ -68,7 +68,9 @@ int xi_k_rope_kv_store(void *const *b, const void *c)
 
 /* ------------------------------------------------------------------ */
 /* share forms (xi_common.h, "teams"): a unit a row; rope_kv_store's stores are a second phase of
- * one unit (in t order, as alone). */
+ * one unit (in t order, as alone), or with few rows the whole kernel is one unit (a decode step's
+ * one row: not worth a wait between two phases). */
+#define XI_ROPE_SPLIT 16384L /* floats rotated: below it, rope_kv_store is one unit */
 
 static int xi_plan_rope(const void *c, xi_plan *p)
 {
@@ -98,8 +100,9 @@ static int xi_plan_rope_kv_store(const void *c, xi_plan *p)
     if (k->T < 0 || k->n_head < 0 || k->n_kv < 0 || k->head_dim < 0 || (k->head_dim & 1) || k->ctx < 0 ||
         (long)k->row_stride < ((long)k->n_head + 2L * k->n_kv) * k->head_dim || !(k->theta > 0.0f))
         return XI_EINVAL;
-    p->phases = 2;
-    p->units[0] = k->T;
+    const int split = (long)k->T * (k->n_head + k->n_kv) * k->head_dim >= XI_ROPE_SPLIT;
+    p->phases = split ? 2 : 1;
+    p->units[0] = split ? k->T : 1;
     p->units[1] = 1;
     return XI_OK;
 }
@@ -109,7 +112,9 @@ static void xi_run_rope_kv_store(void *const *b, const void *c, void *scratch, i
     float *qkv = (float *)b[0];
     const int32_t *pos = (const int32_t *)b[1], *row = (const int32_t *)b[2];
     const long T = k->T, nh = k->n_head, nkv = k->n_kv, hd = k->head_dim, st = k->row_stride;
+    const int split = T * (nh + nkv) * hd >= XI_ROPE_SPLIT;
     (void)scratch;
+    if (!split) u0 = 0, u1 = T; /* the one unit: rows, then stores */
     if (phase == 0) {
         const double ltheta = log((double)k->theta);
         for (long t = u0; t < u1; t++) {
@@ -118,7 +123,8 @@ static void xi_run_rope_kv_store(void *const *b, const void *c, void *scratch, i
                 xi_rope_row(qkv + t * st + nh * hd, pos[t], nkv, hd, ltheta);
             }
         }
-    } else {
+    }
+    if (phase == 1 || !split) {
         xi_kv_store_rows(qkv + nh * hd, (float *)b[3], row, T, nkv * hd, k->ctx, st);
         xi_kv_store_rows(qkv + (nh + nkv) * hd, (float *)b[4], row, T, nkv * hd, k->ctx, st);
     }

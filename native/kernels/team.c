@@ -9,8 +9,9 @@
  * thread the OS preempts on shared cores holds up only the units it claimed: the others take the
  * rest (a static split would wait a whole time slice for it at every kernel).
  *
- * A thread waiting for a stage spins at most XINFER_SPIN_US microseconds (default 20), then sleeps
- * on a futex (an unbounded spin collapses when another process competes for the cores).
+ * A thread waiting for a stage spins at most XINFER_SPIN_US microseconds (default 20; less after
+ * waits that had to sleep), then sleeps on a futex (an unbounded spin collapses when another
+ * process competes for the cores).
  */
 #include <errno.h>
 #include <limits.h>
@@ -94,22 +95,32 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* This thread's spin before it sleeps, adapted: a wait that had to sleep quarters it (the partner
+ * was not running: on oversubscribed cores a spin only burns the time slice another thread needs),
+ * a wait that ends while spinning doubles it, up to the bound. */
+static __thread long spin_cur = -1;
+
 /* until *done == units: spin (bounded), then sleep. The completer raises done then reads sleepers,
  * the sleeper raises sleepers then reads done (seq_cst both): one of them sees the other. */
 static void wait_done(xi_team *t, int *done, int units)
 {
     if (__atomic_load_n(done, __ATOMIC_ACQUIRE) == units) return;
     const long bound = spin_ns();
+    if (spin_cur < 0 || spin_cur > bound) spin_cur = bound;
     long start = -1;
-    for (unsigned i = 1;; i++) {
-        if (__atomic_load_n(done, __ATOMIC_ACQUIRE) == units) return;
+    for (unsigned i = 1; spin_cur > 0; i++) {
+        if (__atomic_load_n(done, __ATOMIC_ACQUIRE) == units) {
+            spin_cur = spin_cur * 2 + 1000 < bound ? spin_cur * 2 + 1000 : bound;
+            return;
+        }
         if ((i & 63) == 0) { /* a clock read every 64 pauses */
             const long now = now_ns();
             if (start < 0) start = now;
-            else if (now - start >= bound) break;
+            else if (now - start >= spin_cur) break;
         }
         cpu_relax();
     }
+    spin_cur /= 4;
     __atomic_add_fetch(&t->sleepers, 1, __ATOMIC_SEQ_CST);
     int v;
     while ((v = __atomic_load_n(done, __ATOMIC_SEQ_CST)) != units)
@@ -231,7 +242,9 @@ static void walk(const xi_replay_plan *r, xi_counter *cnt, void *scratch, xi_tea
         if (__atomic_load_n(&t->status, __ATOMIC_ACQUIRE)) return;
         const xi_op *op = &ops[st->op];
         const int units = st->units;
-        const int fair = (units + 8 * nth - 1) / (8 * nth); /* ~8 claims a thread */
+        /* alone: the phase in one call; in a team ~4 claims a thread (a claim of a q8 matrix product
+         * quantizes its activations again, and each claim is an atomic on a shared line) */
+        const int fair = nth <= 1 ? units : (units + 4 * nth - 1) / (4 * nth);
         const int grain = st->grain > fair ? st->grain : fair;
         for (;;) {
             const int u0 = __atomic_fetch_add(&cnt[s].claim, grain, __ATOMIC_RELAXED);
