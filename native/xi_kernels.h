@@ -87,6 +87,26 @@ typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul
 typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_bf16_c;
 typedef struct { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t row_stride; int32_t ctx; float theta; } xi_rope_kv_store_c;
 typedef struct { int32_t rows; int32_t n; } xi_argmax_c;
+typedef struct { int32_t T; int32_t dim; int32_t vocab; } xi_get_rows_q8_0_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; } xi_matmul_q8_0_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; } xi_rmsnorm_matmul_q8_0_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_q8_0_r8_c;
+typedef struct { int32_t T; int32_t dim; int32_t vocab; } xi_get_rows_q4_0_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; } xi_matmul_q4_0_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; } xi_rmsnorm_matmul_q4_0_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_q4_0_r8_c;
+typedef struct { int32_t T; int32_t dim; int32_t vocab; } xi_get_rows_q4_1_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; } xi_matmul_q4_1_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; } xi_rmsnorm_matmul_q4_1_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_q4_1_r8_c;
+typedef struct { int32_t T; int32_t dim; int32_t vocab; } xi_get_rows_q5_0_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; } xi_matmul_q5_0_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; } xi_rmsnorm_matmul_q5_0_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_q5_0_r8_c;
+typedef struct { int32_t T; int32_t dim; int32_t vocab; } xi_get_rows_q5_1_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; } xi_matmul_q5_1_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; } xi_rmsnorm_matmul_q5_1_r8_c;
+typedef struct { int32_t T; int32_t N; int32_t K; float eps; } xi_rmsnorm_matmul_swiglu_q5_1_r8_c;
 
 /* kernels: b[i] = address of binding i, c = constants struct; 0, XI_EINVAL or XI_ENOMEM */
 int xi_k_affine(void *const *b, const void *c);
@@ -172,5 +192,25 @@ int xi_k_rmsnorm_matmul_swiglu_iq4_xs(void *const *b, const void *c);
 int xi_k_rmsnorm_matmul_swiglu_bf16(void *const *b, const void *c);
 int xi_k_rope_kv_store(void *const *b, const void *c);
 int xi_k_argmax(void *const *b, const void *c);
+int xi_k_get_rows_q8_0_r8(void *const *b, const void *c);
+int xi_k_matmul_q8_0_r8(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_q8_0_r8(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_swiglu_q8_0_r8(void *const *b, const void *c);
+int xi_k_get_rows_q4_0_r8(void *const *b, const void *c);
+int xi_k_matmul_q4_0_r8(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_q4_0_r8(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_swiglu_q4_0_r8(void *const *b, const void *c);
+int xi_k_get_rows_q4_1_r8(void *const *b, const void *c);
+int xi_k_matmul_q4_1_r8(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_q4_1_r8(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_swiglu_q4_1_r8(void *const *b, const void *c);
+int xi_k_get_rows_q5_0_r8(void *const *b, const void *c);
+int xi_k_matmul_q5_0_r8(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_q5_0_r8(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_swiglu_q5_0_r8(void *const *b, const void *c);
+int xi_k_get_rows_q5_1_r8(void *const *b, const void *c);
+int xi_k_matmul_q5_1_r8(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_q5_1_r8(void *const *b, const void *c);
+int xi_k_rmsnorm_matmul_swiglu_q5_1_r8(void *const *b, const void *c);
 
 #endif

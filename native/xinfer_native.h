@@ -47,4 +47,14 @@ void *xi_share_of(const char *name);
  * include into the cdef) */
 #include "xi_kernels.h"
 
+/* ---- the cpu backend's load-time weight repack --------------------------
+ * src (N, K) GGUF blocks of q8_0 / q4_0 / q4_1 / q5_0 / q5_1 -> dst in the row-interleaved r8 layout (the same
+ * byte count; native/kernels/q8dot.c describes it), which the kernels of the *_r8 types read.
+ * XI_EINVAL: N < 0, K < 0 or not a multiple of 32, a NULL pointer, or src == dst. */
+int xi_repack_q8_0_r8(const void *src, void *dst, int64_t N, int64_t K);
+int xi_repack_q4_0_r8(const void *src, void *dst, int64_t N, int64_t K);
+int xi_repack_q4_1_r8(const void *src, void *dst, int64_t N, int64_t K);
+int xi_repack_q5_0_r8(const void *src, void *dst, int64_t N, int64_t K);
+int xi_repack_q5_1_r8(const void *src, void *dst, int64_t N, int64_t K);
+
 #endif

@@ -62,12 +62,14 @@ def encode_weights(w, dt):
 
 def activation_quantization_bound(device_name, dt, x, exact):
     """Extra error of a matrix product whose activations the backend quantizes: the cpu backend's
-    block-type products (q8_0, q4_0, q4_1; native/kernels/q8dot.c, llama.cpp's numerics) round x
-    (T, K) per block of 32 to int8 codes, |x - d q| <= d / 2 = amax / 254 per element; with exact
-    (N, K) the weights' float64 values, a bound on the product's change, (T, N) float64. 0 where x
-    stays float (f32 / f16 weights; the cuda backend)."""
-    if device_name != "cpu" or dt not in ("q8_0", "q4_0", "q4_1"):
-        return 0.0
-    from _q8dot_model import quantization_bound
+    block-type products (q8_0, q4_0, q4_1, q5_0, q5_1: native/kernels/q8dot.c; q4_k, q5_k, q6_k:
+    q8kdot.c; llama.cpp's numerics; their r8 layouts alike) round x (T, K) per block of 32 (256) to
+    int8 codes, |x - d q| <= d / 2 = amax / 254 per element; with exact (N, K) the weights' float64
+    values, a bound on the product's change, (T, N) float64. 0 where x stays float (f32 / f16 / the
+    other types' weights; the cuda backend)."""
+    from _q8dot_model import ACTIVATION_BLOCK, quantization_bound
 
-    return quantization_bound(np.asarray(x, np.float32), exact)
+    dt = dt.removesuffix("_r8")
+    if device_name != "cpu" or dt not in ACTIVATION_BLOCK:
+        return 0.0
+    return quantization_bound(np.asarray(x, np.float32), exact, ACTIVATION_BLOCK[dt])

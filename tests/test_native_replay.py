@@ -14,7 +14,17 @@ import pytest
 from test_native_kernels import encode, ffi, lib, poison
 
 TEAMS = [1, 2, 3, 5]
-DTS = ["f32", "f16", "q8_0", "q4_0", "q4_1"]
+DTS = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q4_1_r8", "q8_0_r8"]
+
+
+def encode_any(w, dt):
+    """``encode`` (test_native_kernels), and the cpu backend's r8 repack of its bytes for *_r8."""
+    if not dt.endswith("_r8"):
+        return encode(w, dt)
+    raw, deq = encode(w, dt[:-3])
+    out = np.empty_like(raw)
+    assert getattr(lib, f"xi_repack_{dt}")(ffi.from_buffer(raw), ffi.from_buffer(out), w.shape[0], w.shape[1]) == 0
+    return out, deq
 
 
 @pytest.fixture
@@ -71,14 +81,14 @@ def check_share(name, make, out_index, consts):
             same_bits(bufs[i], ref[i], f"{name} {consts}, team of {n}: binding {i}")
 
 
-MM = [(1, 576, 576), (1, 600, 64), (1, 37, 96), (3, 33, 96), (9, 200, 64), (5, 1, 32), (0, 8, 32)]
+MM = [(1, 576, 576), (1, 600, 64), (1, 37, 96), (2, 100, 64), (3, 33, 96), (9, 200, 64), (5, 1, 32), (0, 8, 32)]
 
 
 @pytest.mark.parametrize("dt", DTS)
 @pytest.mark.parametrize("T,N,K", MM)
 @pytest.mark.parametrize("accumulate", [0, 1])
 def test_matmul(rng, dt, T, N, K, accumulate):
-    wq, _ = encode((rng.standard_normal((N, K)) * 0.5).astype(np.float32), dt)
+    wq, _ = encode_any((rng.standard_normal((N, K)) * 0.5).astype(np.float32), dt)
     x = rng.standard_normal((T, K)).astype(np.float32)
     y = rng.standard_normal((T, N)).astype(np.float32) if accumulate else poison(T, N)
     check_share(f"matmul_{dt}", lambda: [wq, x, y.copy()], 2, {"T": T, "N": N, "K": K, "accumulate": accumulate})
@@ -87,7 +97,7 @@ def test_matmul(rng, dt, T, N, K, accumulate):
 @pytest.mark.parametrize("dt", DTS)
 @pytest.mark.parametrize("T,N,K", [(1, 576, 576), (1, 37, 96), (6, 70, 64), (0, 4, 32)])
 def test_rmsnorm_matmul(rng, dt, T, N, K):
-    wq, _ = encode((rng.standard_normal((N, K)) * 0.5).astype(np.float32), dt)
+    wq, _ = encode_any((rng.standard_normal((N, K)) * 0.5).astype(np.float32), dt)
     x = (rng.standard_normal((T, K)) * rng.uniform(0.1, 10, (T, 1))).astype(np.float32)
     nw = rng.uniform(0.5, 1.5, K).astype(np.float32)
     y = rng.standard_normal((T, N)).astype(np.float32)
@@ -99,7 +109,7 @@ def test_rmsnorm_matmul(rng, dt, T, N, K):
 @pytest.mark.parametrize("dt", DTS)
 @pytest.mark.parametrize("T,N,K", [(1, 1536, 576), (1, 45, 64), (7, 40, 96)])
 def test_rmsnorm_matmul_swiglu(rng, dt, T, N, K):
-    wq, _ = encode((rng.standard_normal((2 * N, K)) * 0.5).astype(np.float32), dt)
+    wq, _ = encode_any((rng.standard_normal((2 * N, K)) * 0.5).astype(np.float32), dt)
     x = rng.standard_normal((T, K)).astype(np.float32)
     nw = rng.uniform(0.5, 1.5, K).astype(np.float32)
     check_share(f"rmsnorm_matmul_swiglu_{dt}", lambda: [wq, x, nw, poison(T, N)], 3,

@@ -177,11 +177,12 @@ def test_q4_k_m_file_runs_on_cpu_like_the_float64_reference(tmp_path):
     err = np.abs(got - ref).max()
     print(f"q4_k_m logits: max |got - ref| {err:.3g}, max |ref| {np.abs(ref).max():.3g}")
     assert got.shape == ref.shape == (len(ids), KMIX.vocab_size)
-    # the file's q8_0 tensors run through int8 activations on cpu (native/kernels/q8dot.c, llama.cpp's
-    # numerics: x rounded per block of 32 to amax/127 steps, a relative error up to 1/254 an element),
-    # so the logits may move by up to ~1/254 of the largest one (measured: 0.0023 of 1.07); the
-    # float-weight K-quant kernels alone stay within 1e-6 (tests/test_kquant_kernels.py)
-    np.testing.assert_allclose(got, ref, rtol=1e-3, atol=np.abs(ref).max() / 254)
+    # every matrix of the file runs through int8 activations on cpu (llama.cpp's numerics: q8_0 and
+    # q5_0 with x rounded per block of 32 to amax/127 steps, native/kernels/q8dot.c; q4_k and q6_k
+    # per block of 256, q8kdot.c), each product within its activation bound (bit-exact models:
+    # tests/test_q8dot.py); through 8 layers of random weights the logits move by up to ~1/70 of
+    # the largest (measured: 0.015 of 1.07; 0.0023 when only q8_0 rounded x)
+    np.testing.assert_allclose(got, ref, rtol=1e-3, atol=np.abs(ref).max() / 50)
     assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
 
 

@@ -151,6 +151,14 @@ XI_SHARE_MATMUL(q4_k, 256, K / 256 * 144)
 XI_SHARE_MATMUL(q5_k, 256, K / 256 * 176)
 XI_SHARE_MATMUL(q6_k, 256, K / 256 * 210)
 XI_SHARE_MATMUL(iq4_xs, 256, K / 256 * 136)
+/* the r8 layout (q8dot.c): groups of 8 rows contiguous at g * 8 * rb, the N % 8 last rows GGUF rows
+ * at row * rb; units of XI_SHARE_ROWS (a multiple of 8) rows start at a group, and the last unit
+ * ends with the same N % 8 GGUF rows, so a row range is a smaller r8 matrix at w + lo * rb */
+XI_SHARE_MATMUL(q8_0_r8, 32, K / 32 * 34)
+XI_SHARE_MATMUL(q4_0_r8, 32, K / 32 * 18)
+XI_SHARE_MATMUL(q4_1_r8, 32, K / 32 * 20)
+XI_SHARE_MATMUL(q5_0_r8, 32, K / 32 * 22)
+XI_SHARE_MATMUL(q5_1_r8, 32, K / 32 * 24)
 
 /* ------------------------------------------------------------------ */
 /* row-wise and elementwise kernels: a unit a row (rmsnorm, swiglu) or XI_SHARE_ELEMS elements (add) */

@@ -109,7 +109,8 @@ class LlamaBuilder:
         # now) fails here, before any weight is uploaded
         for name in sorted(self._kernel_names(batch_seqs)):
             s.kernel(name)
-        self.embd, self.embd_dtype = self._weight("token_embd.weight")
+        # the table is the output matrix too when tied: then kept in the device's matrix layout
+        self.embd, self.embd_dtype = self._weight("token_embd.weight", matrix=cfg.tied_embeddings)
         out_name = "token_embd.weight" if cfg.tied_embeddings else "output.weight"
         self.out, self.out_dtype = (self.embd, self.embd_dtype) if cfg.tied_embeddings else self._weight(out_name)
         self.out_norm, _ = self._weight("output_norm.weight")
@@ -151,19 +152,29 @@ class LlamaBuilder:
             raise GGUFError(f"tensor {name!r} is missing from the model file")
         return t
 
-    def _weight(self, name: str):
+    def _weight(self, name: str, matrix: bool = True):
+        """Upload tensor ``name``: ``(region, the dtype label its kernels are named after)``; a 2-D
+        tensor with ``matrix`` in the device's matrix layout (``ModelSession.matrix_dtype``)."""
         t = self._tensor(name)
         if t.dtype in ("f32", "f16") and len(t.shape) == 1:
             data = np.asarray(t.data, dtype=np.float32)  # norms: f32 on the device
             return self.session.weight(data, TensorDesc(t.shape, "f32"), name), "f32"
-        return self.session.weight(np.ascontiguousarray(t.data), TensorDesc(t.shape, t.dtype), name), t.dtype
+        desc = TensorDesc(t.shape, t.dtype)
+        matrix = matrix and len(t.shape) == 2
+        label = self.session.matrix_dtype(desc).label if matrix else t.dtype
+        return self.session.weight(np.ascontiguousarray(t.data), desc, name, matrix=matrix), label
+
+    def _matrix_dtype(self, name: str) -> str:
+        """The dtype label of 2-D tensor ``name`` as ``_weight`` uploads it."""
+        t = self._tensor(name)
+        return self.session.matrix_dtype(TensorDesc(t.shape, t.dtype)).label
 
     def _kernel_names(self, batch_seqs: int) -> set[str]:
         """The kernels ``forward`` dispatches, from the tensors' types (as ``_weight`` and ``_fused``
         choose them)."""
         cfg = self.cfg
-        dt = lambda name: self._tensor(name).dtype  # noqa: E731
-        embd = dt("token_embd.weight")
+        dt = self._matrix_dtype
+        embd = dt("token_embd.weight") if cfg.tied_embeddings else self._tensor("token_embd.weight").dtype
         names = {f"get_rows_{embd}", "get_rows_f32", "rope_kv_store", "attention", "argmax",
                  f"rmsnorm_matmul_{embd if cfg.tied_embeddings else dt('output.weight')}"}
         if batch_seqs:
@@ -179,7 +190,9 @@ class LlamaBuilder:
         """The dtype of ``_fused``'s stacked weight: the parts' one dtype and K, else f32."""
         ts = [self._tensor(f"{prefix}{p}.weight") for p in parts]
         dts, ks = {t.dtype for t in ts}, {t.shape[1] for t in ts}
-        return dts.pop() if len(dts) == 1 and len(ks) == 1 else "f32"
+        if len(dts) != 1 or len(ks) != 1:
+            return "f32"
+        return self.session.matrix_dtype(TensorDesc((sum(t.shape[0] for t in ts), ks.pop()), dts.pop())).label
 
     def _fused(self, prefix: str, parts: list[str]):
         """Rows of several matrices of one dtype and K stacked into one weight (one matmul)."""
@@ -189,10 +202,10 @@ class LlamaBuilder:
             # dequantize to f32 (correct, slower)
             data = np.concatenate([t.dequantize() for t in ts], axis=0)
             return self.session.weight(data, TensorDesc(data.shape, "f32"), prefix + "+".join(parts)), "f32"
-        dt = ts[0].dtype
         data = np.ascontiguousarray(np.concatenate([np.asarray(t.data) for t in ts], axis=0))
-        n = sum(t.shape[0] for t in ts)
-        return self.session.weight(data, TensorDesc((n, ts[0].shape[1]), dt), prefix + "+".join(parts)), dt
+        desc = TensorDesc((sum(t.shape[0] for t in ts), ts[0].shape[1]), ts[0].dtype)
+        return (self.session.weight(data, desc, prefix + "+".join(parts), matrix=True),
+                self.session.matrix_dtype(desc).label)
 
     def _layout(self, T: int) -> dict:
         """Private scratch of a T-token forward pass (declared before freeze)."""

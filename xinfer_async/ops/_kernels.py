@@ -144,26 +144,25 @@ def _matrix(dt: DType, rows: int = 1):
 _K32 = "; K a multiple of the block size (32, or 256 for the K-quants and iq4_xs) for block types"
 # A family a loop. The declaration order is the order of the generated structs, the order the
 # hand-written headers had (so the text the compilers see is unchanged): declare new kernels last.
-for _dt in WEIGHT_DTYPES:
+def _declare_get_rows(_dt: DType) -> None:
     _d = _dt.label
     _declare(f"get_rows_{_d}", [("table", R, "(vocab, dim) DT", (lambda d: lambda c: d.nbytes(c["vocab"] * c["dim"]))(_dt)),
                                 ("ids", R, "(T) i32", _f32(lambda c: c["T"])),
                                 ("out", W, "(T, dim)", _f32(lambda c: c["T"] * c["dim"]))],
              ["T", "dim", "vocab"], check=_blocks(_dt, "dim"), struct="get_rows", cuda=per_row("T"),
              doc="out[t] = dequantize(table[ids[t]]); an id outside [0, vocab) gives a NaN row")
-for _dt in WEIGHT_DTYPES:
+
+
+def _declare_matmul(_dt: DType) -> None:
     _d = _dt.label
     _declare(f"matmul_{_d}", [("w", R, "(N, K) DT", _matrix(_dt)), ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
                               ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
              ["T", "N", "K", "accumulate"], check=_blocks(_dt, "K"), struct="matmul",
              cuda=_matrix_launch(_dt, "matmul"),
              doc="y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] * x[t,k]" + _K32)
-for _dt in [d for d in WEIGHT_DTYPES if d.is_quantized]:
-    _declare(f"dequantize_{_dt.label}", [("src", R, "(n / block)", (lambda d: lambda c: d.nbytes(c["n"]))(_dt)),
-                                         ("dst", W, "(n)", _f32(lambda c: c["n"]))],
-             ["n"], check=_blocks(_dt, "n"), struct="dequantize", cuda=flat(lambda c: c["n"]),
-             doc="float32 values of a block-quantized array")
-for _dt in WEIGHT_DTYPES:
+
+
+def _declare_rmsnorm_matmul(_dt: DType) -> None:
     _d = _dt.label
     _declare(f"rmsnorm_matmul_{_d}", [("w", R, "(N, K) DT", _matrix(_dt)),
                                       ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
@@ -173,7 +172,9 @@ for _dt in WEIGHT_DTYPES:
              cuda=_matrix_launch(_dt, "rmsnorm_matmul"),
              doc="y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] * h[t,k] with h = `rmsnorm`(x, norm, eps): "
                  "`rmsnorm` then `matmul_DT` in one kernel" + _K32)
-for _dt in WEIGHT_DTYPES:
+
+
+def _declare_rmsnorm_matmul_swiglu(_dt: DType) -> None:
     _d = _dt.label
     _declare(f"rmsnorm_matmul_swiglu_{_d}", [("w", R, "(2N, K) DT", _matrix(_dt, 2)),
                                              ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
@@ -184,6 +185,21 @@ for _dt in WEIGHT_DTYPES:
              doc="h = `rmsnorm`(x, norm, eps); gate[t,n] = sum_k w[n,k] * h[t,k], up[t,n] = sum_k w[N+n,k] * h[t,k] "
                  "(rows [0, N) of w the gate matrix, [N, 2N) the up matrix); y = silu(gate) * up: `rmsnorm`, "
                  "`matmul_DT` into (T, 2N), then `swiglu` with in_stride = 2N" + _K32)
+
+
+for _dt in WEIGHT_DTYPES:
+    _declare_get_rows(_dt)
+for _dt in WEIGHT_DTYPES:
+    _declare_matmul(_dt)
+for _dt in [d for d in WEIGHT_DTYPES if d.is_quantized]:
+    _declare(f"dequantize_{_dt.label}", [("src", R, "(n / block)", (lambda d: lambda c: d.nbytes(c["n"]))(_dt)),
+                                         ("dst", W, "(n)", _f32(lambda c: c["n"]))],
+             ["n"], check=_blocks(_dt, "n"), struct="dequantize", cuda=flat(lambda c: c["n"]),
+             doc="float32 values of a block-quantized array")
+for _dt in WEIGHT_DTYPES:
+    _declare_rmsnorm_matmul(_dt)
+for _dt in WEIGHT_DTYPES:
+    _declare_rmsnorm_matmul_swiglu(_dt)
 
 _qkv_width = lambda c: (c["n_head"] + 2 * c["n_kv"]) * c["head_dim"]  # noqa: E731  q, k and v heads of a row
 _kv_cache = _f32(lambda c: c["ctx"] * c["n_kv"] * c["head_dim"])
@@ -203,6 +219,17 @@ _declare("argmax", [("x", R, "(rows, n)", _f32(lambda c: c["rows"] * c["n"])),
                     ("out", W, "(rows) i32", _f32(lambda c: c["rows"]))],
          ["rows", "n"], check=lambda c: "n must be >= 1" if c["n"] < 1 and c["rows"] else None,
          cuda=per_row("rows", block=1024), doc="index of the largest value; the lowest index on ties")
+
+#: the cpu backend's row-interleaved layouts -> the block type whose bytes they rearrange
+#: (``CPUBackend.matrix_dtype`` picks them at load; native/kernels/q8dot.c): the same numerics, so
+#: the same bits. Only the cpu backend has their kernels (cuda keeps the GGUF layout).
+REPACKED_DTYPES = {DType.q8_0_r8: DType.q8_0, DType.q4_0_r8: DType.q4_0, DType.q4_1_r8: DType.q4_1,
+                   DType.q5_0_r8: DType.q5_0, DType.q5_1_r8: DType.q5_1}
+for _dt in REPACKED_DTYPES:
+    _declare_get_rows(_dt)
+    _declare_matmul(_dt)
+    _declare_rmsnorm_matmul(_dt)
+    _declare_rmsnorm_matmul_swiglu(_dt)
 
 
 def kernel_spec(name: str) -> KernelSpec:

@@ -20,8 +20,11 @@ from ... import _native
 from ...hal import Backend, BackendQueue, DeviceError, DeviceOutOfMemoryError, DType
 from ...hal._commands import (Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, GemmCmd, ReplayCmd, TimestampCmd,
                               UploadCmd)
+from ...ops._kernels import REPACKED_DTYPES
 
 ffi, lib = _native.ffi, _native.lib
+#: block type -> its row-interleaved layout (ops._kernels.REPACKED_DTYPES, inverted)
+_REPACKED = {base: r8 for r8, base in REPACKED_DTYPES.items()}
 _ALIGN = 256
 
 
@@ -208,7 +211,14 @@ class CPUBackend(Backend):
     """Host memory and queue threads; kernels from the native module."""
 
     def __init__(self, memory_limit_bytes: int | None = None):
+        """Raises: ValueError: ``XINFER_CPU_REPACK`` is set to something other than 0 or 1."""
         self.name = "cpu"
+        repack = os.environ.get("XINFER_CPU_REPACK", "1")
+        if repack not in ("0", "1"):
+            raise ValueError(f"XINFER_CPU_REPACK={repack!r} must be 0 (GGUF layout) or 1 (row-interleaved, the default)")
+        #: matrix weights of q8_0 / q4_0 / q4_1 are repacked at load into the row-interleaved *_r8
+        #: layouts (native/kernels/q8dot.c), unless XINFER_CPU_REPACK=0
+        self.repack_weights = repack == "1"
         self.description = f"cpu ({os.cpu_count()} cores, native C kernels)"
         self._arrays: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
@@ -243,6 +253,24 @@ class CPUBackend(Backend):
     def read(self, address: int, out: memoryview) -> None:
         dst = np.frombuffer(out, np.uint8)
         np.copyto(dst, _host_view(address, dst.nbytes))
+
+    def matrix_dtype(self, dtype: DType, shape: tuple) -> DType:
+        if self.repack_weights and len(shape) == 2 and shape[1] % 32 == 0:
+            return _REPACKED.get(dtype, dtype)
+        return dtype
+
+    def repack(self, data: np.ndarray, dtype: DType, shape: tuple, layout: DType) -> np.ndarray:
+        if _REPACKED.get(dtype) is not layout or len(shape) != 2:
+            raise ValueError(f"cpu: no layout {layout.label} for a {dtype.label} matrix of shape {shape}")
+        N, K = shape
+        src = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if src.nbytes != dtype.nbytes(N * K):
+            raise ValueError(f"data has {src.nbytes} bytes but shape={shape} dtype={dtype.label} needs {dtype.nbytes(N * K)}")
+        out = np.empty_like(src)
+        rc = getattr(lib, f"xi_repack_{dtype.label}_r8")(ffi.from_buffer(src), ffi.from_buffer(out), N, K)
+        if rc:
+            raise ValueError(f"cpu: xi_repack_{dtype.label}_r8 rejected shape={shape}")
+        return out
 
     def create_queue(self) -> CPUQueue:
         q = CPUQueue(self, len(self._queues))
