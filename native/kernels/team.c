@@ -9,6 +9,9 @@
  * thread the OS preempts on shared cores holds up only the units it claimed: the others take the
  * rest (a static split would wait a whole time slice for it at every kernel).
  *
+ * The cpu backend uses the team only with XINFER_CPU_TEAM=1 (xinfer_async/_omp.py says why); by
+ * default xi_replay(plan, -1, ...) calls the kernels one by one, each opening its own region.
+ *
  * A thread waiting for a stage spins at most XINFER_SPIN_US microseconds (default 20; less after
  * waits that had to sleep), then sleeps on a futex (an unbounded spin collapses when another
  * process competes for the cores).
@@ -95,9 +98,9 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* This thread's spin before it sleeps, adapted: a wait that had to sleep quarters it (the partner
- * was not running: on oversubscribed cores a spin only burns the time slice another thread needs),
- * a wait that ends while spinning doubles it, up to the bound. */
+/* This thread's spin before it sleeps, adapted between an eighth of the bound and the bound: a wait
+ * that had to sleep quarters it (the partner was not running: on oversubscribed cores a spin only
+ * burns the time slice another thread needs), a wait that ends while spinning doubles it. */
 static __thread long spin_cur = -1;
 
 /* until *done == units: spin (bounded), then sleep. The completer raises done then reads sleepers,
@@ -105,8 +108,8 @@ static __thread long spin_cur = -1;
 static void wait_done(xi_team *t, int *done, int units)
 {
     if (__atomic_load_n(done, __ATOMIC_ACQUIRE) == units) return;
-    const long bound = spin_ns();
-    if (spin_cur < 0 || spin_cur > bound) spin_cur = bound;
+    const long bound = spin_ns(), floor = bound / 8;
+    if (spin_cur < floor || spin_cur > bound) spin_cur = bound;
     long start = -1;
     for (unsigned i = 1; spin_cur > 0; i++) {
         if (__atomic_load_n(done, __ATOMIC_ACQUIRE) == units) {
@@ -120,7 +123,7 @@ static void wait_done(xi_team *t, int *done, int units)
         }
         cpu_relax();
     }
-    spin_cur /= 4;
+    spin_cur = spin_cur / 4 > floor ? spin_cur / 4 : floor;
     __atomic_add_fetch(&t->sleepers, 1, __ATOMIC_SEQ_CST);
     int v;
     while ((v = __atomic_load_n(done, __ATOMIC_SEQ_CST)) != units)
@@ -269,7 +272,7 @@ static void walk(const xi_replay_plan *r, xi_counter *cnt, void *scratch, xi_tea
 int xi_replay(const void *plan, int nthreads, int *failed)
 {
     const xi_replay_plan *r = (const xi_replay_plan *)plan;
-    if (!r->any_share) { /* no share forms: each kernel alone, opening its own parallel region */
+    if (!r->any_share || nthreads < 0) { /* each kernel alone, opening its own parallel region */
         for (int i = 0; i < r->n; i++) {
             const int rc = r->ops[i].kernel(r->ops[i].b, r->ops[i].c);
             if (rc) {

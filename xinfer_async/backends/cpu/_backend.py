@@ -16,13 +16,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ... import _native
+from ... import _native, _omp
 from ...hal import Backend, BackendQueue, DeviceError, DeviceOutOfMemoryError, DType
 from ...hal._commands import (Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, GemmCmd, ReplayCmd, TimestampCmd,
                               UploadCmd)
 from ...ops._kernels import REPACKED_DTYPES
 
 ffi, lib = _native.ffi, _native.lib
+_REPLAY_THREADS = _omp.replay_threads()  # xi_replay's nthreads: -1 each kernel its own region, 0 a team
 #: block type -> its row-interleaved layout (ops._kernels.REPACKED_DTYPES, inverted)
 _REPACKED = {base: r8 for r8, base in REPACKED_DTYPES.items()}
 _ALIGN = 256
@@ -180,7 +181,7 @@ class CPUQueue(BackendQueue):
                     _kernel_failed(kernel, rc)
             elif kind is _PreparedRun:
                 failed = ffi.new("int *")
-                rc = lib.xi_replay(cmd.plan, 0, failed)  # GIL released for the whole list
+                rc = lib.xi_replay(cmd.plan, _REPLAY_THREADS, failed)  # GIL released for the whole list
                 if rc:
                     _kernel_failed(cmd.kernels[failed[0]], rc)
             elif kind is ReplayCmd:
