@@ -21,6 +21,28 @@ typedef struct {
 
 void xi_fence_signal(void *s);
 
+/* ---- replay: a captured kernel list run by one native call (native/kernels/team.c) ------
+ * One op per kernel dispatch, in order: kernel (xi_k_NAME), its bindings b and constants c, and
+ * share = xi_share_of("NAME") (its share form, NULL when it has none). xi_replay_prepare plans
+ * the list once (ops must outlive the plan; NULL when out of memory; xi_replay_free releases it).
+ * xi_replay runs it: nthreads < 0: each kernel called alone in order (each opens its own OpenMP
+ * region); else in one OpenMP parallel region of nthreads threads (0: omp_get_max_threads(); 1: no
+ * region): share forms split over the team, other kernels whole on one thread, each kernel after
+ * the previous one has completed. Returns 0, or the first failing kernel's status with its
+ * op index in *failed (failed may be NULL); no op after a failing one runs. */
+typedef struct {
+    int (*kernel)(void *const *b, const void *c);
+    void *const *b;
+    const void *c;
+    void *share;
+} xi_op;
+
+void *xi_replay_prepare(const xi_op *ops, int n);
+void xi_replay_free(void *plan);
+int xi_replay(const void *plan, int nthreads, int *failed);
+/* the share form registered for kernel NAME (xi_k_NAME), or NULL */
+void *xi_share_of(const char *name);
+
 /* ---- kernels: constants structs xi_NAME_c and int xi_k_NAME(b, c) -------
  * generated from the declarations in xinfer_async/ops/_kernels.py (build_native.py inlines this
  * include into the cdef) */

@@ -119,30 +119,62 @@ static long *xi_att_spans(long T)
     return (long *)malloc((size_t)(2 * (T > 0 ? T : 1)) * sizeof(long));
 }
 
-/* attention over an f32 (f16 = 0) or f16 cache; the split-K workspace bindings (5, 6) are cuda's */
-static int xi_attention_impl(void *const *b, const xi_attention_c *k, int f16)
+/* Row t's keys as attention (pos given: keys 0..pos[t], limit = ctx) or attention_batched (pos
+ * NULL: keys first[t]..lastk[t], limit = rows) read them, a sliding window (window > 0) applied:
+ * start, and last (the count minus one; -1 for none). The one rule of both kernels and their share
+ * forms. */
+static inline void xi_att_span(const int32_t *pos, const int32_t *first, const int32_t *lastk, long limit,
+                               long window, long t, long *start, long *last)
 {
-    if (k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->ctx < 0 ||
-        k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim || k->window < 0)
-        return XI_EINVAL;
-    const int32_t *pos = (const int32_t *)b[3];
-    const long T = k->T, ctx = k->ctx;
+    if (pos) {
+        long p = pos[t];
+        if (p >= limit) p = limit - 1; /* keys past the cache do not exist */
+        /* sliding window: keys j with p - j < window, i.e. from p - window + 1 */
+        const long s = (window > 0 && p >= window) ? p - window + 1 : 0;
+        *start = s;
+        *last = p < 0 ? -1 : p - s;
+    } else {
+        long f = first[t], l = lastk[t];
+        if (l >= limit) l = limit - 1; /* keys past the cache do not exist */
+        if (window > 0 && f >= 0 && l - f >= window) f = l - window + 1; /* sliding window */
+        *start = f;
+        *last = (f < 0 || l < f) ? -1 : l - f;
+    }
+}
+
+static int xi_attention_bad(const xi_attention_c *k)
+{
+    return k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->ctx < 0 ||
+           k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim || k->window < 0;
+}
+
+static int xi_attention_batched_bad(const xi_attention_batched_c *k)
+{
+    return k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->rows < 0 ||
+           k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim || k->window < 0;
+}
+
+/* attention (pos given) or attention_batched (first, lastk) over an f32 (f16 = 0) or f16 cache */
+static int xi_attention_any(const float *q, const void *kc, const void *vc, const int32_t *pos, const int32_t *first,
+                            const int32_t *lastk, long limit, long T, long nh, long nkv, long hd, long qs, float scale,
+                            long window, int f16, float *out)
+{
     long *start = xi_att_spans(T);
     if (!start)
         return XI_ENOMEM;
     long *last = start + (T > 0 ? T : 1);
-    for (long t = 0; t < T; t++) {
-        long p = pos[t];
-        if (p >= ctx) p = ctx - 1; /* keys past the cache do not exist */
-        /* sliding window: keys j with p - j < window, i.e. from p - window + 1 */
-        const long s = (k->window > 0 && p >= k->window) ? p - k->window + 1 : 0;
-        start[t] = s;
-        last[t] = p < 0 ? -1 : p - s;
-    }
-    const int rc = xi_att_rows((const float *)b[0], b[1], b[2], start, last, T, k->n_head, k->n_kv, k->head_dim,
-                               k->q_stride, k->scale, f16, (float *)b[4]);
+    for (long t = 0; t < T; t++) xi_att_span(pos, first, lastk, limit, window, t, &start[t], &last[t]);
+    const int rc = xi_att_rows(q, kc, vc, start, last, T, nh, nkv, hd, qs, scale, f16, out);
     free(start);
     return rc;
+}
+
+/* attention over an f32 (f16 = 0) or f16 cache; the split-K workspace bindings (5, 6) are cuda's */
+static int xi_attention_impl(void *const *b, const xi_attention_c *k, int f16)
+{
+    if (xi_attention_bad(k)) return XI_EINVAL;
+    return xi_attention_any((const float *)b[0], b[1], b[2], (const int32_t *)b[3], NULL, NULL, k->ctx, k->T,
+                            k->n_head, k->n_kv, k->head_dim, k->q_stride, k->scale, k->window, f16, (float *)b[4]);
 }
 
 int xi_k_attention(void *const *b, const void *c)
@@ -160,26 +192,10 @@ int xi_k_attention_f16(void *const *b, const void *c)
 /* attention_batched over an f32 (f16 = 0) or f16 cache; the workspace bindings (6, 7) are cuda's */
 static int xi_attention_batched_impl(void *const *b, const xi_attention_batched_c *k, int f16)
 {
-    if (k->T < 0 || k->n_head < 0 || k->n_kv <= 0 || k->head_dim < 0 || k->rows < 0 ||
-        k->n_head % k->n_kv != 0 || k->q_stride < k->n_head * k->head_dim || k->window < 0)
-        return XI_EINVAL;
-    const int32_t *first = (const int32_t *)b[3], *lastk = (const int32_t *)b[4];
-    const long T = k->T, rows = k->rows;
-    long *start = xi_att_spans(T);
-    if (!start)
-        return XI_ENOMEM;
-    long *last = start + (T > 0 ? T : 1);
-    for (long t = 0; t < T; t++) {
-        long f = first[t], l = lastk[t];
-        if (l >= rows) l = rows - 1; /* keys past the cache do not exist */
-        if (k->window > 0 && f >= 0 && l - f >= k->window) f = l - k->window + 1; /* sliding window */
-        start[t] = f;
-        last[t] = (f < 0 || l < f) ? -1 : l - f;
-    }
-    const int rc = xi_att_rows((const float *)b[0], b[1], b[2], start, last, T, k->n_head, k->n_kv, k->head_dim,
-                               k->q_stride, k->scale, f16, (float *)b[5]);
-    free(start);
-    return rc;
+    if (xi_attention_batched_bad(k)) return XI_EINVAL;
+    return xi_attention_any((const float *)b[0], b[1], b[2], NULL, (const int32_t *)b[3], (const int32_t *)b[4],
+                            k->rows, k->T, k->n_head, k->n_kv, k->head_dim, k->q_stride, k->scale, k->window, f16,
+                            (float *)b[5]);
 }
 
 int xi_k_attention_batched(void *const *b, const void *c)
@@ -193,3 +209,95 @@ int xi_k_attention_batched_f16(void *const *b, const void *c)
     XI_C(xi_attention_batched_c);
     return xi_attention_batched_impl(b, k, 1);
 }
+
+/* ------------------------------------------------------------------ */
+/* share forms (xi_common.h, "teams"): a unit a (query row, head) pair, as xi_att_rows computes it;
+ * a thread keeps its scores in its own scratch (without memory they are recomputed: the same bits);
+ * over an f16 cache each unit converts its k rows into its own hd floats of the team scratch. */
+
+/* pairs [u0, u1) of the T * nh (row, head) pairs */
+static void xi_att_part(const float *q, const void *kc, const void *vc, const int32_t *pos, const int32_t *first,
+                        const int32_t *lastk, long limit, long window, long nh, long nkv, long hd, long qs,
+                        float scale, int f16, float *kf, float *out, long u0, long u1)
+{
+    const long group = nh / (nkv ? nkv : 1), kvs = nkv * hd, esize = f16 ? 2 : 4;
+    long span = 0, start, last;
+    for (long th = u0; th < u1; th++) {
+        xi_att_span(pos, first, lastk, limit, window, th / nh, &start, &last);
+        span = last + 1 > span ? last + 1 : span;
+    }
+    float *sc = span > 0 ? (float *)xi_thread_scratch(1, (size_t)span * sizeof(float)) : NULL;
+    for (long th = u0; th < u1; th++) {
+        const long t = th / nh, h = th % nh, g = h / group;
+        xi_att_span(pos, first, lastk, limit, window, t, &start, &last);
+        const long base = last < 0 ? 0 : start * kvs;
+        xi_att_row(q + t * qs + h * hd, (const char *)kc + (base + g * hd) * esize,
+                   (const char *)vc + (base + g * hd) * esize, kvs, last, hd, scale, f16, sc,
+                   f16 ? kf + th * hd : NULL, out + (t * nh + h) * hd);
+    }
+}
+
+static int xi_plan_att(long T, long nh, long hd, int f16, xi_plan *p)
+{
+    p->phases = 1;
+    p->units[0] = T * nh;
+    p->scratch = f16 ? (size_t)(T * nh * hd) * sizeof(float) : 0;
+    return XI_OK;
+}
+static int xi_plan_attention(const void *c, xi_plan *p)
+{
+    XI_C(xi_attention_c);
+    return xi_attention_bad(k) ? XI_EINVAL : xi_plan_att(k->T, k->n_head, k->head_dim, 0, p);
+}
+static int xi_plan_attention_f16(const void *c, xi_plan *p)
+{
+    XI_C(xi_attention_c);
+    return xi_attention_bad(k) ? XI_EINVAL : xi_plan_att(k->T, k->n_head, k->head_dim, 1, p);
+}
+static void xi_run_att(void *const *b, const void *c, int f16, float *kf, long u0, long u1)
+{
+    XI_C(xi_attention_c);
+    xi_att_part((const float *)b[0], b[1], b[2], (const int32_t *)b[3], NULL, NULL, k->ctx, k->window, k->n_head,
+                k->n_kv, k->head_dim, k->q_stride, k->scale, f16, kf, (float *)b[4], u0, u1);
+}
+static void xi_run_attention(void *const *b, const void *c, void *scratch, int phase, long u0, long u1)
+{
+    (void)phase;
+    xi_run_att(b, c, 0, (float *)scratch, u0, u1);
+}
+static void xi_run_attention_f16(void *const *b, const void *c, void *scratch, int phase, long u0, long u1)
+{
+    (void)phase;
+    xi_run_att(b, c, 1, (float *)scratch, u0, u1);
+}
+XI_REGISTER_SHARE(attention)
+XI_REGISTER_SHARE(attention_f16)
+
+static int xi_plan_attention_batched(const void *c, xi_plan *p)
+{
+    XI_C(xi_attention_batched_c);
+    return xi_attention_batched_bad(k) ? XI_EINVAL : xi_plan_att(k->T, k->n_head, k->head_dim, 0, p);
+}
+static int xi_plan_attention_batched_f16(const void *c, xi_plan *p)
+{
+    XI_C(xi_attention_batched_c);
+    return xi_attention_batched_bad(k) ? XI_EINVAL : xi_plan_att(k->T, k->n_head, k->head_dim, 1, p);
+}
+static void xi_run_att_batched(void *const *b, const void *c, int f16, float *kf, long u0, long u1)
+{
+    XI_C(xi_attention_batched_c);
+    xi_att_part((const float *)b[0], b[1], b[2], NULL, (const int32_t *)b[3], (const int32_t *)b[4], k->rows,
+                k->window, k->n_head, k->n_kv, k->head_dim, k->q_stride, k->scale, f16, kf, (float *)b[5], u0, u1);
+}
+static void xi_run_attention_batched(void *const *b, const void *c, void *scratch, int phase, long u0, long u1)
+{
+    (void)phase;
+    xi_run_att_batched(b, c, 0, (float *)scratch, u0, u1);
+}
+static void xi_run_attention_batched_f16(void *const *b, const void *c, void *scratch, int phase, long u0, long u1)
+{
+    (void)phase;
+    xi_run_att_batched(b, c, 1, (float *)scratch, u0, u1);
+}
+XI_REGISTER_SHARE(attention_batched)
+XI_REGISTER_SHARE(attention_batched_f16)

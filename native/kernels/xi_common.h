@@ -185,6 +185,52 @@ XI_SHARED void xi_q8dot_rows_q4_k(const uint8_t *w, const float *x, float *y, lo
 XI_SHARED void xi_q8dot_rows_q5_k(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_q8dot_rows_q6_k(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 
+/* ---- teams: a kernel's work split over threads (native/kernels/team.c) --------------------------
+ *
+ * A decode step replays ~200 kernels (xi_replay, xinfer_native.h) in ONE OpenMP parallel region:
+ * no Python between kernels, no fork/join per kernel. A kernel takes part as a team when it has a
+ * share form: its work described as phases of independent units, which the threads claim
+ * dynamically (an atomic counter, a few units a claim) and run:
+ *
+ *   static int xi_plan_NAME(const void *c, xi_plan *p);
+ *       From the constants alone: XI_OK and the plan (phases, units a phase, minimum units a claim,
+ *       bytes of team scratch), or XI_EINVAL exactly where xi_k_NAME rejects the constants.
+ *   static void xi_run_NAME(void *const *b, const void *c, void *scratch, int phase, long u0, long u1);
+ *       Units [u0, u1) of the phase. Called from any thread of the team, any number of times a
+ *       phase; every unit of a phase completes before any unit of the next phase (or op) starts.
+ *       scratch: the plan's bytes (64-byte aligned, one buffer for all the op's phases, contents
+ *       kept between them, not between ops).
+ *   XI_REGISTER_SHARE(NAME)      (file scope, after both: xi_replay finds it by name)
+ *
+ * Rules: the result is bit for bit xi_k_NAME's whatever the thread count and the order and size of
+ * the claims, so a unit computes outputs no other unit touches (output rows, (token, head) rows),
+ * never a reduction across units; a unit runs no OpenMP region of its own (nested regions inside a
+ * team run on one thread) and allocates nothing per call where xi_thread_scratch serves.
+ * Dynamic claims are what make a team degrade gracefully on shared cores: a thread that the OS
+ * preempts holds up only the units it claimed, the others take the rest.
+ * A kernel without a share form runs whole, on one thread of the team, in its op's turn.
+ */
+#define XI_MAX_PHASES 4
+typedef struct {
+    int phases;                 /* 1..XI_MAX_PHASES */
+    long units[XI_MAX_PHASES];  /* independent units of each phase (0: nothing to do) */
+    long grain[XI_MAX_PHASES];  /* at least this many units a claim (>= 1; 0 reads as 1) */
+    size_t scratch;             /* bytes of team scratch */
+} xi_plan;
+typedef int (*xi_plan_fn)(const void *c, xi_plan *p);
+typedef void (*xi_run_fn)(void *const *b, const void *c, void *scratch, int phase, long u0, long u1);
+
+/* This thread's own buffer of at least nbytes (grown and kept), NULL when out of memory; slot
+ * 0 or 1 (two independent buffers); valid until this thread's next call with the same slot. */
+XI_SHARED void *xi_thread_scratch(int slot, size_t nbytes);
+XI_SHARED void xi_register_share(const char *name, xi_plan_fn plan, xi_run_fn run);
+
+#define XI_REGISTER_SHARE(NAME)                                                      \
+static void __attribute__((constructor)) xi_register_##NAME(void)                    \
+{                                                                                    \
+    xi_register_share(#NAME, xi_plan_##NAME, xi_run_##NAME);                         \
+}
+
 /* The row driver of the float-path matmuls (quant.c: f32, f16; kquant.c: the K-quants, q5, iq4, bf16):
  * weight rows in chunks of XI_NCHUNK (threads split the chunks), x in tiles of up to 4 tokens;
  * TILE##_##NAME(wr, nb, xt, K, res, tt) gives one weight row's dot products with a tile (nb blocks of QK);

@@ -16,13 +16,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ... import _native
+from ... import _native, _omp
 from ...hal import Backend, BackendQueue, DeviceError, DeviceOutOfMemoryError, DType
 from ...hal._commands import (Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, GemmCmd, ReplayCmd, TimestampCmd,
                               UploadCmd)
 from ...ops._kernels import REPACKED_DTYPES
 
 ffi, lib = _native.ffi, _native.lib
+_REPLAY_THREADS = _omp.replay_threads()  # xi_replay's nthreads: -1 each kernel its own region, 0 a team
 #: block type -> its row-interleaved layout (ops._kernels.REPACKED_DTYPES, inverted)
 _REPACKED = {base: r8 for r8, base in REPACKED_DTYPES.items()}
 _ALIGN = 256
@@ -33,11 +34,13 @@ def _host_view(address: int, nbytes: int) -> np.ndarray:
 
 
 class _Kernel:
-    __slots__ = ("name", "fn")
+    __slots__ = ("name", "fn", "ptr", "share")
 
     def __init__(self, name: str, fn: Any):
         self.name = name
         self.fn = fn
+        self.ptr = ffi.addressof(lib, f"xi_k_{name}")  # for xi_op.kernel
+        self.share = lib.xi_share_of(name.encode())  # its share form (native/kernels/xi_common.h) or NULL
 
     def launch_grid(self, constants: dict) -> tuple:
         return (1, 1, 1)
@@ -94,10 +97,27 @@ def _kernel_failed(kernel: _Kernel, rc: int) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _PreparedRun:
-    """Consecutive dispatches of a captured list with their argument arrays built once:
-    ``(kernel, void *[] addresses, char[] constants)`` each (``CPUBackend.capture``)."""
+    """Consecutive dispatches of a captured list as one native op list (``CPUBackend.capture``):
+    ``plan`` (``xi_replay_prepare``'s, run by one ``xi_replay`` call), ``kernels`` (each op's
+    ``_Kernel``, for errors), ``keep`` (the ``xi_op`` array and the argument arrays it points at)."""
 
-    dispatches: tuple
+    plan: Any
+    kernels: tuple
+    keep: tuple
+
+
+def _prepare_run(dispatches: Sequence[DispatchCmd]) -> _PreparedRun:
+    ops = ffi.new("xi_op[]", len(dispatches))
+    keep = []
+    for op, cmd in zip(ops, dispatches):
+        argv = ffi.new("void *[]", [ffi.cast("void *", a) for a in cmd.addresses] or [ffi.NULL])
+        consts = ffi.new("char[]", bytes(cmd.constants) or b"\0")
+        keep += (argv, consts)
+        op.kernel, op.b, op.c, op.share = cmd.kernel.ptr, argv, consts, cmd.kernel.share
+    plan = lib.xi_replay_prepare(ops, len(dispatches))
+    if plan == ffi.NULL:
+        raise DeviceOutOfMemoryError(f"cpu: no host memory to plan a replay of {len(dispatches)} kernels", "XI_OOM")
+    return _PreparedRun(ffi.gc(plan, lib.xi_replay_free), tuple(cmd.kernel for cmd in dispatches), (ops, *keep))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,10 +184,10 @@ class CPUQueue(BackendQueue):
                 if rc:
                     _kernel_failed(kernel, rc)
             elif kind is _PreparedRun:
-                for kernel, argv, consts in cmd.dispatches:
-                    rc = kernel.fn(argv, consts)
-                    if rc:
-                        _kernel_failed(kernel, rc)
+                failed = ffi.new("int *")
+                rc = lib.xi_replay(cmd.plan, _REPLAY_THREADS, failed)  # GIL released for the whole list
+                if rc:
+                    _kernel_failed(cmd.kernels[failed[0]], rc)
             elif kind is ReplayCmd:
                 self._execute(cmd.graph)
             elif kind is CopyCmd:
@@ -279,20 +299,20 @@ class CPUBackend(Backend):
         return (end.ns - start.ns) / 1e6
 
     def capture(self, commands: Sequence[Command]) -> tuple:
-        """Pre-builds the argument arrays of consecutive dispatches (the cpu "graph")."""
+        """The cpu "graph": each run of consecutive dispatches becomes a native op list that one
+        ``xi_replay`` call runs (native/kernels/team.c); other commands are kept as they are."""
         out: list[Any] = []
-        run: list[tuple] = []
+        run: list[DispatchCmd] = []
         for cmd in commands:
             if type(cmd) is DispatchCmd:
-                run.append((cmd.kernel, ffi.new("void *[]", [ffi.cast("void *", a) for a in cmd.addresses]),
-                            ffi.new("char[]", bytes(cmd.constants) or b"\0")))
+                run.append(cmd)
                 continue
             if run:
-                out.append(_PreparedRun(tuple(run)))
+                out.append(_prepare_run(run))
                 run = []
             out.append(cmd)
         if run:
-            out.append(_PreparedRun(tuple(run)))
+            out.append(_prepare_run(run))
         return tuple(out)
 
     def close(self) -> None:
