@@ -28,26 +28,18 @@ static inline float xi_dot(const float *a, const float *b, long n)
 }
 
 /* kf (hd) = the f16 row kh converted to floats (exact) */
-static void xi_att_row_f16(const uint16_t *kh, float *kf, long hd)
+static void xi_att_k_f16(const uint16_t *kh, float *kf, long hd)
 {
     for (long d = 0; d < hd; d++) kf[d] = xi_h2f(kh[d]);
 }
 
-/* One (query row, head): o (hd) = softmax(q . k[j] * scale) @ v[j] over keys j = 0..p of kh/vh
- * (rows kvs elements apart; f16: IEEE halves, each k row converted exactly into kf (hd floats) and
- * summed as the f32 cache's would be). Shared by attention and attention_batched, so a batched row is
- * bit-identical to the single-sequence kernel over the same keys. sc: scratch of p + 1 floats, or
- * NULL (scores recomputed). */
-static void xi_att_row(const float *qh, const void *kh, const void *vh, long kvs, long p, long hd,
-                       float scale, int f16, float *sc, float *kf, float *o)
+/* One (query row, head) over an f32 cache: o (hd) = softmax(q . k[j] * scale) @ v[j] over keys
+ * j = 0..p of kh/vh (rows kvs elements apart). sc: scratch of p + 1 floats, or NULL (scores
+ * recomputed: the same bits). */
+static void xi_att_row_f32(const float *qh, const float *kh, const float *vh, long kvs, long p, long hd,
+                           float scale, float *sc, float *o)
 {
-    for (long d = 0; d < hd; d++) o[d] = 0.0f;
-    if (p < 0) return; /* zero row */
-    const float *k32 = (const float *)kh, *v32 = (const float *)vh;
-    const uint16_t *k16 = (const uint16_t *)kh, *v16 = (const uint16_t *)vh;
-#define XI_ATT_SCORE(j)                                                                       \
-    (f16 ? (xi_att_row_f16(k16 + (j) * kvs, kf, hd), xi_dot(qh, kf, hd)) * scale             \
-         : xi_dot(qh, k32 + (j) * kvs, hd) * scale)
+#define XI_ATT_SCORE(j) (xi_dot(qh, kh + (j) * kvs, hd) * scale)
     float mx = -INFINITY;
     for (long j = 0; j <= p; j++) {
         float s = XI_ATT_SCORE(j);
@@ -59,17 +51,59 @@ static void xi_att_row(const float *qh, const void *kh, const void *vh, long kvs
         float s = sc ? sc[j] : XI_ATT_SCORE(j);
         float e = expf(s - mx);
         sum += e;
-        if (f16) {
-            const uint16_t *vj = v16 + j * kvs;
-            for (long d = 0; d < hd; d++) o[d] += e * xi_h2f(vj[d]);
-        } else {
-            const float *vj = v32 + j * kvs;
-            for (long d = 0; d < hd; d++) o[d] += e * vj[d];
-        }
+        const float *vj = vh + j * kvs;
+        for (long d = 0; d < hd; d++) o[d] += e * vj[d];
     }
 #undef XI_ATT_SCORE
     const float inv = (float)(1.0 / sum);
     for (long d = 0; d < hd; d++) o[d] *= inv;
+}
+
+/* One (query row, head) over an f16 cache, with llama.cpp's cpu numerics for an F16 K/V cache (flash
+ * attention off: kq = mul_mat(k, q), softmax, kqv = mul_mat(v, kq), where ggml's f16 mul_mat converts
+ * its f32 operand to f16): q rounded to f16, each score the f32 dot of it with the k row (converted
+ * exactly into kf[0, hd)), the softmax in f32 (sum in double, then times 1/sum), each probability
+ * rounded to f16, o = sum of them times the v rows, in f32. kf: 2 * hd floats (the k row, then the
+ * rounded q). sc: scratch of p + 1 floats, or NULL (scores recomputed: the same bits). */
+static void xi_att_row_f16(const float *qh, const uint16_t *kh, const uint16_t *vh, long kvs, long p, long hd,
+                           float scale, float *sc, float *kf, float *o)
+{
+    float *q16 = kf + hd;
+    for (long d = 0; d < hd; d++) q16[d] = xi_f16_round(qh[d]);
+#define XI_ATT_SCORE(j) (xi_att_k_f16(kh + (j) * kvs, kf, hd), xi_dot(q16, kf, hd) * scale)
+    float mx = -INFINITY;
+    for (long j = 0; j <= p; j++) {
+        float s = XI_ATT_SCORE(j);
+        if (sc) sc[j] = s;
+        mx = s > mx ? s : mx;
+    }
+    double sum = 0.0;
+    for (long j = 0; j <= p; j++) {
+        const float e = expf((sc ? sc[j] : XI_ATT_SCORE(j)) - mx);
+        if (sc) sc[j] = e;
+        sum += e;
+    }
+    const float inv = (float)(1.0 / sum);
+    for (long j = 0; j <= p; j++) {
+        const float pj = xi_f16_round((sc ? sc[j] : expf(XI_ATT_SCORE(j) - mx)) * inv);
+        const uint16_t *vj = vh + j * kvs;
+        for (long d = 0; d < hd; d++) o[d] += pj * xi_h2f(vj[d]);
+    }
+#undef XI_ATT_SCORE
+}
+
+/* One (query row, head): keys j = 0..p of kh/vh (f16: IEEE halves); o (hd) zero when p < 0. Shared by
+ * attention and attention_batched, so a batched row is bit-identical to the single-sequence kernel over
+ * the same keys. kf: 2 * hd floats where f16. */
+static void xi_att_row(const float *qh, const void *kh, const void *vh, long kvs, long p, long hd,
+                       float scale, int f16, float *sc, float *kf, float *o)
+{
+    for (long d = 0; d < hd; d++) o[d] = 0.0f;
+    if (p < 0) return; /* zero row */
+    if (f16)
+        xi_att_row_f16(qh, (const uint16_t *)kh, (const uint16_t *)vh, kvs, p, hd, scale, sc, kf, o);
+    else
+        xi_att_row_f32(qh, (const float *)kh, (const float *)vh, kvs, p, hd, scale, sc, o);
 }
 
 /* Every (query row t, head h) of T rows: row t attends keys start[t]..start[t]+last[t] of the cache
@@ -92,7 +126,7 @@ static int xi_att_rows(const float *q, const void *kc, const void *vc, const lon
     {
         /* per-thread score buffer; without memory the scores are recomputed */
         float *sc = span > 0 ? (float *)malloc((size_t)span * sizeof(float)) : NULL;
-        float *kf = f16 && span > 0 ? (float *)malloc((size_t)(hd > 0 ? hd : 1) * sizeof(float)) : NULL;
+        float *kf = f16 && span > 0 ? (float *)malloc((size_t)(hd > 0 ? 2 * hd : 1) * sizeof(float)) : NULL;
         if (f16 && span > 0 && !kf) {
 #pragma omp atomic write
             failed = 1;
@@ -213,7 +247,7 @@ int xi_k_attention_batched_f16(void *const *b, const void *c)
 /* ------------------------------------------------------------------ */
 /* share forms (xi_common.h, "teams"): a unit a (query row, head) pair, as xi_att_rows computes it;
  * a thread keeps its scores in its own scratch (without memory they are recomputed: the same bits);
- * over an f16 cache each unit converts its k rows into its own hd floats of the team scratch. */
+ * over an f16 cache each unit has its own 2 * hd floats of the team scratch (xi_att_row_f16's kf). */
 
 /* pairs [u0, u1) of the T * nh (row, head) pairs */
 static void xi_att_part(const float *q, const void *kc, const void *vc, const int32_t *pos, const int32_t *first,
@@ -233,7 +267,7 @@ static void xi_att_part(const float *q, const void *kc, const void *vc, const in
         const long base = last < 0 ? 0 : start * kvs;
         xi_att_row(q + t * qs + h * hd, (const char *)kc + (base + g * hd) * esize,
                    (const char *)vc + (base + g * hd) * esize, kvs, last, hd, scale, f16, sc,
-                   f16 ? kf + th * hd : NULL, out + (t * nh + h) * hd);
+                   f16 ? kf + th * 2 * hd : NULL, out + (t * nh + h) * hd);
     }
 }
 
@@ -241,7 +275,7 @@ static int xi_plan_att(long T, long nh, long hd, int f16, xi_plan *p)
 {
     p->phases = 1;
     p->units[0] = T * nh;
-    p->scratch = f16 ? (size_t)(T * nh * hd) * sizeof(float) : 0;
+    p->scratch = f16 ? (size_t)(T * nh * 2 * hd) * sizeof(float) : 0;
     return XI_OK;
 }
 static int xi_plan_attention(const void *c, xi_plan *p)

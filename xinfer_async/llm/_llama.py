@@ -52,8 +52,9 @@ def kv_cache_dtype(value: str | None = None, environ: Mapping[str, str] = os.env
     """The KV-cache element type: ``value``, else ``$XINFER_KV_CACHE``, else ``"f32"``.
 
     ``"f16"`` halves the cache's bytes (and the attention's reads at long contexts): k and v are
-    rounded to the nearest f16 as they are stored, and read back exactly as f32 (all arithmetic stays
-    f32). Its accuracy against the f32 cache: tests/test_kv_f16.py.
+    rounded to the nearest f16 as they are stored, and read back exactly as f32; on cpu the attention
+    rounds q and its probabilities to f16 before their products (llama.cpp's numerics with an F16
+    cache), on cuda that arithmetic stays f32. Its accuracy against the f32 cache: tests/test_kv_f16.py.
 
     Raises:
         ValueError: a value other than ``"f32"`` / ``"f16"`` (named, with where it came from).

@@ -96,7 +96,7 @@ _count = _f32(lambda c: count_ints(c["T"], c["n_head"]))
 _SPLIT = [("part", RW, "(T, n_head, 32, hd + 2) workspace (T <= 8, else none)", _part),
           ("count", RW, "(T, n_head) i32 (T <= 8, else none), zero before the launch", _count)]
 _SPLIT_DOC = ("; part and count: the cuda split-K workspace (ops/_attention_split.py: count zero before the launch "
-              "and after it; the result does not depend on it); `_f16`: k and v f16, converted exactly to f32 as read")
+              "and after it; the result does not depend on it); `_f16`: k and v f16, converted exactly to f32 as read; on cpu with llama.cpp's numerics for an F16 cache: q and the softmax probabilities (after the division by their sum) rounded to f16 before their products (cuda: q and the probabilities f32)")
 _KV_DTYPES = (DType.f32, DType.f16)  # the KV-cache types (``kv_dtype`` of llm/_llama.py)
 
 
@@ -105,7 +105,8 @@ def _kv_bytes(dt: DType, rows: str):
 
 
 def _declare_attention(dt: DType) -> None:
-    """attention[_f16] and attention_batched[_f16]: the cache of ``dt`` (f16: converted to f32 as loaded)."""
+    """attention[_f16] and attention_batched[_f16]: the cache of ``dt`` (f16: converted to f32 as loaded; on
+    cpu q and the probabilities rounded to f16 as llama.cpp does, native/kernels/attention.c)."""
     sfx, kvd = ("" if dt is DType.f32 else f"_{dt.label}"), f"{dt.label} " if dt is not DType.f32 else ""
     _declare("attention" + sfx, [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
                                  ("k", R, f"(ctx, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "ctx")),
