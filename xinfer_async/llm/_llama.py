@@ -249,19 +249,22 @@ class LlamaBuilder:
         desc = TensorDesc(t.shape, t.dtype)
         matrix = matrix and len(t.shape) == 2
         region = self.session.weight(data, desc, name, matrix=matrix)
-        if matrix:
-            self._keep_f16(region, data, t.dtype, tuple(t.shape), name)
-        return region, self.session.matrix_dtype(desc).label if matrix else t.dtype
+        if not matrix:
+            return region, t.dtype
+        label = self.session.matrix_dtype(desc).label
+        self._keep_f16(region, data, t.dtype, label, tuple(t.shape), name)
+        return region, label
 
     def _matrix_dtype(self, name: str) -> str:
         """The dtype label of 2-D tensor ``name`` as ``_weight(name, matrix=True)`` uploads it."""
         t = self._tensor(name)
         return self.session.matrix_dtype(TensorDesc(t.shape, t.dtype)).label
 
-    def _keep_f16(self, region, data: np.ndarray, dtype: str, shape: tuple[int, int], name: str) -> None:
-        """With resident f16 weights on and a type that lowers: upload the f16 copy of ``region``
-        (``data``: the tensor as stored in the file, of GGUF type ``dtype``)."""
-        if self._resident is not None and lowers(dtype, self.gemm_min_t, self.gemm_min_t):
+    def _keep_f16(self, region, data: np.ndarray, dtype: str, label: str, shape: tuple[int, int], name: str) -> None:
+        """With resident f16 weights on and a matrix that lowers (``label``: its layout's dtype label;
+        the cpu's repacked r8 layouts never do): upload the f16 copy of ``region`` (``data``: the
+        tensor as stored in the file, of GGUF type ``dtype``)."""
+        if self._resident is not None and lowers(label, self.gemm_min_t, self.gemm_min_t):
             w16 = dequantize_f16(data, dtype, shape)
             self._resident[region] = self.session.weight(w16, TensorDesc(shape, "f16"), name + ".f16")
 
@@ -341,8 +344,9 @@ class LlamaBuilder:
         dt = ts[0].dtype
         desc = TensorDesc((sum(t.shape[0] for t in ts), ts[0].shape[1]), dt)
         region = self.session.weight(data, desc, name, matrix=True)
-        self._keep_f16(region, data, dt, desc.shape, name)
-        return region, self.session.matrix_dtype(desc).label
+        label = self.session.matrix_dtype(desc).label
+        self._keep_f16(region, data, dt, label, desc.shape, name)
+        return region, label
 
     def _vector(self, name: str, parts: list[str], rows: np.ndarray | None = None):
         """Vectors (biases, norm weights) joined into one f32 weight, in the order ``rows``."""
