@@ -21,9 +21,41 @@ typedef struct {
 
 void xi_fence_signal(void *s);
 
+/* ---- replay: a captured kernel list run by one native call (native/kernels/team.c) ------
+ * One op per kernel dispatch, in order: kernel (xi_k_NAME), its bindings b and constants c, and
+ * share = xi_share_of("NAME") (its share form, NULL when it has none). xi_replay_prepare plans
+ * the list once (ops must outlive the plan; NULL when out of memory; xi_replay_free releases it).
+ * xi_replay runs it: nthreads < 0: each kernel called alone in order (each opens its own OpenMP
+ * region); else in one OpenMP parallel region of nthreads threads (0: omp_get_max_threads(); 1: no
+ * region): share forms split over the team, other kernels whole on one thread, each kernel after
+ * the previous one has completed. Returns 0, or the first failing kernel's status with its
+ * op index in *failed (failed may be NULL); no op after a failing one runs. */
+typedef struct {
+    int (*kernel)(void *const *b, const void *c);
+    void *const *b;
+    const void *c;
+    void *share;
+} xi_op;
+
+void *xi_replay_prepare(const xi_op *ops, int n);
+void xi_replay_free(void *plan);
+int xi_replay(const void *plan, int nthreads, int *failed);
+/* the share form registered for kernel NAME (xi_k_NAME), or NULL */
+void *xi_share_of(const char *name);
+
 /* ---- kernels: constants structs xi_NAME_c and int xi_k_NAME(b, c) -------
  * generated from the declarations in xinfer_async/ops/_kernels.py (build_native.py inlines this
  * include into the cdef) */
 #include "xi_kernels.h"
+
+/* ---- the cpu backend's load-time weight repack --------------------------
+ * src (N, K) GGUF blocks of q8_0 / q4_0 / q4_1 / q5_0 / q5_1 -> dst in the row-interleaved r8 layout (the same
+ * byte count; native/kernels/q8dot.c describes it), which the kernels of the *_r8 types read.
+ * XI_EINVAL: N < 0, K < 0 or not a multiple of 32, a NULL pointer, or src == dst. */
+int xi_repack_q8_0_r8(const void *src, void *dst, int64_t N, int64_t K);
+int xi_repack_q4_0_r8(const void *src, void *dst, int64_t N, int64_t K);
+int xi_repack_q4_1_r8(const void *src, void *dst, int64_t N, int64_t K);
+int xi_repack_q5_0_r8(const void *src, void *dst, int64_t N, int64_t K);
+int xi_repack_q5_1_r8(const void *src, void *dst, int64_t N, int64_t K);
 
 #endif

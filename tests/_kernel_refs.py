@@ -22,6 +22,50 @@ def attention_ref(q, k, v, pos, n_head, n_kv, hd, scale):
     return out
 
 
+def attention_f16_cache_ref(q, k16, v16, pos, n_head, n_kv, hd, scale, dots_exact=False):
+    """The cpu attention over an f16 cache (llama.cpp's numerics: native/kernels/attention.c
+    xi_att_row_f16) in float64, with a bound on the kernel's distance from it: (out, bound), float64
+    (T, n_head, hd). q (T, n_head, hd) float32, k16 and v16 (ctx, n_kv, hd) float16, scale float32.
+
+    The model: q16 = f16(q); s_j = q16 . k_j * scale; p_j = softmax(s)_j; out = sum_j f16(p_j) v_j.
+    The kernel's q16 and v are exact; its s_j, e_j = exp(s_j - max) and p_j = e_j * (1 / sum) are f32:
+    |ds_j| <= E = (hd + 2) 2^-24 max_j sum|q16 k_j| scale (an f32 dot of hd terms, times scale; with
+    ``dots_exact``, inputs whose every partial sum is exact in f32 in any order, E = 2^-24 max|s|: the
+    product by scale alone); e_j's relative error is at most eps_j = 2E + 2^-24 |s_j - max| + 2^-23
+    (exp's argument, its subtraction, expf's ulp), the sum's at most sum_j p_j eps_j, so p_j's is at
+    most delta_j = eps_j + sum_j p_j eps_j + 2^-22 (1 / sum and the product), 1 % added for the
+    second-order terms. f16(p_j) is then f16 of a value within
+    delta_j p_j of the model's p_j: it can differ from the model's f16(p_j) only by the step between
+    f16(p_j (1 - delta_j)) and f16(p_j (1 + delta_j)) (zero unless p_j is that close to a rounding
+    midpoint). The f32 sum over p + 1 keys adds gamma = 2 (p + 1) 2^-24 of sum_j f16(p_j)|v_j|.
+    A kernel that kept q or p in f32 is off by ~2^-12 of p_j |v_j| at most keys, far past the bound."""
+    T = len(pos)
+    out, bound = np.zeros((T, n_head, hd)), np.zeros((T, n_head, hd))
+    q16 = q.astype(np.float16).astype(np.float64)
+    k, v = k16.astype(np.float64), v16.astype(np.float64)
+    sc = float(scale)
+    for t in range(T):
+        if pos[t] < 0:
+            continue
+        n = pos[t] + 1
+        for h in range(n_head):
+            kv = h // (n_head // n_kv)
+            kk, vv = k[:n, kv], v[:n, kv]
+            s = kk @ q16[t, h] * sc
+            e_s = 2.0**-24 * np.abs(s).max() if dots_exact else \
+                (hd + 2) * 2.0**-24 * (np.abs(kk) @ np.abs(q16[t, h])).max() * sc
+            p = np.exp(s - s.max())
+            p /= p.sum()
+            eps_e = 2 * e_s + 2.0**-24 * np.abs(s - s.max()) + 2.0**-23  # each e_j, relative
+            delta = 1.01 * (eps_e + p @ eps_e + 2.0**-22)  # + the sum's (e-weighted), 1 / sum and the product's
+            p16 = p.astype(np.float16).astype(np.float64)
+            lo = (p * (1 - delta)).astype(np.float16).astype(np.float64)
+            hi = (p * (1 + delta)).astype(np.float16).astype(np.float64)
+            out[t, h] = p16 @ vv
+            bound[t, h] = (hi - lo) @ np.abs(vv) + 2 * n * 2.0**-24 * (hi @ np.abs(vv))
+    return out, bound
+
+
 def att_workspace(T, n_head, head_dim):
     """The split-K workspace bindings of the attention kernels (ops/_attention_split.py): ``part``
     poisoned with NaN (a kernel writes what it reads), ``count`` zero (as a launch needs it)."""
@@ -105,12 +149,14 @@ def random_blocks(rng, dt, rows, K, exact=True):
 
 def activation_quantization_bound(device_name, dt, x, exact):
     """Extra error of a matrix product whose activations the backend quantizes: the cpu backend's
-    block-type products (q8_0, q4_0, q4_1; native/kernels/q8dot.c, llama.cpp's numerics) round x
-    (T, K) per block of 32 to int8 codes, |x - d q| <= d / 2 = amax / 254 per element; with exact
-    (N, K) the weights' float64 values, a bound on the product's change, (T, N) float64. 0 where x
-    stays float (f32 / f16 weights; the cuda backend)."""
-    if device_name != "cpu" or dt not in ("q8_0", "q4_0", "q4_1"):
-        return 0.0
-    from _q8dot_model import quantization_bound
+    block-type products (q8_0, q4_0, q4_1, q5_0, q5_1: native/kernels/q8dot.c; q4_k, q5_k, q6_k:
+    q8kdot.c; llama.cpp's numerics; their r8 layouts alike) round x (T, K) per block of 32 (256) to
+    int8 codes (``_q8dot_model.quantization_bound``: d / 2 = amax / 254 per element, the f16 scales); with exact (N, K) the weights' float64
+    values, a bound on the product's change, (T, N) float64. 0 where x stays float (f32 / f16 / the
+    other types' weights; the cuda backend)."""
+    from _q8dot_model import ACTIVATION_BLOCK, quantization_bound
 
-    return quantization_bound(np.asarray(x, np.float32), exact)
+    dt = dt.removesuffix("_r8")
+    if device_name != "cpu" or dt not in ACTIVATION_BLOCK:
+        return 0.0
+    return quantization_bound(np.asarray(x, np.float32), exact, ACTIVATION_BLOCK[dt], has_min=dt in ("q4_1", "q5_1"))

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import trio
@@ -62,15 +64,23 @@ def _gemms(builder, T, all_logits, batched=False):
     return sum(isinstance(c, GemmCommand) for c in builder.forward(T, all_logits, batched).commands)
 
 
-def test_which_plans_lower(tiny_gguf):
+def test_which_plans_lower(tiny_gguf, monkeypatch):
     from xinfer_async.llm._llama import LlamaBuilder
 
     cfg = tiny_gguf.config
-    dev = xinfer_async.open_device("cpu")
+    dev = xinfer_async.open_device("cpu")  # repacked (the default): r8 matrices, which never lower
     try:
         default = LlamaBuilder(tiny_gguf, dev, ctx=128, chunk=64)
         assert default.gemm_min_t is None and default._gemm is None  # cpu: the policy says never
         assert _gemms(default, 64, True) == 0
+        forced = LlamaBuilder(tiny_gguf, dev, ctx=128, chunk=64, gemm_min_t=64, f16_weights=True)
+        assert forced.out_dtype.endswith("_r8") and forced._gemm is None and _gemms(forced, 64, True) == 0
+        assert not forced._resident  # no f16 copy of a matrix that never lowers
+    finally:
+        dev.close()
+    monkeypatch.setenv("XINFER_CPU_REPACK", "0")  # the GGUF layout, which the GEMM regime's dequantizers read
+    dev = xinfer_async.open_device("cpu")
+    try:
         b = LlamaBuilder(tiny_gguf, dev, ctx=128, chunk=64, batch_seqs=8, gemm_min_t=64)
         per_layer = 4  # qkv, o, gate+up, down
         out_chunks = -(-cfg.vocab_size // b._gemm.chunk_rows)
@@ -346,7 +356,27 @@ async def _score(builder, prepared, ids):
     return out["logits"]
 
 
-async def test_builder_gemm_regime_matches_kernels_and_rows_stand_alone(devices, tiny_gguf, rng):
+@contextlib.contextmanager
+def _gguf_layout(devices, monkeypatch):
+    """``devices``, or on cpu another cpu device that keeps the GGUF layout (``XINFER_CPU_REPACK=0``):
+    the GEMM regime's dequantizers read that layout, so the cpu's repacked r8 matrices never lower."""
+    if devices.name != "cpu":
+        yield devices
+        return
+    monkeypatch.setenv("XINFER_CPU_REPACK", "0")
+    dev = xinfer_async.open_device("cpu")
+    try:
+        yield dev
+    finally:
+        dev.close()
+
+
+async def test_builder_gemm_regime_matches_kernels_and_rows_stand_alone(devices, tiny_gguf, rng, monkeypatch):
+    with _gguf_layout(devices, monkeypatch) as dev:
+        await _gemm_regime_matches_kernels(dev, tiny_gguf, rng)
+
+
+async def _gemm_regime_matches_kernels(devices, tiny_gguf, rng):
     from xinfer_async.llm._llama import LlamaBuilder
 
     V, T = tiny_gguf.config.vocab_size, 64
@@ -415,7 +445,12 @@ def test_host_dequantize_f16_is_gguf_rounded(rng, dt):
         dequantize_f16(w, "f32", (N, K))
 
 
-async def test_resident_f16_weights_give_the_same_logits(devices, tiny_gguf, rng):
+async def test_resident_f16_weights_give_the_same_logits(devices, tiny_gguf, rng, monkeypatch):
+    with _gguf_layout(devices, monkeypatch) as dev:
+        await _resident_f16_weights_same_logits(dev, tiny_gguf, rng)
+
+
+async def _resident_f16_weights_same_logits(devices, tiny_gguf, rng):
     from xinfer_async.llm._llama import LlamaBuilder
 
     T = 64

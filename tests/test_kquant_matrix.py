@@ -14,6 +14,7 @@ the tuned kernels of shaders/xi_mvc.cuh and xi_mvt.cuh through their decoders, o
 import numpy as np
 import pytest
 from _kernel_refs import KQUANT_BLOCKS as TYPES  # type -> (ggml type, elements, bytes a block, f16 scale offsets)
+from _kernel_refs import activation_quantization_bound
 from _kernel_refs import random_blocks as weights  # (uint8 (rows, row bytes), float64 gguf-dequantized)
 
 from xinfer_async.backends.cuda._launch import STAGED1_TYPES, mvc_rows
@@ -28,16 +29,18 @@ def nan(*shape):
     return np.full(shape, np.nan, np.float32)
 
 
-def reference(kind, x, norm, exact, N):
+def reference(kind, x, norm, exact, N, device_name, dt):
     """(float64 (T, N) result, float64 (T, N) bound on its f32 error): the bound is (K / 32 + 48) eps
     of sum |w h| -- the longest chain of f32 roundings any of the kernels has (a lane's running sum
-    over K / 32 elements, then a warp sum), plus the rmsnorm scale's -- and through silu(g) * u for
-    SwiGLU (|silu'| < 1.1)."""
+    over K / 32 elements, then a warp sum), plus the rmsnorm scale's -- plus, where the cpu backend
+    quantizes h to int8 blocks (q5_0, q5_1, q4_k, q5_k, q6_k: llama.cpp's numerics),
+    ``activation_quantization_bound``, and through silu(g) * u for SwiGLU (|silu'| < 1.1)."""
     K = x.shape[1]
     x64 = x.astype(np.float64)
     h = x64 if kind == "matmul" else x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + np.float64(np.float32(EPS))) * norm
     gamma = (K / 32 + 48) * EPS32
     ref, mag = h @ exact.T, gamma * (np.abs(h) @ np.abs(exact).T) + 1e-30
+    mag = mag + activation_quantization_bound(device_name, dt, h.astype(np.float32), exact)
     if kind != "rmsnorm_matmul_swiglu":
         return ref, mag
     g, u, mg, mu = ref[:, :N], ref[:, N:], mag[:, :N], mag[:, N:]
@@ -97,7 +100,7 @@ async def test_matrix_kernels_vs_float64_and_T(devices, rng, dt, kind, K, N):
     raw, exact = weights(rng, dt, rows, K)
     x, norm = activations(rng, T, K), rng.standard_normal(K).astype(np.float32)
     got = await run_all(devices, kind, dt, raw, x, norm, N, T_RUNS)
-    ref, bound = reference(kind, x, norm, exact, N)
+    ref, bound = reference(kind, x, norm, exact, N, devices.name, dt)
     full = got[-1]
     for t, y in zip(T_RUNS, got):
         check(y, ref[:t], bound[:t], f"{devices.name} {kind}_{dt} T={t}")
@@ -126,7 +129,7 @@ async def test_rows_past_the_stage(devices, rng, dt, kind):
     raw, exact = weights(rng, dt, 2 * N if glu else N, K)
     x, norm = activations(rng, 17, K), rng.standard_normal(K).astype(np.float32)
     got = await run_all(devices, kind, dt, raw, x, norm, N, [1, 3, 17])
-    ref, bound = reference(kind, x, norm, exact, N)
+    ref, bound = reference(kind, x, norm, exact, N, devices.name, dt)
     for t, y in zip([1, 3, 17], got):
         check(y, ref[:t], bound[:t], f"{devices.name} {kind}_{dt} K={K} T={t}")
     np.testing.assert_array_equal(got[0].view(np.uint32), got[2][:1].view(np.uint32),
@@ -143,7 +146,7 @@ async def test_one_token_wide_weight(devices, rng, dt, kind):
     raw, exact = weights(rng, dt, N, K)
     x, norm = activations(rng, 3, K)[:2], rng.standard_normal(K).astype(np.float32)
     got = await run_all(devices, kind, dt, raw, x, norm, N, [1, 2])
-    ref, bound = reference(kind, x, norm, exact, N)
+    ref, bound = reference(kind, x, norm, exact, N, devices.name, dt)
     for t, y in zip([1, 2], got):
         check(y, ref[:t], bound[:t], f"{devices.name} {kind}_{dt} N={N} T={t}")
     np.testing.assert_array_equal(got[0].view(np.uint32), got[1][:1].view(np.uint32),
@@ -160,7 +163,7 @@ async def test_tiled_entry_from_two_tokens(devices, rng, dt, kind, monkeypatch):
     raw, exact = weights(rng, dt, 2 * N if kind == "rmsnorm_matmul_swiglu" else N, K)
     x, norm = activations(rng, T, K), rng.standard_normal(K).astype(np.float32)
     got = await run_all(devices, kind, dt, raw, x, norm, N, [1, 2, 5, 8])
-    ref, bound = reference(kind, x, norm, exact, N)
+    ref, bound = reference(kind, x, norm, exact, N, devices.name, dt)
     for t, y in zip([1, 2, 5, 8], got):
         check(y, ref[:t], bound[:t], f"{devices.name} {kind}_{dt} T={t}")
         np.testing.assert_array_equal(y.view(np.uint32), got[-1][:t].view(np.uint32),

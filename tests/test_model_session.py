@@ -82,3 +82,50 @@ def test_context_refuses_a_queue_of_another_device(devices):
         assert ModelContext(devices).queue is devices.queue
     finally:
         other.close()
+
+
+def test_matrix_weight_takes_the_devices_layout(devices, rng):
+    """``weight(..., matrix=True)`` stores a q4_1 matrix in ``matrix_dtype``: on cpu the
+    row-interleaved q4_1_r8 (the bytes of tests/_q8dot_model.repack_r8, the same count), elsewhere
+    the GGUF bytes; without ``matrix`` the bytes are kept."""
+    import sys
+
+    sys.path.insert(0, __import__("os").path.dirname(__file__))
+    from _q8dot_model import repack_r8
+    from test_native_kernels import encode
+
+    N, K = 45, 64
+    wq, _ = encode(rng.standard_normal((N, K)).astype(np.float32), "q4_1")
+    s = ModelSession(devices)
+    desc = TensorDesc((N, K), "q4_1")
+    layout = s.matrix_dtype(desc)
+    assert layout.label == ("q4_1_r8" if devices.backend.name == "cpu" else "q4_1")
+    r = s.weight(wq, desc, name="w", matrix=True)
+    assert r.nbytes == desc.nbytes
+    got = np.frombuffer(devices.download(r.allocation.buffer), np.uint8)
+    want = repack_r8(wq, "q4_1", N, K) if layout.label == "q4_1_r8" else np.ascontiguousarray(wq).view(np.uint8).ravel()
+    np.testing.assert_array_equal(got, want)
+    plain = s.weight(wq, desc, name="w2")
+    np.testing.assert_array_equal(np.frombuffer(devices.download(plain.allocation.buffer), np.uint8),
+                                  np.ascontiguousarray(wq).view(np.uint8).ravel())
+    assert s.matrix_dtype(TensorDesc((N, K), "f32")).label == "f32"
+    with pytest.raises(ValueError, match=r"data has 10 bytes but shape=\(45, 64\) dtype=q4_1 needs 1800"):
+        s.weight(np.zeros(10, np.uint8), desc, matrix=True)
+
+
+def test_cpu_repack_switch(monkeypatch):
+    from xinfer_async.backends.cpu import CPUBackend
+    from xinfer_async.hal import DType
+
+    monkeypatch.setenv("XINFER_CPU_REPACK", "0")
+    assert CPUBackend().matrix_dtype(DType.q4_1, (64, 64)) is DType.q4_1
+    monkeypatch.setenv("XINFER_CPU_REPACK", "1")
+    b = CPUBackend()
+    assert b.matrix_dtype(DType.q4_1, (64, 64)) is DType.q4_1_r8
+    assert b.matrix_dtype(DType.q8_0, (64, 48)) is DType.q8_0  # K not a multiple of 32: kept
+    assert b.matrix_dtype(DType.q6_k, (64, 256)) is DType.q6_k
+    with pytest.raises(ValueError, match="cpu: no layout q8_0_r8 for a q4_1 matrix of shape"):
+        b.repack(np.zeros(40, np.uint8), DType.q4_1, (2, 32), DType.q8_0_r8)
+    monkeypatch.setenv("XINFER_CPU_REPACK", "yes")
+    with pytest.raises(ValueError, match=r"XINFER_CPU_REPACK='yes' must be 0 \(GGUF layout\) or 1"):
+        CPUBackend()

@@ -1,7 +1,7 @@
 """xinfer_async/_omp.py: the OpenMP defaults (wait policy, thread count) and the core count."""
 import pytest
 
-from xinfer_async._omp import configure, physical_cores
+from xinfer_async._omp import configure, physical_cores, replay_threads
 
 
 def test_defaults_passive_and_physical_cores():
@@ -44,3 +44,10 @@ def test_physical_cores_counts_smt_siblings_once(tmp_path):
 
 def test_physical_cores_here_is_positive():
     assert 1 <= physical_cores() <= (__import__("os").cpu_count() or 1)
+
+
+def test_replay_threads():
+    assert replay_threads({}) == -1 and replay_threads({"XINFER_CPU_TEAM": "0"}) == -1
+    assert replay_threads({"XINFER_CPU_TEAM": "1"}) == 0
+    with pytest.raises(ValueError, match="XINFER_CPU_TEAM must be 0 or 1, got 'yes'"):
+        replay_threads({"XINFER_CPU_TEAM": "yes"})

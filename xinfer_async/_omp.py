@@ -5,6 +5,14 @@
   spin count is 0 under the passive policy, so ``GOMP_SPINCOUNT`` needs no default). Spinning
   workers starve the trio thread and the queue thread on small or shared machines (measured on 2
   cores under load: decode 2.4 tok/s spinning vs 31 tok/s passive).
+* A captured step is one native call, ``xi_replay`` (``native/kernels/team.c``). By default each of
+  its kernels opens its own parallel region, as when called alone. ``XINFER_CPU_TEAM=1`` runs the
+  whole step in one parallel region instead, the kernels' work claimed by the team's threads unit by
+  unit; between kernels a thread spins at most ``XINFER_SPIN_US`` microseconds (default 20, less
+  after waits that had to sleep), then sleeps on a futex. Not the default: on this project's shared
+  2-core machine at load ~20 a step took ~5x the per-kernel regions' wall time (threads that stay
+  runnable through a step lose the scheduler's wake-up preference that threads woken per kernel
+  keep); measure before turning it on.
 * ``OMP_NUM_THREADS`` unless set: ``XINFER_THREADS`` when given, else the physical cores this
   process may run on (SMT siblings share one core's execution units, so a second thread on a core
   adds contention, not throughput, to these kernels).
@@ -72,3 +80,18 @@ def defaulted() -> frozenset[str]:
     had set are not among them): what a child process that is not ours (a peer benchmark) should
     not inherit."""
     return frozenset(_DEFAULTED)
+
+
+def replay_threads(environ=None) -> int:
+    """The ``nthreads`` argument the cpu backend passes to ``xi_replay``: 0 (one parallel region a
+    step, ``omp_get_max_threads()`` threads) when ``XINFER_CPU_TEAM=1``, else -1 (each kernel its own
+    parallel region).
+
+    Raises:
+        ValueError: ``XINFER_CPU_TEAM`` is set to something other than ``0`` or ``1``.
+    """
+    env = os.environ if environ is None else environ
+    given = env.get("XINFER_CPU_TEAM", "0")
+    if given not in ("0", "1"):
+        raise ValueError(f"XINFER_CPU_TEAM must be 0 or 1, got {given!r}")
+    return 0 if given == "1" else -1

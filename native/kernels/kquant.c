@@ -10,7 +10,9 @@
  * are (the K-quants), the same operations on the same values (tests/test_kquant_kernels.py checks
  * each bit for bit against gguf).
  *
- * The matmuls dequantize one block (32 or 256 weights) of a weight row exactly into a float buffer
+ * q5_0, q5_1 (q8dot.c) and q4_k, q5_k, q6_k (q8kdot.c) multiply through int8 activations (llama.cpp's
+ * numerics). The other
+ * matmuls dequantize one block (32 or 256 weights) of a weight row exactly into a float buffer
  * (in L1), then FMA it against up to 4 x rows in float32: every token's sum runs in 4 chains of 8
  * floats (AVX2+FMA) over the blocks in order, whatever the number of tokens sharing the tile, so a
  * row's result does not depend on T or on the other rows (batched == alone, bit for bit).
@@ -116,18 +118,6 @@ static inline void deq_q3_k(const uint8_t *blk, float *o)
             }
 }
 
-/* the 6-bit scale and min of group j (0..7) of q4_K / q5_K's 12 scale bytes */
-static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
-{
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 15) | ((q[j - 4] >> 2) & 0x30);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 2) & 0x30);
-    }
-}
-
 /* block_q4_K: d, dmin, scales[12], qs[128] */
 static inline void deq_q4_k(const uint8_t *blk, float *o)
 {
@@ -135,7 +125,7 @@ static inline void deq_q4_k(const uint8_t *blk, float *o)
     const uint8_t *scales = blk + 4, *qs = blk + 16;
     for (int g = 0; g < 8; g++) { /* 8 groups of 32 */
         int sc, m;
-        scale_min_k4(g, scales, &sc, &m);
+        xi_scale_min_k4(g, scales, &sc, &m);
         const float dl = d * (float)sc, ml = dmin * (float)m;
         const uint8_t *q = qs + 32 * (g >> 1);
         const int sh = 4 * (g & 1);
@@ -150,7 +140,7 @@ static inline void deq_q5_k(const uint8_t *blk, float *o)
     const uint8_t *scales = blk + 4, *qh = blk + 16, *qs = blk + 48;
     for (int g = 0; g < 8; g++) {
         int sc, m;
-        scale_min_k4(g, scales, &sc, &m);
+        xi_scale_min_k4(g, scales, &sc, &m);
         const float dl = d * (float)sc, ml = dmin * (float)m;
         const uint8_t *q = qs + 32 * (g >> 1);
         const int sh = 4 * (g & 1);
@@ -220,7 +210,7 @@ static inline void vdeq_q4_k(const uint8_t *blk, float *o)
     const __m256i m4 = _mm256_set1_epi8(15);
     for (int g = 0; g < 8; g++) {
         int sc, m;
-        scale_min_k4(g, blk + 4, &sc, &m);
+        xi_scale_min_k4(g, blk + 4, &sc, &m);
         const float dl = d * (float)sc, ml = dmin * (float)m;
         const __m256i q = _mm256_and_si256(srl8(ld32(blk + 16 + 32 * (g >> 1)), 4 * (g & 1)), m4);
         emit32(q, dl, dl, ml, ml, o + 32 * g, 1);
@@ -233,7 +223,7 @@ static inline void vdeq_q5_k(const uint8_t *blk, float *o)
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1), qh = ld32(blk + 16);
     for (int g = 0; g < 8; g++) {
         int sc, m;
-        scale_min_k4(g, blk + 4, &sc, &m);
+        xi_scale_min_k4(g, blk + 4, &sc, &m);
         const float dl = d * (float)sc, ml = dmin * (float)m;
         const __m256i lo = _mm256_and_si256(srl8(ld32(blk + 48 + 32 * (g >> 1)), 4 * (g & 1)), m4);
         const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(srl8(qh, g), one), 4);
@@ -288,29 +278,16 @@ static inline void vdeq_q3_k(const uint8_t *blk, float *o)
             emit32(_mm256_sub_epi8(ql, _mm256_slli_epi16(nb, 2)), dl[g], dl[g + 1], 0, 0, o + 32 * (4 * h + j), 0);
         }
 }
-/* q5_0 / q5_1: the 32 high bits to bytes (bit j -> 0x10 in byte j), or'ed into the nibbles */
-static inline __m256i q5_codes(const uint8_t *qh, const uint8_t *qs)
-{
-    uint32_t bits;
-    memcpy(&bits, qh, 4);
-    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
-    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
-    b = _mm256_cmpeq_epi8(_mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL)), _mm256_set1_epi64x(-1));
-    const __m128i v = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(15);
-    const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
-    return _mm256_or_si256(nib, _mm256_and_si256(b, _mm256_set1_epi8(16)));
-}
-
 static inline void vdeq_q5_0(const uint8_t *blk, float *o)
 {
     const float d = xi_h2f_bits(xi_rd16(blk));
-    emit32(_mm256_sub_epi8(q5_codes(blk + 2, blk + 6), _mm256_set1_epi8(16)), d, d, 0, 0, o, 0);
+    emit32(_mm256_sub_epi8(xi_q5_codes(blk + 2, blk + 6), _mm256_set1_epi8(16)), d, d, 0, 0, o, 0);
 }
 
 static inline void vdeq_q5_1(const uint8_t *blk, float *o)
 {
     const float d = xi_h2f_bits(xi_rd16(blk)), m = xi_h2f_bits(xi_rd16(blk + 2));
-    emit32(q5_codes(blk + 4, blk + 8), d, d, -m, -m, o, 1); /* d * q - (-m): d * q + m, bit for bit */
+    emit32(xi_q5_codes(blk + 4, blk + 8), d, d, -m, -m, o, 1); /* d * q - (-m): d * q + m, bit for bit */
 }
 #define XI_KDEQ(NAME) vdeq_##NAME
 #else
@@ -453,13 +430,50 @@ XI_MATMUL_DRIVER(NAME, ktile, QK, ROWBYTES, BLOCKED, TAIL)
     XI_KDEQUANTIZE(NAME, QK, BYTES)                                                  \
     XI_KMATMUL(NAME, QK, BYTES, nb * (BYTES), 1, XI_KNO_TAIL)
 
-XI_KQUANT(q5_0, 32, 22)
-XI_KQUANT(q5_1, 32, 24)
+/* q5_0, q5_1: matmul through int8 activations (q8dot.c), also over the r8 layout */
+XI_KGET_ROWS(q5_0, 32, 22)
+XI_KDEQUANTIZE(q5_0, 32, 22)
+XI_MATMUL_Q8(q5_0, 32)
+XI_KGET_ROWS(q5_1, 32, 24)
+XI_KDEQUANTIZE(q5_1, 32, 24)
+XI_MATMUL_Q8(q5_1, 32)
+XI_MATMUL_Q8(q5_0_r8, 32)
+XI_MATMUL_Q8(q5_1_r8, 32)
+/* get_rows of the r8 layout: row id's block gathered back into GGUF bytes (the fifth bits too) */
+#define XI_KGET_ROWS_R8(NAME, BYTES, HEAD)                                           \
+XI_GET_ROWS(NAME##_r8, BYTES, 32, 32, {                                              \
+    const long nb = dim / 32;                                                        \
+    const long n8 = vocab / 8 * 8;                                                   \
+    for (long i = 0; i < nb; i++) {                                                  \
+        if (id >= n8) { deq_##NAME(row + i * (BYTES), o + 32 * i); continue; }       \
+        const uint8_t *g = table + (id / 8 * 8) * rowbytes + i * 8 * (BYTES);        \
+        const int r = (int)(id % 8);                                                 \
+        uint8_t blk[BYTES];                                                          \
+        memset(blk, 0, sizeof blk);                                                  \
+        memcpy(blk, g + 2 * r, 2);                                                   \
+        if ((HEAD) == 4) memcpy(blk + 2, g + 16 + 2 * r, 2);                         \
+        const uint8_t *H = g + 8 * (HEAD);                                           \
+        const uint8_t *qs = H + 32;                                                  \
+        for (int c = 0; c < 4; c++) memcpy(blk + (HEAD) + 4 + 4 * c, qs + 32 * c + 4 * r, 4); \
+        for (int j = 0; j < 32; j++)                                                 \
+            blk[(HEAD) + j / 8] |= (uint8_t)(((H[4 * r + j % 4] >> (j / 4)) & 1) << (j % 8)); \
+        deq_##NAME(blk, o + 32 * i);                                                 \
+    }                                                                                \
+})
+XI_KGET_ROWS_R8(q5_0, 22, 2)
+XI_KGET_ROWS_R8(q5_1, 24, 4)
 XI_KQUANT(iq4_nl, 32, 18)
 XI_KQUANT(q2_k, XI_QKK, 84)
 XI_KQUANT(q3_k, XI_QKK, 110)
-XI_KQUANT(q4_k, XI_QKK, 144)
-XI_KQUANT(q5_k, XI_QKK, 176)
-XI_KQUANT(q6_k, XI_QKK, 210)
+/* q4_k, q5_k, q6_k: matmul through int8 activations per 256 (q8kdot.c) */
+XI_KGET_ROWS(q4_k, XI_QKK, 144)
+XI_KDEQUANTIZE(q4_k, XI_QKK, 144)
+XI_MATMUL_Q8(q4_k, XI_QKK)
+XI_KGET_ROWS(q5_k, XI_QKK, 176)
+XI_KDEQUANTIZE(q5_k, XI_QKK, 176)
+XI_MATMUL_Q8(q5_k, XI_QKK)
+XI_KGET_ROWS(q6_k, XI_QKK, 210)
+XI_KDEQUANTIZE(q6_k, XI_QKK, 210)
+XI_MATMUL_Q8(q6_k, XI_QKK)
 XI_KQUANT(iq4_xs, XI_QKK, 136)
 XI_KMATMUL(bf16, 32, 64, K * 2, 0, scalar_bf16)

@@ -58,6 +58,28 @@ XI_GET_ROWS(q8_0, XI_Q8_0_BYTES, 32, 32, { for (long i = 0; i < dim / 32; i++) d
 XI_GET_ROWS(q4_0, XI_Q4_0_BYTES, 32, 32, { for (long i = 0; i < dim / 32; i++) deq_q4_0(row + i * XI_Q4_0_BYTES, o + 32 * i); })
 XI_GET_ROWS(q4_1, XI_Q4_1_BYTES, 32, 32, { for (long i = 0; i < dim / 32; i++) deq_q4_1(row + i * XI_Q4_1_BYTES, o + 32 * i); })
 
+/* the r8 layout (q8dot.c): row id's block i gathered back into GGUF bytes, then dequantized; the
+ * N % 8 last rows are GGUF rows (where `row` points: XI_GET_ROWS's row = table + id * rowbytes) */
+#define XI_GET_ROWS_R8(NAME, BYTES, HEAD)                                            \
+XI_GET_ROWS(NAME##_r8, BYTES, 32, 32, {                                              \
+    const long nb = dim / 32;                                                        \
+    const long n8 = vocab / 8 * 8;                                                   \
+    for (long i = 0; i < nb; i++) {                                                  \
+        if (id >= n8) { deq_##NAME(row + i * (BYTES), o + 32 * i); continue; }       \
+        const uint8_t *g = table + (id / 8 * 8) * rowbytes + i * 8 * (BYTES);        \
+        const int r = (int)(id % 8);                                                 \
+        uint8_t blk[BYTES];                                                          \
+        memcpy(blk, g + 2 * r, 2);                                                   \
+        if ((HEAD) == 4) memcpy(blk + 2, g + 16 + 2 * r, 2);                         \
+        for (int c = 0; c < ((BYTES) - (HEAD)) / 4; c++)                             \
+            memcpy(blk + (HEAD) + 4 * c, g + 8 * (HEAD) + 32 * c + 4 * r, 4);        \
+        deq_##NAME(blk, o + 32 * i);                                                 \
+    }                                                                                \
+})
+XI_GET_ROWS_R8(q8_0, XI_Q8_0_BYTES, 2)
+XI_GET_ROWS_R8(q4_0, XI_Q4_0_BYTES, 2)
+XI_GET_ROWS_R8(q4_1, XI_Q4_1_BYTES, 4)
+
 /* ------------------------------------------------------------------ */
 /* dequantize                                                          */
 
@@ -343,20 +365,24 @@ XI_MATMUL(f32, 128, K * 4, 0, scalar_f32)
 XI_MATMUL(f16, 64, K * 2, 0, scalar_f16)
 
 /* block types: int8 activations, exact integer dot products, scales after (q8dot.c) */
-#define XI_MATMUL_Q8(NAME)                                                           \
-void xi_matmul_rows_##NAME(const uint8_t *w, const float *x, float *y, long T, long N, long K, \
-                           int accumulate)                                           \
+XI_MATMUL_Q8(q8_0, 32)
+XI_MATMUL_Q8(q4_0, 32)
+XI_MATMUL_Q8(q4_1, 32)
+/* the same over the row-interleaved r8 layout (q8dot.c): the same bits */
+XI_MATMUL_Q8(q8_0_r8, 32)
+XI_MATMUL_Q8(q4_0_r8, 32)
+XI_MATMUL_Q8(q4_1_r8, 32)
+
+/* the load-time repack into r8 (xinfer_native.h) */
+#define XI_REPACK_R8(NAME)                                                           \
+int xi_repack_##NAME##_r8(const void *src, void *dst, int64_t N, int64_t K)           \
 {                                                                                    \
-    xi_q8dot_rows_##NAME(w, x, y, T, N, K, accumulate);                              \
-}                                                                                    \
-int xi_k_matmul_##NAME(void *const *b, const void *c)                                \
-{                                                                                    \
-    XI_C(xi_matmul_##NAME##_c);                                                      \
-    if (k->T < 0 || k->N < 0 || k->K < 0 || k->K % 32 != 0) return XI_EINVAL;        \
-    xi_matmul_rows_##NAME((const uint8_t *)b[0], (const float *)b[1], (float *)b[2], \
-                          k->T, k->N, k->K, k->accumulate);                          \
+    if (N < 0 || K < 0 || K % 32 != 0 || !src || !dst || src == dst) return XI_EINVAL; \
+    xi_q8_repack_r8_##NAME((const uint8_t *)src, (uint8_t *)dst, (long)N, (long)K);  \
     return XI_OK;                                                                    \
 }
-XI_MATMUL_Q8(q8_0)
-XI_MATMUL_Q8(q4_0)
-XI_MATMUL_Q8(q4_1)
+XI_REPACK_R8(q8_0)
+XI_REPACK_R8(q4_0)
+XI_REPACK_R8(q4_1)
+XI_REPACK_R8(q5_0)
+XI_REPACK_R8(q5_1)

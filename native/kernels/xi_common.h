@@ -13,6 +13,8 @@
 #define XI_Q8_0_BYTES 34
 #define XI_Q4_0_BYTES 18
 #define XI_Q4_1_BYTES 20
+#define XI_Q5_0_BYTES 22
+#define XI_Q5_1_BYTES 24
 
 /* Exact IEEE half -> float (subnormals, inf, nan); portable bit conversion. */
 static inline float xi_h2f_bits(uint16_t h)
@@ -77,11 +79,46 @@ static inline uint16_t xi_f2h(float f)
 #endif
 }
 
+/* x rounded to the nearest IEEE half (ties to even; overflow -> inf, NaN kept), as a float: what
+ * llama.cpp's GGML_CPU_FP32_TO_FP16 then FP16_TO_FP32 give. */
+static inline float xi_f16_round(float x)
+{
+    return xi_h2f(xi_f2h(x));
+}
+
 static inline uint16_t xi_rd16(const uint8_t *p)
 {
     uint16_t v;
     memcpy(&v, p, 2);
     return v;
+}
+
+#if defined(__AVX2__)
+/* q5_0 / q5_1: the 32 high bits to bytes (bit j -> 0x10 in byte j), or'ed into the nibbles */
+static inline __m256i xi_q5_codes(const uint8_t *qh, const uint8_t *qs)
+{
+    uint32_t bits;
+    memcpy(&bits, qh, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    b = _mm256_cmpeq_epi8(_mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL)), _mm256_set1_epi64x(-1));
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(15);
+    const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    return _mm256_or_si256(nib, _mm256_and_si256(b, _mm256_set1_epi8(16)));
+}
+
+#endif
+
+/* the 6-bit scale and min of group j (0..7) of q4_K / q5_K's 12 scale bytes */
+static inline void xi_scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 15) | ((q[j - 4] >> 2) & 0x30);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 2) & 0x30);
+    }
 }
 
 #define XI_C(type) const type *k = (const type *)c
@@ -116,6 +153,12 @@ XI_SHARED void xi_matmul_rows_q6_k(const uint8_t *w, const float *x, float *y, l
 XI_SHARED void xi_matmul_rows_iq4_nl(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_matmul_rows_iq4_xs(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_matmul_rows_bf16(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+/* quant.c: the block types' r8 layout (q8dot.c) */
+XI_SHARED void xi_matmul_rows_q8_0_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q4_0_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q4_1_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q5_0_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_matmul_rows_q5_1_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 /* the same for the block types through int8 activations (q8dot.c: llama.cpp's numerics); x (T, K)
  * quantized per block of 32 into codes q (T, K) int8, scales d (T, K/32), s = d * sum(codes) (T, K/32)
  * and sum(codes) qsum (T, K/32) */
@@ -123,6 +166,70 @@ XI_SHARED void xi_q8_quantize_rows(const float *x, long T, long K, int8_t *q, fl
 XI_SHARED void xi_q8dot_rows_q8_0(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_q8dot_rows_q4_0(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
 XI_SHARED void xi_q8dot_rows_q4_1(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+/* the same over weights in the row-interleaved r8 layout (q8dot.c), and the load-time repack
+ * GGUF rows (N, K) -> r8 (the same byte count; src and dst do not overlap) */
+XI_SHARED void xi_q8dot_rows_q8_0_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8dot_rows_q4_0_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8dot_rows_q4_1_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8_repack_r8_q8_0(const uint8_t *src, uint8_t *dst, long N, long K);
+XI_SHARED void xi_q8_repack_r8_q4_0(const uint8_t *src, uint8_t *dst, long N, long K);
+XI_SHARED void xi_q8_repack_r8_q4_1(const uint8_t *src, uint8_t *dst, long N, long K);
+XI_SHARED void xi_q8dot_rows_q5_0(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8dot_rows_q5_1(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8dot_rows_q5_0_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8dot_rows_q5_1_r8(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8_repack_r8_q5_0(const uint8_t *src, uint8_t *dst, long N, long K);
+XI_SHARED void xi_q8_repack_r8_q5_1(const uint8_t *src, uint8_t *dst, long N, long K);
+/* q8kdot.c: the K-quants through int8 activations quantized per block of 256 (K a multiple of 256) */
+XI_SHARED void xi_q8dot_rows_q4_k(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8dot_rows_q5_k(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+XI_SHARED void xi_q8dot_rows_q6_k(const uint8_t *w, const float *x, float *y, long T, long N, long K, int accumulate);
+
+/* ---- teams: a kernel's work split over threads (native/kernels/team.c) --------------------------
+ *
+ * A decode step replays ~200 kernels (xi_replay, xinfer_native.h) in ONE OpenMP parallel region:
+ * no Python between kernels, no fork/join per kernel. A kernel takes part as a team when it has a
+ * share form: its work described as phases of independent units, which the threads claim
+ * dynamically (an atomic counter, a few units a claim) and run:
+ *
+ *   static int xi_plan_NAME(const void *c, xi_plan *p);
+ *       From the constants alone: XI_OK and the plan (phases, units a phase, minimum units a claim,
+ *       bytes of team scratch), or XI_EINVAL exactly where xi_k_NAME rejects the constants.
+ *   static void xi_run_NAME(void *const *b, const void *c, void *scratch, int phase, long u0, long u1);
+ *       Units [u0, u1) of the phase. Called from any thread of the team, any number of times a
+ *       phase; every unit of a phase completes before any unit of the next phase (or op) starts.
+ *       scratch: the plan's bytes (64-byte aligned, one buffer for all the op's phases, contents
+ *       kept between them, not between ops).
+ *   XI_REGISTER_SHARE(NAME)      (file scope, after both: xi_replay finds it by name)
+ *
+ * Rules: the result is bit for bit xi_k_NAME's whatever the thread count and the order and size of
+ * the claims, so a unit computes outputs no other unit touches (output rows, (token, head) rows),
+ * never a reduction across units; a unit runs no OpenMP region of its own (nested regions inside a
+ * team run on one thread) and allocates nothing per call where xi_thread_scratch serves.
+ * Dynamic claims are what make a team degrade gracefully on shared cores: a thread that the OS
+ * preempts holds up only the units it claimed, the others take the rest.
+ * A kernel without a share form runs whole, on one thread of the team, in its op's turn.
+ */
+#define XI_MAX_PHASES 4
+typedef struct {
+    int phases;                 /* 1..XI_MAX_PHASES */
+    long units[XI_MAX_PHASES];  /* independent units of each phase (0: nothing to do) */
+    long grain[XI_MAX_PHASES];  /* at least this many units a claim (>= 1; 0 reads as 1) */
+    size_t scratch;             /* bytes of team scratch */
+} xi_plan;
+typedef int (*xi_plan_fn)(const void *c, xi_plan *p);
+typedef void (*xi_run_fn)(void *const *b, const void *c, void *scratch, int phase, long u0, long u1);
+
+/* This thread's own buffer of at least nbytes (grown and kept), NULL when out of memory; slot
+ * 0 or 1 (two independent buffers); valid until this thread's next call with the same slot. */
+XI_SHARED void *xi_thread_scratch(int slot, size_t nbytes);
+XI_SHARED void xi_register_share(const char *name, xi_plan_fn plan, xi_run_fn run);
+
+#define XI_REGISTER_SHARE(NAME)                                                      \
+static void __attribute__((constructor)) xi_register_##NAME(void)                    \
+{                                                                                    \
+    xi_register_share(#NAME, xi_plan_##NAME, xi_run_##NAME);                         \
+}
 
 /* The row driver of the float-path matmuls (quant.c: f32, f16; kquant.c: the K-quants, q5, iq4, bf16):
  * weight rows in chunks of XI_NCHUNK (threads split the chunks), x in tiles of up to 4 tokens;
@@ -202,4 +309,20 @@ int xi_k_get_rows_##NAME(void *const *b, const void *c)                         
     return XI_OK;                                                                    \
 }
 
+/* matmul_DT of a block type through int8 activations (q8dot.c, q8kdot.c): xi_matmul_rows_DT,
+ * xi_k_matmul_DT; K a multiple of QK */
+#define XI_MATMUL_Q8(NAME, QK)                                                       \
+void xi_matmul_rows_##NAME(const uint8_t *w, const float *x, float *y, long T, long N, long K, \
+                           int accumulate)                                           \
+{                                                                                    \
+    xi_q8dot_rows_##NAME(w, x, y, T, N, K, accumulate);                              \
+}                                                                                    \
+int xi_k_matmul_##NAME(void *const *b, const void *c)                                \
+{                                                                                    \
+    XI_C(xi_matmul_##NAME##_c);                                                      \
+    if (k->T < 0 || k->N < 0 || k->K < 0 || k->K % (QK) != 0) return XI_EINVAL;      \
+    xi_matmul_rows_##NAME((const uint8_t *)b[0], (const float *)b[1], (float *)b[2], \
+                          k->T, k->N, k->K, k->accumulate);                          \
+    return XI_OK;                                                                    \
+}
 #endif

@@ -8,7 +8,9 @@ matmul time of one decoded token: 30 layers x (q, k, v, o, gate, up, down) in Q4
 tied-embedding output projection (49152 x 576). The threads are the C module's (``OMP_NUM_THREADS``). Then every
 weight type's matmul on one shape whose K is a multiple of 256 (the K-quants' super-block), its GB/s
 and the ratio to q4_1's: a type's kernel reads its bytes in the same class per byte as q4_1's when
-the ratio is near 1.
+the ratio is near 1. Then Gemma 3 270M Q4_K_M's matrix shapes and types against q4_1 at each shape.
+The q8_0, q4_0, q4_1, q5_0 and q5_1 kernels run on weights in the cpu backend's row-interleaved layout
+(``matmul_DT_r8``, as a loaded model has them) unless ``XINFER_CPU_REPACK=0``.
 """
 import os
 import sys
@@ -34,6 +36,10 @@ from xinfer_async.ops._kernels import WEIGHT_DTYPES  # noqa: E402
 #: (N, K) of the per-type comparison: SmolLM2's FFN down projection widened to K = 1536 = 6 x 256
 TYPE_SHAPE = (1536, 1536)
 DIM, FFN, KV, LAYERS, VOCAB = 576, 1536, 192, 30, 49152
+#: (tensor, type, N, K) of gemma-3-270m-q4_k_m.gguf's matrices (the tied output projection is Q8_0)
+GEMMA_MATRICES = [("attn_q", "q5_0", 1024, 640), ("attn_k/v", "q5_0", 256, 640), ("attn_v", "q8_0", 256, 640),
+                  ("attn_output", "q4_k", 640, 1024), ("ffn_gate/up", "q5_0", 2048, 640),
+                  ("ffn_down", "q4_k", 640, 2048), ("ffn_down", "q6_k", 640, 2048), ("output", "q8_0", 262144, 640)]
 LAYER = [("q", DIM, DIM), ("k", KV, DIM), ("v", KV, DIM), ("o", DIM, DIM),
          ("gate", FFN, DIM), ("up", FFN, DIM), ("down", DIM, FFN)]
 
@@ -61,14 +67,29 @@ def random_weights(rng, dt, N, K):
     return w
 
 
+def cpu_layout(dt, N, K):
+    """The dtype label the cpu backend keeps an (N, K) ``dt`` matrix in (its row-interleaved ``*_r8``
+    unless ``XINFER_CPU_REPACK=0``): the kernel a loaded model runs."""
+    from xinfer_async.backends.cpu import CPUBackend
+
+    return CPUBackend().matrix_dtype(DType.parse(dt), (N, K)).label
+
+
 def time_matmul(dt, T, N, K, reps=None, rng=None):
+    """Median microseconds of one ``matmul`` call on random (N, K) ``dt`` weights, in the layout the
+    cpu backend keeps them in (``cpu_layout``)."""
     rng = rng or np.random.default_rng(0)
     w = random_weights(rng, dt, N, K)
+    layout = cpu_layout(dt, N, K)
+    if layout != dt:
+        from xinfer_async.backends.cpu import CPUBackend
+
+        w = CPUBackend().repack(w.view(np.uint8).reshape(-1), DType.parse(dt), (N, K), DType.parse(layout))
     x = rng.standard_normal((T, K)).astype(np.float32)
     y = np.zeros((T, N), np.float32)
     b = ffi.new("void *[]", [ffi.from_buffer(w), ffi.from_buffer(x), ffi.from_buffer(y)])
-    c = ffi.new(f"xi_matmul_{dt}_c *", {"T": T, "N": N, "K": K, "accumulate": 0})
-    fn = getattr(lib, f"xi_k_matmul_{dt}")
+    c = ffi.new(f"xi_matmul_{layout}_c *", {"T": T, "N": N, "K": K, "accumulate": 0})
+    fn = getattr(lib, f"xi_k_matmul_{layout}")
     if reps is None:
         reps = max(5, min(500, int(2e8 // max(1, N * K * T))))
     for _ in range(3):
@@ -87,7 +108,7 @@ def main(argv=None):
     parser("native", __doc__).parse_args(sys.argv[1:] if argv is None else argv)
     rng = np.random.default_rng(0)
     print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(default)')}, cpus={os.cpu_count()}")
-    print(f"{'kernel':<12}{'T':>4}{'N':>7}{'K':>6}{'median us':>12}{'GB/s':>8}{'GFLOP/s':>9}")
+    print(f"{'kernel':<16}{'T':>4}{'N':>7}{'K':>6}{'median us':>12}{'GB/s':>8}{'GFLOP/s':>9}")
     est = {}
     for T in (1, 64):
         shapes = [("q4_1", N, K) for _, N, K in LAYER] + [("q8_0", VOCAB, DIM)]
@@ -101,7 +122,7 @@ def main(argv=None):
             seen[key] = us
             gbs = weight_bytes(dt, N, K) / (us * 1e-6) / 1e9
             gflops = 2.0 * T * N * K / (us * 1e-6) / 1e9
-            print(f"matmul_{dt:<5}{T:>4}{N:>7}{K:>6}{us:>12.1f}{gbs:>8.1f}{gflops:>9.1f}")
+            print(f"{'matmul_' + cpu_layout(dt, N, K):<16}{T:>4}{N:>7}{K:>6}{us:>12.1f}{gbs:>8.1f}{gflops:>9.1f}")
         layer_us = sum(seen[("q4_1", N, K)] for _, N, K in LAYER)
         est[T] = (LAYERS * layer_us + seen[("q8_0", VOCAB, DIM)]) / 1e3
     print(f"estimated decode matmul time per token (T=1): {est[1]:.2f} ms "
@@ -117,8 +138,17 @@ def main(argv=None):
             us = time_matmul(d.label, T, N, K, rng=rng)
             gbs = weight_bytes(d.label, N, K) / (us * 1e-6) / 1e9
             base = base or gbs
-            print(f"matmul_{d.label:<9}{T:>4}{d.block_nbytes / d.block_size:>8.3f}{us:>12.1f}{gbs:>8.1f}"
+            print(f"{'matmul_' + cpu_layout(d.label, N, K):<16}{T:>4}{d.block_nbytes / d.block_size:>8.3f}{us:>12.1f}{gbs:>8.1f}"
                   f"{gbs / base:>9.2f}{2.0 * T * N * K / (us * 1e-6) / 1e9:>9.1f}")
+    print("Gemma 3 270M Q4_K_M's matrices (ffn_down is Q6_K in 9 layers, Q4_K in 9): GB/s and q4_1's at that shape")
+    print(f"{'tensor':<12}{'kernel':<16}{'T':>4}{'N':>7}{'K':>6}{'median us':>12}{'GB/s':>8}{'vs q4_1':>9}{'GFLOP/s':>9}")
+    for T in (1, 64):
+        for name, dt, N, K in GEMMA_MATRICES:
+            us = time_matmul(dt, T, N, K, rng=rng)
+            base = time_matmul("q4_1", T, N, K, rng=rng)
+            gbs, gbs1 = (weight_bytes(d, N, K) / (u * 1e-6) / 1e9 for d, u in ((dt, us), ("q4_1", base)))
+            print(f"{name:<12}matmul_{cpu_layout(dt, N, K):<9}{T:>4}{N:>7}{K:>6}{us:>12.1f}{gbs:>8.1f}{gbs / gbs1:>9.2f}"
+                  f"{2.0 * T * N * K / (us * 1e-6) / 1e9:>9.1f}")
     return 0
 
 

@@ -92,6 +92,22 @@ class Backend(abc.ABC):
         p = _native.ffi.new("int64_t *", 0)
         return p, p
 
+    def matrix_dtype(self, dtype: Any, shape: tuple) -> Any:
+        """The ``DType`` this backend keeps a matrix weight of ``dtype`` (a ``DType``) and ``shape``
+        ``(N, K)`` in: ``dtype`` itself (the default), or a layout of its own with the same byte
+        count that its kernels read faster (the cpu backend's row-interleaved ``*_r8``), made by
+        ``repack`` at load."""
+        return dtype
+
+    def repack(self, data: Any, dtype: Any, shape: tuple, layout: Any) -> Any:
+        """The bytes of the ``(N, K)`` matrix ``data`` (``numpy.uint8``, ``dtype``'s layout) in
+        ``layout`` (what ``matrix_dtype`` answered): a new ``numpy.uint8`` array of the same size.
+
+        Raises:
+            ValueError: this backend has no such layout for ``dtype``.
+        """
+        raise ValueError(f"{self.name}: no layout {layout!r} for {dtype!r}")
+
     @abc.abstractmethod
     def create_queue(self) -> BackendQueue:
         """A new in-order queue."""

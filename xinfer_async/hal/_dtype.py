@@ -16,6 +16,10 @@ class DType(enum.Enum):
     of 256 elements in 84 (q2_k), 110 (q3_k), 144 (q4_k), 176 (q5_k), 210 (q6_k) or 136 bytes
     (iq4_xs). ``ggml_type`` is the type's number in GGUF's tensor info (``enum ggml_type``), ``None``
     for a type GGUF has no number for.
+
+    ``q8_0_r8``, ``q4_0_r8``, ``q4_1_r8``, ``q5_0_r8``, ``q5_1_r8``: the cpu backend's row-interleaved layouts of those block
+    types (``Backend.matrix_dtype``; the same bytes rearranged, 8 rows' blocks side by side:
+    native/kernels/q8dot.c), the same byte count as the GGUF layout; no GGUF number.
     """
 
     f32 = ("f32", 1, 4, np.float32, 0)
@@ -35,6 +39,11 @@ class DType(enum.Enum):
     q6_k = ("q6_k", 256, 210, None, 14)
     iq4_nl = ("iq4_nl", 32, 18, None, 20)
     iq4_xs = ("iq4_xs", 256, 136, None, 23)
+    q8_0_r8 = ("q8_0_r8", 32, 34, None, None)
+    q4_0_r8 = ("q4_0_r8", 32, 18, None, None)
+    q4_1_r8 = ("q4_1_r8", 32, 20, None, None)
+    q5_0_r8 = ("q5_0_r8", 32, 22, None, None)
+    q5_1_r8 = ("q5_1_r8", 32, 24, None, None)
 
     def __init__(self, label: str, block_size: int, block_nbytes: int, numpy_type, ggml_type: int | None):
         self.label = label

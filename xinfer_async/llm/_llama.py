@@ -64,8 +64,9 @@ def kv_cache_dtype(value: str | None = None, environ: Mapping[str, str] = os.env
     """The KV-cache element type: ``value``, else ``$XINFER_KV_CACHE``, else ``"f32"``.
 
     ``"f16"`` halves the cache's bytes (and the attention's reads at long contexts): k and v are
-    rounded to the nearest f16 as they are stored, and read back exactly as f32 (all arithmetic stays
-    f32). Its accuracy against the f32 cache: tests/test_kv_f16.py.
+    rounded to the nearest f16 as they are stored, and read back exactly as f32; on cpu the attention
+    rounds q and its probabilities to f16 before their products (llama.cpp's numerics with an F16
+    cache), on cuda that arithmetic stays f32. Its accuracy against the f32 cache: tests/test_kv_f16.py.
 
     Raises:
         ValueError: a value other than ``"f32"`` / ``"f16"`` (named, with where it came from).
@@ -247,7 +248,8 @@ class LlamaBuilder:
         # now) fails here, before any weight is uploaded
         for name in sorted(self._kernel_names(batch_seqs)):
             s.kernel(name)
-        self.embd, self.embd_dtype = self._weight("token_embd.weight", cfg.tied_embeddings)
+        # the table is the output matrix too when tied: then kept in the device's matrix layout
+        self.embd, self.embd_dtype = self._weight("token_embd.weight", matrix=cfg.tied_embeddings)
         out_name = "token_embd.weight" if cfg.tied_embeddings else "output.weight"
         self.out, self.out_dtype = (self.embd, self.embd_dtype) if cfg.tied_embeddings else self._weight(out_name, True)
         self.out_norm, _ = self._weight("output_norm.weight")
@@ -294,17 +296,27 @@ class LlamaBuilder:
         return t
 
     def _weight(self, name: str, matrix: bool = False):
-        """Upload tensor ``name``; ``matrix``: a matrix product's weight (its f16 copy is kept where
-        ``f16_weights`` asks for one)."""
+        """Upload tensor ``name``: ``(region, the dtype label its kernels are named after)``; ``matrix``:
+        a matrix product's weight, kept in the device's matrix layout (``ModelSession.matrix_dtype``)
+        and with its f16 copy where ``f16_weights`` asks for one."""
         t = self._tensor(name)
         if t.dtype in ("f32", "f16") and len(t.shape) == 1:
             data = np.asarray(t.data, dtype=np.float32)  # norms: f32 on the device
             return self.session.weight(data, TensorDesc(t.shape, "f32"), name), "f32"
         data = np.ascontiguousarray(t.data)
-        region = self.session.weight(data, TensorDesc(t.shape, t.dtype), name)
-        if matrix:
-            self._matrices.append((region, t.dtype, tuple(t.shape), name))
-        return region, t.dtype
+        desc = TensorDesc(t.shape, t.dtype)
+        matrix = matrix and len(t.shape) == 2
+        region = self.session.weight(data, desc, name, matrix=matrix)
+        if not matrix:
+            return region, t.dtype
+        label = self.session.matrix_dtype(desc).label
+        self._matrices.append((region, label, tuple(t.shape), name))
+        return region, label
+
+    def _matrix_dtype(self, name: str) -> str:
+        """The dtype label of 2-D tensor ``name`` as ``_weight(name, matrix=True)`` uploads it."""
+        t = self._tensor(name)
+        return self.session.matrix_dtype(TensorDesc(t.shape, t.dtype)).label
 
     def _keep_f16(self, setting: bool | str, kv_seqs: int, kv_bytes: int) -> None:
         """Once every weight is uploaded: decide resident f16 weights (``resident_f16``, against the
@@ -344,8 +356,8 @@ class LlamaBuilder:
         """The kernels ``forward`` dispatches, from the family and the tensors' types (as ``_weight``
         and ``_fused`` choose them)."""
         cfg, arch, kv = self.cfg, self.cfg.architecture, self._kv_sfx
-        dt = lambda name: self._tensor(name).dtype  # noqa: E731
-        embd = dt("token_embd.weight")
+        dt = self._matrix_dtype
+        embd = dt("token_embd.weight") if cfg.tied_embeddings else self._tensor("token_embd.weight").dtype
         names = {f"get_rows_{embd}", "get_rows_f32", ("rope_kv_store_ff" if cfg.rope_freqs else "rope_kv_store") + kv,
                  "attention" + kv, "argmax",
                  f"rmsnorm_matmul_{embd if cfg.tied_embeddings else dt('output.weight')}"}
@@ -383,7 +395,9 @@ class LlamaBuilder:
         """The dtype of ``_fused``'s stacked weight: the parts' one dtype and K, else f32."""
         ts = [self._tensor(f"{prefix}{p}.weight") for p in parts]
         dts, ks = {t.dtype for t in ts}, {t.shape[1] for t in ts}
-        return dts.pop() if len(dts) == 1 and len(ks) == 1 else "f32"
+        if len(dts) != 1 or len(ks) != 1:
+            return "f32"
+        return self.session.matrix_dtype(TensorDesc((sum(t.shape[0] for t in ts), ks.pop()), dts.pop())).label
 
     def _type_runs(self, prefix: str, parts: list[str]) -> list[list[str]]:
         """``parts`` cut into runs of consecutive tensors of one dtype and K (llama.cpp's Q4_K_M gives
@@ -426,13 +440,14 @@ class LlamaBuilder:
             data = np.concatenate([t.dequantize() for t in ts], axis=0)
             data = np.ascontiguousarray(data if rows is None else data[rows])
             return self.session.weight(data, TensorDesc(data.shape, "f32"), name), "f32"
-        dt = ts[0].dtype
         data = np.concatenate([np.asarray(t.data) for t in ts], axis=0)
         data = np.ascontiguousarray(data if rows is None else data[rows])
-        n = sum(t.shape[0] for t in ts)
-        region = self.session.weight(data, TensorDesc((n, ts[0].shape[1]), dt), name)
-        self._matrices.append((region, dt, (n, ts[0].shape[1]), name))
-        return region, dt
+        dt = ts[0].dtype
+        desc = TensorDesc((sum(t.shape[0] for t in ts), ts[0].shape[1]), dt)
+        region = self.session.weight(data, desc, name, matrix=True)
+        label = self.session.matrix_dtype(desc).label
+        self._matrices.append((region, label, desc.shape, name))
+        return region, label
 
     def _vector(self, name: str, parts: list[str], rows: np.ndarray | None = None):
         """Vectors (biases, norm weights) joined into one f32 weight, in the order ``rows``."""

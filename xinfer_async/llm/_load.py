@@ -73,7 +73,8 @@ async def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: Any =
             the file's ``tokenizer.chat_template``. None (default): the file's (a base model such as
             Gemma 3 270M has none; ``chat`` then raises ``ValueError`` saying so).
         kv_dtype: the KV cache's element type, ``"f32"`` or ``"f16"`` (half the bytes; k and v
-            rounded to f16 as stored, all arithmetic f32). None (default): ``$XINFER_KV_CACHE``, else
+            rounded to f16 as stored; on cpu q and the attention probabilities rounded to f16 too, as
+            llama.cpp does with an F16 cache; other arithmetic f32). None (default): ``$XINFER_KV_CACHE``, else
             ``"f32"`` (``_llama.kv_cache_dtype``).
 
     The whole file is read and checked (``load_gguf``: format, hyperparameters, tensor types and

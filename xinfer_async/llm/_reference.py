@@ -32,29 +32,33 @@ from ._gguf import GGUFModel, ModelConfig
 __all__ = ["ReferenceLlama", "reference_logits", "rmsnorm", "rope", "rope_neox", "rope_tables", "gelu_tanh",
            "quantize_q8_blocks"]
 
-_QUANTIZED = ("q8_0", "q4_0", "q4_1")
+#: weight type -> the block of llama.cpp's activation quantization for its cpu dot product
+_ACT_BLOCK = {"q8_0": 32, "q4_0": 32, "q4_1": 32, "q5_0": 32, "q5_1": 32, "q4_k": 256, "q5_k": 256, "q6_k": 256}
 
 
-def quantize_q8_blocks(x: np.ndarray) -> np.ndarray:
+def quantize_q8_blocks(x: np.ndarray, block: int = 32) -> np.ndarray:
     """Round activations as llama.cpp's CPU matmul does before a quantized dot product.
 
-    ggml converts the activation row to the weight type's ``vec_dot_type`` (Q8_0 for Q8_0/Q4_0,
-    Q8_1 for Q4_1): blocks of 32 values share a scale ``d = max|x| / 127`` stored as float16, each
-    value becomes ``round(x / d)`` in int8. This returns the dequantized result.
+    ggml converts the activation row to the weight type's ``vec_dot_type``: Q8_0 (Q8_0, Q4_0, Q5_0
+    weights) or Q8_1 (Q4_1, Q5_1): blocks of 32 values share a scale ``d = max|x| / 127`` stored as
+    float16; Q8_K (the K-quants): blocks of 256, ``d`` kept float32; each value becomes
+    ``round(x / d)`` in int8. This returns the dequantized result.
 
     Args:
-        x: float32 (..., K), K a multiple of 32.
+        x: float32 (..., K), K a multiple of ``block``.
+        block: 32 (Q8_0 / Q8_1) or 256 (Q8_K).
 
     Returns:
         float32 (..., K).
     """
-    b = x.reshape(-1, 32).astype(np.float32)  # (blocks, 32)
+    b = x.reshape(-1, block).astype(np.float32)  # (blocks, block)
     amax = np.abs(b).max(axis=1, keepdims=True)
     d = amax / np.float32(127.0)
     safe = np.where(d > 0, d, np.float32(1.0))
     q = np.round(b / safe)
-    d16 = d.astype(np.float16).astype(np.float32)
-    return (q * d16).reshape(x.shape).astype(np.float32)
+    if block == 32:
+        d = d.astype(np.float16).astype(np.float32)
+    return (q * d).reshape(x.shape).astype(np.float32)
 
 
 def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -167,8 +171,9 @@ class ReferenceLlama:
 
     Args:
         model: from :func:`~xinfer_async.llm._gguf.load_gguf`.
-        quantize_activations: round the input of every matmul with a quantized weight to Q8
-            blocks first (:func:`quantize_q8_blocks`), as llama.cpp's CPU backend does. Off by
+        quantize_activations: round the input of every matmul with a quantized weight first, as
+            llama.cpp's CPU backend does for that weight's type (:func:`quantize_q8_blocks`: Q8_0 /
+            Q8_1 blocks of 32 with an f16 scale, Q8_K blocks of 256 for the K-quants). Off by
             default: the plain float32 reference. On, it tracks llama.cpp's greedy choices more
             closely where the top-1 margin is small.
 
@@ -182,13 +187,12 @@ class ReferenceLlama:
         t = model.tensors
         self.config: ModelConfig = cfg
         self.quantize_activations = bool(quantize_activations)
-        first = "blk.0.attn_qkv.weight" if arch.fused_qkv else "blk.0.attn_q.weight"
-        self._qact = self.quantize_activations and t[first].dtype in _QUANTIZED
-        self._qact_out = self.quantize_activations and t[
-            "token_embd.weight" if cfg.tied_embeddings else "output.weight"].dtype in _QUANTIZED
         self.token_embd = t["token_embd.weight"].dequantize()  # (vocab, dim)
         self.output_norm = t["output_norm.weight"].dequantize()  # (dim,)
         self.output = self.token_embd if cfg.tied_embeddings else t["output.weight"].dequantize()
+        #: id of a dequantized matrix -> the block its activations are rounded to (quantize_activations)
+        self._act_block: dict[int, int] = {}
+        self._note(self.output, t["token_embd.weight" if cfg.tied_embeddings else "output.weight"].dtype)
         self.rope_freqs = t["rope_freqs.weight"].dequantize() if cfg.rope_freqs else None  # (head_dim/2,)
         self.layers: list[_Layer] = []
         q, kv, ffn = cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
@@ -205,6 +209,10 @@ class ReferenceLlama:
                 w_gate, w_up = wgu[:ffn], wgu[ffn:]
             else:
                 w_gate, w_up = t[b + "ffn_gate.weight"].dequantize(), t[b + "ffn_up.weight"].dequantize()
+            for w, n in ((wq, "attn_qkv" if arch.fused_qkv else "attn_q"), (wk, "attn_qkv" if arch.fused_qkv else "attn_k"),
+                         (wv, "attn_qkv" if arch.fused_qkv else "attn_v"),
+                         (w_gate, "ffn_up" if arch.fused_gate_up else "ffn_gate"), (w_up, "ffn_up")):
+                self._note(w, t[b + n + ".weight"].dtype)
             self.layers.append(_Layer(
                 attn_norm=t[b + "attn_norm.weight"].dequantize(), wq=wq, wk=wk, wv=wv,
                 wo=t[b + "attn_output.weight"].dequantize(), ffn_norm=t[b + "ffn_norm.weight"].dequantize(),
@@ -213,11 +221,19 @@ class ReferenceLlama:
                 q_norm=opt(b + "attn_q_norm.weight"), k_norm=opt(b + "attn_k_norm.weight"),
                 post_attn_norm=opt(b + "post_attention_norm.weight"), post_ffw_norm=opt(b + "post_ffw_norm.weight"),
             ))
+            self._note(self.layers[-1].wo, t[b + "attn_output.weight"].dtype)
+            self._note(self.layers[-1].w_down, t[b + "ffn_down.weight"].dtype)
+
+    def _note(self, w: np.ndarray, dtype: str) -> None:
+        if self.quantize_activations and dtype in _ACT_BLOCK:
+            self._act_block[id(w)] = _ACT_BLOCK[dtype]
 
     def _mm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-        """x (T, K) @ w (N, K).T -> (T, N), activations rounded to Q8 blocks when asked."""
-        if self._qact:
-            x = quantize_q8_blocks(x)
+        """x (T, K) @ w (N, K).T -> (T, N), activations rounded as llama.cpp's cpu does for w's
+        type when asked (``quantize_activations``)."""
+        block = self._act_block.get(id(w))
+        if block:
+            x = quantize_q8_blocks(x, block)
         return x @ w.T
 
     def _attention(self, x: np.ndarray, layer: _Layer, il: int) -> np.ndarray:
@@ -306,10 +322,7 @@ class ReferenceLlama:
         Raises:
             ValueError: see :meth:`hidden`.
         """
-        h = self.hidden(token_ids)
-        if self._qact_out:
-            h = quantize_q8_blocks(h)
-        out = (h @ self.output.T).astype(np.float32, copy=False)
+        out = self._mm(self.hidden(token_ids), self.output).astype(np.float32, copy=False)
         cap = self.config.logit_softcap
         if cap > 0:
             out = (np.float32(cap) * np.tanh(out / np.float32(cap))).astype(np.float32)

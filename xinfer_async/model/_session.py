@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..hal import TensorDesc, ValidationError
+from ..hal import DType, TensorDesc, ValidationError
 from ..runtime import CommandListPool, Device, Queue
+from ..runtime._buffer import host_bytes
 from ..ops import kernel_spec
 from ._definition import ModelDefinition
 from ._region import Allocation, AllocationKind, KernelId, Placement, Region
@@ -49,12 +50,21 @@ class ModelSession:
         if self._frozen:
             raise ValidationError("the session was frozen; build a new ModelSession")
 
-    def weight(self, data: Any, desc: TensorDesc, name: str = "") -> Region:
+    def matrix_dtype(self, desc: TensorDesc) -> DType:
+        """The dtype a matrix weight ``desc`` (shape ``(N, K)``) has on this device once uploaded
+        with ``weight(..., matrix=True)``: ``desc.dtype``, or the backend's own layout of it (the
+        cpu backend's row-interleaved ``q8_0_r8``, ``q4_0_r8``, ``q4_1_r8``). Kernels are named
+        after it (``matmul_<dtype>``)."""
+        return self.device.backend.matrix_dtype(desc.dtype, desc.shape)
+
+    def weight(self, data: Any, desc: TensorDesc, name: str = "", *, matrix: bool = False) -> Region:
         """Upload an immutable weight (once; every plan and slot shares it).
 
         Args:
             data: numpy array or bytes of exactly ``desc.nbytes`` bytes (raw blocks for q8_0/q4_0/q4_1).
             desc: its shape and dtype.
+            matrix: it is a matrix ``(N, K)`` that kernels read as ``matrix_dtype(desc)`` (a backend
+                may repack it into a layout of its own, the same byte count).
 
         Raises:
             ValueError: the byte count differs from ``desc``.
@@ -62,6 +72,15 @@ class ModelSession:
         self._check_open()
         if not isinstance(desc, TensorDesc):
             raise TypeError(f"desc must be a TensorDesc, got {type(desc).__name__}")
+        if matrix:
+            layout = self.matrix_dtype(desc)
+            if layout is not desc.dtype:
+                host = host_bytes(data)
+                if host.nbytes != desc.nbytes:
+                    raise ValueError(f"data has {host.nbytes} bytes but shape={desc.shape} dtype={desc.dtype.label} "
+                                     f"needs {desc.nbytes}")
+                data = self.device.backend.repack(host, desc.dtype, desc.shape, layout)
+                desc = TensorDesc(desc.shape, layout)
         buf = self.device.upload(data, desc.shape, desc.dtype)
         alloc = Allocation(self._token, AllocationKind.WEIGHT, desc.nbytes, Placement.DEVICE, desc, name)
         alloc.buffer = buf

@@ -96,7 +96,7 @@ _count = _f32(lambda c: count_ints(c["T"], c["n_head"]))
 _SPLIT = [("part", RW, "(T, n_head, 32, hd + 2) workspace (T <= 8, else none)", _part),
           ("count", RW, "(T, n_head) i32 (T <= 8, else none), zero before the launch", _count)]
 _SPLIT_DOC = ("; part and count: the cuda split-K workspace (ops/_attention_split.py: count zero before the launch "
-              "and after it; the result does not depend on it); `_f16`: k and v f16, converted exactly to f32 as read")
+              "and after it; the result does not depend on it); `_f16`: k and v f16, converted exactly to f32 as read; on cpu with llama.cpp's numerics for an F16 cache: q and the softmax probabilities (after the division by their sum) rounded to f16 before their products (cuda: q and the probabilities f32)")
 _KV_DTYPES = (DType.f32, DType.f16)  # the KV-cache types (``kv_dtype`` of llm/_llama.py)
 
 
@@ -105,7 +105,8 @@ def _kv_bytes(dt: DType, rows: str):
 
 
 def _declare_attention(dt: DType) -> None:
-    """attention[_f16] and attention_batched[_f16]: the cache of ``dt`` (f16: converted to f32 as loaded)."""
+    """attention[_f16] and attention_batched[_f16]: the cache of ``dt`` (f16: converted to f32 as loaded; on
+    cpu q and the probabilities rounded to f16 as llama.cpp does, native/kernels/attention.c)."""
     sfx, kvd = ("" if dt is DType.f32 else f"_{dt.label}"), f"{dt.label} " if dt is not DType.f32 else ""
     _declare("attention" + sfx, [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
                                  ("k", R, f"(ctx, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "ctx")),
@@ -163,26 +164,25 @@ def _matrix(dt: DType, rows: int = 1):
 _K32 = "; K a multiple of the block size (32, or 256 for the K-quants and iq4_xs) for block types"
 # A family a loop. The declaration order is the order of the generated structs, the order the
 # hand-written headers had (so the text the compilers see is unchanged): declare new kernels last.
-for _dt in WEIGHT_DTYPES:
+def _declare_get_rows(_dt: DType) -> None:
     _d = _dt.label
     _declare(f"get_rows_{_d}", [("table", R, "(vocab, dim) DT", (lambda d: lambda c: d.nbytes(c["vocab"] * c["dim"]))(_dt)),
                                 ("ids", R, "(T) i32", _f32(lambda c: c["T"])),
                                 ("out", W, "(T, dim)", _f32(lambda c: c["T"] * c["dim"]))],
              ["T", "dim", "vocab"], check=_blocks(_dt, "dim"), struct="get_rows", cuda=per_row("T"),
              doc="out[t] = dequantize(table[ids[t]]); an id outside [0, vocab) gives a NaN row")
-for _dt in WEIGHT_DTYPES:
+
+
+def _declare_matmul(_dt: DType) -> None:
     _d = _dt.label
     _declare(f"matmul_{_d}", [("w", R, "(N, K) DT", _matrix(_dt)), ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
                               ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
              ["T", "N", "K", "accumulate"], check=_blocks(_dt, "K"), struct="matmul",
              cuda=_matrix_launch(_dt, "matmul"),
              doc="y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] * x[t,k]" + _K32)
-for _dt in [d for d in WEIGHT_DTYPES if d.is_quantized]:
-    _declare(f"dequantize_{_dt.label}", [("src", R, "(n / block)", (lambda d: lambda c: d.nbytes(c["n"]))(_dt)),
-                                         ("dst", W, "(n)", _f32(lambda c: c["n"]))],
-             ["n"], check=_blocks(_dt, "n"), struct="dequantize", cuda=flat(lambda c: c["n"]),
-             doc="float32 values of a block-quantized array")
-for _dt in WEIGHT_DTYPES:
+
+
+def _declare_rmsnorm_matmul(_dt: DType) -> None:
     _d = _dt.label
     _declare(f"rmsnorm_matmul_{_d}", [("w", R, "(N, K) DT", _matrix(_dt)),
                                       ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
@@ -192,7 +192,9 @@ for _dt in WEIGHT_DTYPES:
              cuda=_matrix_launch(_dt, "rmsnorm_matmul"),
              doc="y[t,n] = (accumulate ? y[t,n] : 0) + sum_k w[n,k] * h[t,k] with h = `rmsnorm`(x, norm, eps): "
                  "`rmsnorm` then `matmul_DT` in one kernel" + _K32)
-for _dt in WEIGHT_DTYPES:
+
+
+def _declare_rmsnorm_matmul_swiglu(_dt: DType) -> None:
     _d = _dt.label
     _declare(f"rmsnorm_matmul_swiglu_{_d}", [("w", R, "(2N, K) DT", _matrix(_dt, 2)),
                                              ("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
@@ -203,6 +205,21 @@ for _dt in WEIGHT_DTYPES:
              doc="h = `rmsnorm`(x, norm, eps); gate[t,n] = sum_k w[n,k] * h[t,k], up[t,n] = sum_k w[N+n,k] * h[t,k] "
                  "(rows [0, N) of w the gate matrix, [N, 2N) the up matrix); y = silu(gate) * up: `rmsnorm`, "
                  "`matmul_DT` into (T, 2N), then `swiglu` with in_stride = 2N" + _K32)
+
+
+for _dt in WEIGHT_DTYPES:
+    _declare_get_rows(_dt)
+for _dt in WEIGHT_DTYPES:
+    _declare_matmul(_dt)
+for _dt in [d for d in WEIGHT_DTYPES if d.is_quantized]:
+    _declare(f"dequantize_{_dt.label}", [("src", R, "(n / block)", (lambda d: lambda c: d.nbytes(c["n"]))(_dt)),
+                                         ("dst", W, "(n)", _f32(lambda c: c["n"]))],
+             ["n"], check=_blocks(_dt, "n"), struct="dequantize", cuda=flat(lambda c: c["n"]),
+             doc="float32 values of a block-quantized array")
+for _dt in WEIGHT_DTYPES:
+    _declare_rmsnorm_matmul(_dt)
+for _dt in WEIGHT_DTYPES:
+    _declare_rmsnorm_matmul_swiglu(_dt)
 
 _qkv_width = lambda c: (c["n_head"] + 2 * c["n_kv"]) * c["head_dim"]  # noqa: E731  q, k and v heads of a row
 _kv_cache = _f32(lambda c: c["ctx"] * c["n_kv"] * c["head_dim"])
@@ -260,6 +277,17 @@ _declare("bias_add", [("y", RW, "(rows, n)", _f32(lambda c: c["rows"] * c["n"]))
 _declare("softcap", [("x", RW, "(n)", _f32(lambda c: c["n"]))], ["n", "cap:f32"],
          check=lambda c: f"cap={c['cap']} must be > 0" if not c["cap"] > 0 else None,
          cuda=flat(lambda c: c["n"]), doc="x = cap * tanh(x / cap)")
+
+#: the cpu backend's row-interleaved layouts -> the block type whose bytes they rearrange
+#: (``CPUBackend.matrix_dtype`` picks them at load; native/kernels/q8dot.c): the same numerics, so
+#: the same bits. Only the cpu backend has their kernels (cuda keeps the GGUF layout).
+REPACKED_DTYPES = {DType.q8_0_r8: DType.q8_0, DType.q4_0_r8: DType.q4_0, DType.q4_1_r8: DType.q4_1,
+                   DType.q5_0_r8: DType.q5_0, DType.q5_1_r8: DType.q5_1}
+for _dt in REPACKED_DTYPES:
+    _declare_get_rows(_dt)
+    _declare_matmul(_dt)
+    _declare_rmsnorm_matmul(_dt)
+    _declare_rmsnorm_matmul_swiglu(_dt)
 
 
 # -- the f16 KV cache (``kv_dtype="f16"`` of llm/_llama.py): its attention and its stores ---------------

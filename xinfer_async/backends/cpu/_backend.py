@@ -16,12 +16,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ... import _native
+from ... import _native, _omp
 from ...hal import Backend, BackendQueue, DeviceError, DeviceOutOfMemoryError, DType
 from ...hal._commands import (Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, GemmCmd, ReplayCmd, TimestampCmd,
                               UploadCmd)
+from ...ops._kernels import REPACKED_DTYPES
 
 ffi, lib = _native.ffi, _native.lib
+_REPLAY_THREADS = _omp.replay_threads()  # xi_replay's nthreads: -1 each kernel its own region, 0 a team
+#: block type -> its row-interleaved layout (ops._kernels.REPACKED_DTYPES, inverted)
+_REPACKED = {base: r8 for r8, base in REPACKED_DTYPES.items()}
 _ALIGN = 256
 
 
@@ -30,11 +34,13 @@ def _host_view(address: int, nbytes: int) -> np.ndarray:
 
 
 class _Kernel:
-    __slots__ = ("name", "fn")
+    __slots__ = ("name", "fn", "ptr", "share")
 
     def __init__(self, name: str, fn: Any):
         self.name = name
         self.fn = fn
+        self.ptr = ffi.addressof(lib, f"xi_k_{name}")  # for xi_op.kernel
+        self.share = lib.xi_share_of(name.encode())  # its share form (native/kernels/xi_common.h) or NULL
 
     def launch_grid(self, constants: dict) -> tuple:
         return (1, 1, 1)
@@ -91,10 +97,27 @@ def _kernel_failed(kernel: _Kernel, rc: int) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _PreparedRun:
-    """Consecutive dispatches of a captured list with their argument arrays built once:
-    ``(kernel, void *[] addresses, char[] constants)`` each (``CPUBackend.capture``)."""
+    """Consecutive dispatches of a captured list as one native op list (``CPUBackend.capture``):
+    ``plan`` (``xi_replay_prepare``'s, run by one ``xi_replay`` call), ``kernels`` (each op's
+    ``_Kernel``, for errors), ``keep`` (the ``xi_op`` array and the argument arrays it points at)."""
 
-    dispatches: tuple
+    plan: Any
+    kernels: tuple
+    keep: tuple
+
+
+def _prepare_run(dispatches: Sequence[DispatchCmd]) -> _PreparedRun:
+    ops = ffi.new("xi_op[]", len(dispatches))
+    keep = []
+    for op, cmd in zip(ops, dispatches):
+        argv = ffi.new("void *[]", [ffi.cast("void *", a) for a in cmd.addresses] or [ffi.NULL])
+        consts = ffi.new("char[]", bytes(cmd.constants) or b"\0")
+        keep += (argv, consts)
+        op.kernel, op.b, op.c, op.share = cmd.kernel.ptr, argv, consts, cmd.kernel.share
+    plan = lib.xi_replay_prepare(ops, len(dispatches))
+    if plan == ffi.NULL:
+        raise DeviceOutOfMemoryError(f"cpu: no host memory to plan a replay of {len(dispatches)} kernels", "XI_OOM")
+    return _PreparedRun(ffi.gc(plan, lib.xi_replay_free), tuple(cmd.kernel for cmd in dispatches), (ops, *keep))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,10 +184,10 @@ class CPUQueue(BackendQueue):
                 if rc:
                     _kernel_failed(kernel, rc)
             elif kind is _PreparedRun:
-                for kernel, argv, consts in cmd.dispatches:
-                    rc = kernel.fn(argv, consts)
-                    if rc:
-                        _kernel_failed(kernel, rc)
+                failed = ffi.new("int *")
+                rc = lib.xi_replay(cmd.plan, _REPLAY_THREADS, failed)  # GIL released for the whole list
+                if rc:
+                    _kernel_failed(cmd.kernels[failed[0]], rc)
             elif kind is ReplayCmd:
                 self._execute(cmd.graph)
             elif kind is CopyCmd:
@@ -193,7 +216,14 @@ class CPUBackend(Backend):
     """Host memory and queue threads; kernels from the native module."""
 
     def __init__(self, memory_limit_bytes: int | None = None):
+        """Raises: ValueError: ``XINFER_CPU_REPACK`` is set to something other than 0 or 1."""
         self.name = "cpu"
+        repack = os.environ.get("XINFER_CPU_REPACK", "1")
+        if repack not in ("0", "1"):
+            raise ValueError(f"XINFER_CPU_REPACK={repack!r} must be 0 (GGUF layout) or 1 (row-interleaved, the default)")
+        #: matrix weights of q8_0 / q4_0 / q4_1 are repacked at load into the row-interleaved *_r8
+        #: layouts (native/kernels/q8dot.c), unless XINFER_CPU_REPACK=0
+        self.repack_weights = repack == "1"
         self.description = f"cpu ({os.cpu_count()} cores, native C kernels)"
         self._arrays: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
@@ -229,6 +259,24 @@ class CPUBackend(Backend):
         dst = np.frombuffer(out, np.uint8)
         np.copyto(dst, _host_view(address, dst.nbytes))
 
+    def matrix_dtype(self, dtype: DType, shape: tuple) -> DType:
+        if self.repack_weights and len(shape) == 2 and shape[1] % 32 == 0:
+            return _REPACKED.get(dtype, dtype)
+        return dtype
+
+    def repack(self, data: np.ndarray, dtype: DType, shape: tuple, layout: DType) -> np.ndarray:
+        if _REPACKED.get(dtype) is not layout or len(shape) != 2:
+            raise ValueError(f"cpu: no layout {layout.label} for a {dtype.label} matrix of shape {shape}")
+        N, K = shape
+        src = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if src.nbytes != dtype.nbytes(N * K):
+            raise ValueError(f"data has {src.nbytes} bytes but shape={shape} dtype={dtype.label} needs {dtype.nbytes(N * K)}")
+        out = np.empty_like(src)
+        rc = getattr(lib, f"xi_repack_{dtype.label}_r8")(ffi.from_buffer(src), ffi.from_buffer(out), N, K)
+        if rc:
+            raise ValueError(f"cpu: xi_repack_{dtype.label}_r8 rejected shape={shape}")
+        return out
+
     def create_queue(self) -> CPUQueue:
         q = CPUQueue(self, len(self._queues))
         self._queues.append(q)
@@ -251,20 +299,20 @@ class CPUBackend(Backend):
         return (end.ns - start.ns) / 1e6
 
     def capture(self, commands: Sequence[Command]) -> tuple:
-        """Pre-builds the argument arrays of consecutive dispatches (the cpu "graph")."""
+        """The cpu "graph": each run of consecutive dispatches becomes a native op list that one
+        ``xi_replay`` call runs (native/kernels/team.c); other commands are kept as they are."""
         out: list[Any] = []
-        run: list[tuple] = []
+        run: list[DispatchCmd] = []
         for cmd in commands:
             if type(cmd) is DispatchCmd:
-                run.append((cmd.kernel, ffi.new("void *[]", [ffi.cast("void *", a) for a in cmd.addresses]),
-                            ffi.new("char[]", bytes(cmd.constants) or b"\0")))
+                run.append(cmd)
                 continue
             if run:
-                out.append(_PreparedRun(tuple(run)))
+                out.append(_prepare_run(run))
                 run = []
             out.append(cmd)
         if run:
-            out.append(_PreparedRun(tuple(run)))
+            out.append(_prepare_run(run))
         return tuple(out)
 
     def close(self) -> None:
