@@ -465,11 +465,13 @@ async def _resident_f16_weights_same_logits(devices, tiny_gguf, rng):
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # the same f16 weights
 
 
-def test_resident_f16_bytes_and_auto_on_cpu(tiny_gguf):
+def test_resident_f16_bytes_and_auto_on_cpu(tiny_gguf, monkeypatch):
     """auto keeps nothing on cpu (even with the GEMM regime forced); forced on, the copies are every
-    lowering matrix's N x K f16 values, made on the device (no host copy)."""
+    lowering matrix's N x K f16 values, made on the device (no host copy). In the GGUF layout
+    (``XINFER_CPU_REPACK=0``): the cpu's repacked r8 matrices never lower."""
     from xinfer_async.llm._llama import LlamaBuilder
 
+    monkeypatch.setenv("XINFER_CPU_REPACK", "0")
     cfg = tiny_gguf.config
     dev = xinfer_async.open_device("cpu")
     try:
