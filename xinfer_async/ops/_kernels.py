@@ -11,6 +11,8 @@ Adding a kernel: one ``_declare(...)`` below, its C body, its ``.cu`` file, then
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Callable
 
 from ..hal import Access, DType
@@ -288,6 +290,8 @@ for _dt in REPACKED_DTYPES:
     _declare_matmul(_dt)
     _declare_rmsnorm_matmul(_dt)
     _declare_rmsnorm_matmul_swiglu(_dt)
+for _name in [n for n in KERNELS if n.endswith(tuple(f"_{d.label}" for d in REPACKED_DTYPES))]:
+    KERNELS[_name] = dataclasses.replace(KERNELS[_name], cuda=None)  # cpu only: no shader, no cuda launch
 
 
 # -- the f16 KV cache (``kv_dtype="f16"`` of llm/_llama.py): its attention and its stores ---------------

@@ -246,6 +246,30 @@ class LtHandle:
             layouts.append(lay[0])
         return desc, tuple(layouts)
 
+    def _first_at(self, m: int, n: int, k: int) -> list:
+        """``[the heuristic's first split-K-free algorithm of (m, n, k)]``, or ``[]``."""
+        lib = load()
+        desc, (a, b, c) = self.describe(m, n, k)
+        p = ffi.new("cublasLtMatmulPreference_t *")
+        check(lib.cublasLtMatmulPreferenceCreate(p), "cublasLtMatmulPreferenceCreate")
+        pref = p[0]
+        try:
+            set_pref = lib.cublasLtMatmulPreferenceSetAttribute
+            _attr(set_pref, pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, "uint64_t", self.workspace_nbytes)
+            _attr(set_pref, pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, "uint32_t", 0)
+            for attr in CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_BYTES:
+                _attr(set_pref, pref, attr, "uint32_t", ALIGN)
+            res = ffi.new("cublasLtMatmulHeuristicResult_t[1]")
+            count = ffi.new("int *")
+            check(lib.cublasLtMatmulAlgoGetHeuristic(self.handle, desc, b, a, c, c, pref, 1, res, count),
+                  f"cublasLtMatmulAlgoGetHeuristic(n={n}, k={k})")
+        finally:
+            lib.cublasLtMatmulPreferenceDestroy(pref)
+        if count[0] < 1:
+            return []
+        algo = ffi.new("cublasLtMatmulAlgo_t *", res[0].algo)
+        return [algo] if _config_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1 else []
+
     def candidates(self, n: int, k: int, ms: Sequence[int] = TUNE_MS) -> list:
         """The split-K-free algorithms (``cublasLtMatmulAlgo_t *``) of ``(n, k)`` valid at every m of
         ``ms`` (default ``TUNE_MS``), in the heuristic's order at the first m, then the others' new ones.
@@ -322,12 +346,12 @@ class LtHandle:
         key = (n, k)
         if key not in self._algos:
             algos = self.candidates(n, k)
-            if not algos:  # none valid at every m of TUNE_MS (8B gate/up, n=28672, on the H200): the
-                # heuristic's first at m = 512 alone, which LtGemm checks at each m it is made for
-                algos = self.candidates(n, k, ms=(TUNE_MS[-1],))[:1]
+            if not algos:  # none passes the checks at every m of TUNE_MS (8B gate/up, n=28672, on the
+                # H200): the heuristic's first at m = 512, split-K free, as chosen before the tuning
+                algos = self._first_at(TUNE_MS[-1], n, k)
             if not algos:
-                raise DeviceError(f"cuBLASLt has no f16 GEMM algorithm without split-K for n={n}, k={k} valid at "
-                                  f"m = {TUNE_MS[-1]}", "CUBLAS_STATUS_NOT_SUPPORTED")
+                raise DeviceError(f"cuBLASLt has no f16 GEMM algorithm without split-K for n={n}, k={k}",
+                                  "CUBLAS_STATUS_NOT_SUPPORTED")
             best = 0
             if self._timer is not None and len(algos) > 1:
                 times = self.timings(n, k, TUNE_MS, algos)
