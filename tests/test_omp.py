@@ -1,7 +1,7 @@
 """xinfer_async/_omp.py: the OpenMP defaults (wait policy, thread count) and the core count."""
 import pytest
 
-from xinfer_async._omp import configure, physical_cores, replay_threads
+from xinfer_async._omp import PER_KERNEL, TEAM, ReplayModes, configure, physical_cores, replay_threads
 
 
 def test_defaults_passive_and_physical_cores():
@@ -47,7 +47,49 @@ def test_physical_cores_here_is_positive():
 
 
 def test_replay_threads():
-    assert replay_threads({}) == -1 and replay_threads({"XINFER_CPU_TEAM": "0"}) == -1
-    assert replay_threads({"XINFER_CPU_TEAM": "1"}) == 0
-    with pytest.raises(ValueError, match="XINFER_CPU_TEAM must be 0 or 1, got 'yes'"):
+    assert replay_threads({}) is None and replay_threads({"XINFER_CPU_TEAM": "auto"}) is None
+    assert replay_threads({"XINFER_CPU_TEAM": "0"}) == PER_KERNEL == -1
+    assert replay_threads({"XINFER_CPU_TEAM": "1"}) == TEAM == 0
+    with pytest.raises(ValueError, match="XINFER_CPU_TEAM must be auto, 0 or 1, got 'yes'"):
         replay_threads({"XINFER_CPU_TEAM": "yes"})
+
+
+def _drive(modes, key, seconds, runs):
+    """Run ``key`` ``runs`` times with ``seconds[mode]`` a run; the modes picked, in order."""
+    picked = []
+    for _ in range(runs):
+        m = modes.pick(key)
+        modes.record(key, m, seconds[m])
+        picked.append(m)
+    return picked
+
+
+def test_replay_modes_forced_never_times():
+    for forced in (TEAM, PER_KERNEL):
+        modes = ReplayModes(forced)
+        assert _drive(modes, 1, {TEAM: 1.0, PER_KERNEL: 2.0}, 50) == [forced] * 50
+        assert modes.choice(1) == forced
+
+
+def test_replay_modes_runs_the_faster_and_explores_the_other():
+    modes = ReplayModes(None)
+    picked = _drive(modes, "decode", {TEAM: 0.010, PER_KERNEL: 0.012}, 4 + 3 * ReplayModes.EXPLORE)
+    assert picked[:4] == [TEAM, PER_KERNEL, TEAM, PER_KERNEL]  # both timed first
+    rest = picked[4:]
+    assert modes.choice("decode") == TEAM
+    assert rest.count(PER_KERNEL) == 3  # the other once every EXPLORE runs
+    assert all(rest[i] == PER_KERNEL for i in range(len(rest)) if (i + 4) % ReplayModes.EXPLORE == 0)
+    # another step keeps its own times
+    assert _drive(modes, "prefill", {TEAM: 0.05, PER_KERNEL: 0.03}, 8)[4:] == [PER_KERNEL] * 4
+
+
+def test_replay_modes_move_when_the_chosen_mode_slows_down():
+    """Quiet cores favour the team; a busy machine slows it 5x: within a few runs the choice moves."""
+    modes = ReplayModes(None)
+    _drive(modes, 0, {TEAM: 0.010, PER_KERNEL: 0.012}, 40)
+    assert modes.choice(0) == TEAM
+    picked = _drive(modes, 0, {TEAM: 0.050, PER_KERNEL: 0.012}, 10)
+    assert modes.choice(0) == PER_KERNEL and picked[-5:] == [PER_KERNEL] * 5
+    # and back once the team is faster again (seen when the other mode is explored)
+    _drive(modes, 0, {TEAM: 0.008, PER_KERNEL: 0.012}, 4 * ReplayModes.EXPLORE)
+    assert modes.choice(0) == TEAM

@@ -5,14 +5,18 @@
   spin count is 0 under the passive policy, so ``GOMP_SPINCOUNT`` needs no default). Spinning
   workers starve the trio thread and the queue thread on small or shared machines (measured on 2
   cores under load: decode 2.4 tok/s spinning vs 31 tok/s passive).
-* A captured step is one native call, ``xi_replay`` (``native/kernels/team.c``). By default each of
-  its kernels opens its own parallel region, as when called alone. ``XINFER_CPU_TEAM=1`` runs the
-  whole step in one parallel region instead, the kernels' work claimed by the team's threads unit by
+* A captured step is one native call, ``xi_replay`` (``native/kernels/team.c``), in one of two
+  modes that give the same bits: each kernel opens its own parallel region (``nthreads`` -1), or
+  the whole step runs in one region (0), the kernels' work claimed by the team's threads unit by
   unit; between kernels a thread spins at most ``XINFER_SPIN_US`` microseconds (default 20, less
-  after waits that had to sleep), then sleeps on a futex. Not the default: on this project's shared
-  2-core machine at load ~20 a step took ~5x the per-kernel regions' wall time (threads that stay
+  after waits that had to sleep), then sleeps on a futex. Neither wins everywhere (this project's
+  2-core machine, SmolLM2 decode: quiet, the team 98 tok/s against 82; one busy process beside it,
+  58 against 64; at load ~20 the team took ~5x the per-kernel regions' wall time: threads that stay
   runnable through a step lose the scheduler's wake-up preference that threads woken per kernel
-  keep); measure before turning it on.
+  keep). So by default (``XINFER_CPU_TEAM`` unset or ``auto``) :class:`ReplayModes` times both on
+  each captured step and runs the faster, trying the other again every ``EXPLORE`` runs, so a
+  machine that gets busy (or quiet) moves the choice within a few dozen steps;
+  ``XINFER_CPU_TEAM=1`` / ``0`` force the team / per-kernel regions.
 * ``OMP_NUM_THREADS`` unless set: ``XINFER_THREADS`` when given, else the physical cores this
   process may run on (SMT siblings share one core's execution units, so a second thread on a core
   adds contention, not throughput, to these kernels).
@@ -82,16 +86,70 @@ def defaulted() -> frozenset[str]:
     return frozenset(_DEFAULTED)
 
 
-def replay_threads(environ=None) -> int:
-    """The ``nthreads`` argument the cpu backend passes to ``xi_replay``: 0 (one parallel region a
-    step, ``omp_get_max_threads()`` threads) when ``XINFER_CPU_TEAM=1``, else -1 (each kernel its own
-    parallel region).
+TEAM, PER_KERNEL = 0, -1  # xi_replay's nthreads: one region a step (omp_get_max_threads()), a region a kernel
+
+
+def replay_threads(environ=None) -> int | None:
+    """The ``nthreads`` the cpu backend passes to ``xi_replay`` when ``XINFER_CPU_TEAM`` forces one:
+    ``TEAM`` (0) for ``1``, ``PER_KERNEL`` (-1) for ``0``; None (unset or ``auto``): chosen per
+    step by :class:`ReplayModes`.
 
     Raises:
-        ValueError: ``XINFER_CPU_TEAM`` is set to something other than ``0`` or ``1``.
+        ValueError: ``XINFER_CPU_TEAM`` is set to something other than ``auto``, ``0`` or ``1``.
     """
     env = os.environ if environ is None else environ
-    given = env.get("XINFER_CPU_TEAM", "0")
-    if given not in ("0", "1"):
-        raise ValueError(f"XINFER_CPU_TEAM must be 0 or 1, got {given!r}")
-    return 0 if given == "1" else -1
+    given = env.get("XINFER_CPU_TEAM", "auto").strip().lower() or "auto"
+    if given not in ("auto", "0", "1"):
+        raise ValueError(f"XINFER_CPU_TEAM must be auto, 0 or 1, got {env.get('XINFER_CPU_TEAM')!r}")
+    return None if given == "auto" else TEAM if given == "1" else PER_KERNEL
+
+
+class ReplayModes:
+    """The mode of each captured step's ``xi_replay`` (``TEAM`` or ``PER_KERNEL``; the same bits
+    either way): ``forced`` (``replay_threads()``) when not None; else, per step (``key``: the
+    prepared run), the one with the lower moving average of its wall seconds (``record``), each
+    mode run twice first (alternating), the other mode once every ``EXPLORE`` runs after that. One
+    per queue thread (not thread-safe)."""
+
+    EXPLORE = 32
+    ALPHA = 0.25  # weight of a new time in a mode's moving average
+    MAX_KEYS = 1024  # steps remembered (a plan's captured runs live as long as its graph)
+
+    def __init__(self, forced: int | None = None):
+        self.forced = forced
+        self._state: dict = {}  # key -> [average seconds TEAM, average seconds PER_KERNEL, runs]
+
+    def pick(self, key) -> int:
+        """The ``nthreads`` to run ``key`` with now."""
+        if self.forced is not None:
+            return self.forced
+        st = self._state.get(key)
+        if st is None:
+            if len(self._state) >= self.MAX_KEYS:
+                self._state.clear()
+            st = self._state[key] = [None, None, 0]
+        runs = st[2]
+        st[2] = runs + 1
+        if runs < 4 or st[0] is None or st[1] is None:
+            return TEAM if runs % 2 == 0 else PER_KERNEL
+        best = TEAM if st[0] <= st[1] else PER_KERNEL
+        if runs % self.EXPLORE == 0:
+            return PER_KERNEL if best == TEAM else TEAM
+        return best
+
+    def record(self, key, nthreads: int, seconds: float) -> None:
+        """A run of ``key`` in mode ``nthreads`` took ``seconds`` of wall time."""
+        st = self._state.get(key)
+        if st is None or self.forced is not None:
+            return
+        i = 0 if nthreads == TEAM else 1
+        st[i] = seconds if st[i] is None else st[i] + self.ALPHA * (seconds - st[i])
+
+    def choice(self, key) -> int | None:
+        """The mode ``key`` runs in outside exploration (None before both were timed)."""
+        if self.forced is not None:
+            return self.forced
+        st = self._state.get(key)
+        if st is None or st[0] is None or st[1] is None:
+            return None
+        return TEAM if st[0] <= st[1] else PER_KERNEL

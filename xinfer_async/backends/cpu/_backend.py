@@ -23,7 +23,7 @@ from ...hal._commands import (Command, CopyCmd, DispatchCmd, DownloadCmd, FillCm
 from ...ops._kernels import REPACKED_DTYPES
 
 ffi, lib = _native.ffi, _native.lib
-_REPLAY_THREADS = _omp.replay_threads()  # xi_replay's nthreads: -1 each kernel its own region, 0 a team
+_REPLAY_FORCED = _omp.replay_threads()  # XINFER_CPU_TEAM: a forced xi_replay mode, or None (chosen per step)
 #: block type -> its row-interleaved layout (ops._kernels.REPACKED_DTYPES, inverted)
 _REPACKED = {base: r8 for r8, base in REPACKED_DTYPES.items()}
 _ALIGN = 256
@@ -137,6 +137,7 @@ class CPUQueue(BackendQueue):
         self._items: _queue.SimpleQueue = _queue.SimpleQueue()
         self._done = 0
         self._cond = threading.Condition()
+        self._modes = _omp.ReplayModes(_REPLAY_FORCED)  # xi_replay's mode a captured step (_omp.py)
         self._thread = threading.Thread(target=self._run, name=f"xinfer-cpu-queue-{index}", daemon=True)
         self._thread.start()
 
@@ -185,7 +186,10 @@ class CPUQueue(BackendQueue):
                     _kernel_failed(kernel, rc)
             elif kind is _PreparedRun:
                 failed = ffi.new("int *")
-                rc = lib.xi_replay(cmd.plan, _REPLAY_THREADS, failed)  # GIL released for the whole list
+                mode = self._modes.pick(id(cmd))
+                t0 = time.perf_counter()
+                rc = lib.xi_replay(cmd.plan, mode, failed)  # GIL released for the whole list
+                self._modes.record(id(cmd), mode, time.perf_counter() - t0)
                 if rc:
                     _kernel_failed(cmd.kernels[failed[0]], rc)
             elif kind is ReplayCmd:
