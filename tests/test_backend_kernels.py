@@ -5,6 +5,7 @@ NaN first. Also the source's lab test ``buffer_roundtrip``."""
 import numpy as np
 import pytest
 from _kernel_refs import activation_quantization_bound, att_workspace, attention_ref, encode_weights as encode
+from _kernel_refs import random_blocks
 
 RTOL = 1e-5
 
@@ -234,39 +235,12 @@ async def test_dequantize(devices, rng, dt):
 
 #: the types of native/kernels/kquant.c and shaders/xi_kquant.cuh: (ggml type, block elements, block
 #: bytes, offsets of the block's f16 scales)
-def _kq_types():
-    import gguf
-
-    QT = gguf.GGMLQuantizationType
-    return {"q5_0": (QT.Q5_0, 32, 22, (0,)), "q5_1": (QT.Q5_1, 32, 24, (0, 2)), "iq4_nl": (QT.IQ4_NL, 32, 18, (0,)),
-            "q2_k": (QT.Q2_K, 256, 84, (80, 82)), "q3_k": (QT.Q3_K, 256, 110, (108,)),
-            "q4_k": (QT.Q4_K, 256, 144, (0, 2)), "q5_k": (QT.Q5_K, 256, 176, (0, 2)),
-            "q6_k": (QT.Q6_K, 256, 210, (208,)), "iq4_xs": (QT.IQ4_XS, 256, 136, (0,)), "bf16": (QT.BF16, 1, 2, ())}
-
-
-def _kq_weights(rng, dt, N, K):
-    """Random blocks of ``dt`` (f16 scales of either sign, 1e-3..1e-1) for an (N, K) matrix: (uint8 raw
-    (N, row bytes), float64 (N, K) values from gguf.quants.dequantize)."""
-    import gguf
-
-    qt, qk, nb, offs = _kq_types()[dt]
-    if dt == "bf16":
-        raw = gguf.quants.quantize(f32(rng, N, K, scale=0.5), qt).reshape(N, -1)
-    else:
-        raw = rng.integers(0, 256, (N * K // qk, nb), dtype=np.uint8)
-        for off in offs:
-            d = (rng.uniform(1e-3, 1e-1, len(raw)) * rng.choice([-1, 1], len(raw))).astype(np.float16)
-            raw[:, off:off + 2] = d.view(np.uint8).reshape(-1, 2)
-        raw = raw.reshape(N, -1)
-    return raw, gguf.quants.dequantize(raw, qt).astype(np.float64).reshape(N, K)
-
-
 @pytest.mark.parametrize("dt", ["q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs", "bf16"])
 async def test_kquant_kernels(devices, rng, dt):
     """get_rows / dequantize bit-exact with gguf; matmul, rmsnorm_matmul, rmsnorm_matmul_swiglu against
     float64 within 8 eps of sum |w h| (f32 sums); a row alone equals the row among T = 6."""
     T, N, K = 6, 40, 512
-    raw, exact = _kq_weights(rng, dt, 2 * N, K)
+    raw, exact = random_blocks(rng, dt, 2 * N, K)
     wbuf = devices.upload(raw, (2 * N, K), dt)
     x, norm, y0 = f32(rng, T, K), f32(rng, K), f32(rng, T, 2 * N)
     xb, nb_, yb = devices.upload(x), devices.upload(norm), devices.upload(y0)
