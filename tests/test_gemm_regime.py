@@ -17,7 +17,6 @@ import contextlib
 
 import numpy as np
 import pytest
-import trio
 
 import xinfer_async
 from xinfer_async.llm._gemm import GEMM_MIN_T, GEMM_MIN_T_ENV, gemm_min_t, lowers
@@ -425,24 +424,6 @@ def test_resident_f16_rule():
     for bad in ("on", 1, None, "yes"):
         with pytest.raises(ValueError, match=rf"^f16_weights={bad!r} must be 'auto', '1', '0', True or False$"):
             resident_f16(bad, "cuda", 1, 1)
-
-
-@pytest.mark.parametrize("dt", ["q4_1", "q8_0"])
-def test_host_dequantize_f16_is_gguf_rounded(rng, dt):
-    import gguf
-
-    from xinfer_async.llm._gemm import dequantize_f16
-
-    qt = getattr(gguf.GGMLQuantizationType, dt.upper())
-    N, K = 70, 1024  # 71,680 values: several threaded chunks
-    w = (rng.standard_normal((N, K)) * rng.uniform(0.01, 100, (N, 1))).astype(np.float32)
-    q = np.ascontiguousarray(gguf.quants.quantize(w, qt))
-    want = gguf.quants.dequantize(q, qt).reshape(N, K).astype(np.float16)
-    np.testing.assert_array_equal(dequantize_f16(q, dt, (N, K)).view(np.uint16), want.view(np.uint16))
-    with pytest.raises(ValueError, match=r"data has \d+ bytes, a \(71, 1024\) q"):
-        dequantize_f16(q, dt, (N + 1, K))
-    with pytest.raises(ValueError, match=r"dtype='f32' is not a GEMM weight type"):
-        dequantize_f16(w, "f32", (N, K))
 
 
 async def test_resident_f16_weights_give_the_same_logits(devices, tiny_gguf, rng, monkeypatch):

@@ -43,8 +43,6 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-import numpy as np
-
 from ..hal import Access, DType
 from ..model import Binding, Dispatch, Gemm, Region
 from ..ops._kernels import GEMM_WEIGHT_DTYPES
@@ -128,39 +126,6 @@ def resident_f16(setting: str | bool, device_name: str, f16_nbytes: int, free_nb
     if setting != "auto":
         raise ValueError(f"f16_weights={setting!r} must be 'auto', '1', '0', True or False")
     return device_name == "cuda" and free_nbytes is not None and f16_nbytes <= free_nbytes * F16_AUTO_FRACTION
-
-
-def dequantize_f16(data: np.ndarray, dtype: str, shape: tuple[int, int]) -> np.ndarray:
-    """float16 (N, K) of a GGUF block-quantized matrix: ``dequantize_f16_DT``'s C body
-    (``native/kernels/gemm_prep.c``, threaded) on host memory: gguf's values rounded to nearest f16.
-
-    Args:
-        data: the raw blocks (any shape, ``N * K / block`` blocks), C-contiguous.
-        dtype: a label of ``GEMM_WEIGHT_DTYPES``.
-
-    Raises:
-        ValueError: a type the regime has no kernel for, or a byte count that does not match.
-    """
-    from .. import _native
-
-    if dtype not in _GEMM_LABELS:
-        raise ValueError(f"dtype={dtype!r} is not a GEMM weight type ({sorted(_GEMM_LABELS)})")
-    N, K = shape
-    dt = DType.parse(dtype)
-    raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    if raw.nbytes != dt.nbytes(N * K):
-        raise ValueError(f"data has {raw.nbytes} bytes, a ({N}, {K}) {dtype} matrix {dt.nbytes(N * K)}")
-    out = np.empty((N, K), np.float16)
-    ffi, fn = _native.ffi, getattr(_native.lib, f"xi_k_dequantize_f16_{dtype}")
-    rows = max(1, (1 << 30) // K)  # n < 2^31 a call
-    for r0 in range(0, N, rows):
-        r1 = min(N, r0 + rows)
-        src = raw[dt.nbytes(r0 * K):dt.nbytes(r1 * K)]
-        binds = ffi.new("void *[]", [ffi.from_buffer(src), ffi.from_buffer(out[r0:r1], require_writable=True)])
-        consts = ffi.new("int32_t *", (r1 - r0) * K)
-        if fn(binds, consts) != 0:
-            raise ValueError(f"dequantize_f16_{dtype} rejected n={(r1 - r0) * K}")
-    return out
 
 
 def lowers(weight_dtype: str, rows: int, min_t: int | None) -> bool:
