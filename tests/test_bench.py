@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from _child_env import child_env
 from xinfer_async.bench import __main__ as bench_main
 from xinfer_async.bench import _load, _report
 
@@ -247,14 +248,13 @@ def test_gemv_tools_outside_the_package_import_without_a_gpu(monkeypatch):
 # -- help texts and plots (issue #20, items 7 and 8) -----------------------------------------------
 
 def _run_bench(*argv: str) -> tuple[int, str, str]:
-    import os
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-m", "xinfer_async.cli", "bench", *argv], capture_output=True,
-                          text=True, timeout=120, cwd=root, env=dict(os.environ, PYTHONPATH=str(root)))
+                          text=True, timeout=120, cwd=root, env=child_env())
     return proc.returncode, proc.stdout, proc.stderr
 
 

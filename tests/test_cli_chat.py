@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from _child_env import child_pythonpath
 from _llm_fixtures import require_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +27,7 @@ class Terminal:
     def __init__(self, *argv: str):
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: its controlling terminal is the pty, so ^C is a SIGINT
-            os.environ["PYTHONPATH"] = str(ROOT)
+            os.environ["PYTHONPATH"] = child_pythonpath()
             os.environ.pop("XINFER_DEVICE", None)
             os.execv(sys.executable, [sys.executable, "-m", "xinfer_async.cli", *argv])
         self.buf = b""

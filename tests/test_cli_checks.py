@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _child_env import child_env
 from _llm_fixtures import require_gemma, require_model, write_tiny_gguf
 from xinfer_async._open import cuda_status
 
@@ -31,7 +32,7 @@ LIMIT_S = float(os.environ.get("XINFER_TEST_CLI_LIMIT_S", "2"))
 
 def run_cli(*argv: str, wrapped: bool = True) -> tuple[int, str, float]:
     """(exit status, stderr, cpu seconds of the child) of the CLI in a fresh process."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = child_env()
     env.pop("XINFER_DEVICE", None)
     cmd = [sys.executable, "-c", WRAPPER, *argv] if wrapped else [sys.executable, "-m", "xinfer_async.cli", *argv]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)

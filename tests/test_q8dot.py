@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 
+from _child_env import child_env
 from _q8dot_model import BLOCK_BYTES, matmul_q8, matmul_q8k, quantization_bound, repack_r8
 from test_native_kernels import F32_EPS, call, poison
 
@@ -129,7 +130,7 @@ def test_same_bits_with_any_thread_count(rng, tmp_path):
     script.write_text(_THREADS_SCRIPT.format(tests=os.path.join(ROOT, "tests"), dts=DTS))
     results = []
     for threads in (1, 2, 3):
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=ROOT)
+        env = child_env(OMP_NUM_THREADS=str(threads))
         out = tmp_path / f"out{threads}.npz"
         subprocess.run([sys.executable, str(script), str(tmp_path / "in.npz"), str(out)], env=env, check=True)
         results.append(np.load(out))
