@@ -66,10 +66,18 @@ __device__ __forceinline__ void xk_dequantize_f16(const uint8_t *__restrict__ sr
         xk_dequantize_f16<TYPE>(src, dst, c);                                                                   \
     }
 
+// float4s a thread of xi_rows_f16's register path holds: rows of dim <= 256 * 4 * XI_ROWS_F16_V4 (16384)
+#define XI_ROWS_F16_V4 16
+
 // x (rows, dim) f32 [, w (dim) f32] -> y (rows, dim) f16 bits, inv_scale (rows) f32: one block of 256
-// threads a row; h is computed twice (once for the row's max, once to store it; x and w stay in cache).
-// NORM: h = x * inv * w with inv = 1 / sqrt(mean(x^2) + eps), the f32 operations and reduction order of
-// rmsnorm.cu (so h is rmsnorm's output bit for bit); else h = x. NaN elements do not count in the max.
+// threads a row. NORM: h = x * inv * w with inv = 1 / sqrt(mean(x^2) + eps), the f32 operations and
+// reduction order of rmsnorm.cu (so h is rmsnorm's output bit for bit); else h = x. NaN elements do not
+// count in the max.
+// Register path (x, w 16-byte aligned, y 8-byte aligned, dim % 4 == 0, dim <= 1024 XI_ROWS_F16_V4): each
+// thread loads its float4s i = tid, tid + 256, ... of x once, all in flight together, and keeps them (the
+// sum of squares in xi_rmsnorm_inv's order and expression, so the same inv), then h, the max and the
+// stores from registers. Else h is computed twice from memory (once for the row's max, once to store it).
+// The max is exact in any order, so both paths give the same bits.
 template <bool NORM>
 __device__ __forceinline__ void xi_rows_f16(const float *__restrict__ x, const float *__restrict__ w,
                                             uint16_t *__restrict__ y, float *__restrict__ inv_scale, int rows, int dim,
@@ -79,6 +87,53 @@ __device__ __forceinline__ void xi_rows_f16(const float *__restrict__ x, const f
     if (r >= rows) return;
     const float *xr = x + (size_t_)r * dim;
     uint16_t *yr = y + (size_t_)r * dim;
+    const int n4 = dim >> 2;
+    const bool regs = ((((size_t_)xr) | (NORM ? (size_t_)w : (size_t_)0)) & 15) == 0 && (((size_t_)yr) & 7) == 0 &&
+                      (dim & 3) == 0 && n4 <= (int)blockDim.x * XI_ROWS_F16_V4;
+    if (regs) {
+        float4 v[XI_ROWS_F16_V4];
+        float ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < XI_ROWS_F16_V4; k++) {
+            const int i = threadIdx.x + k * blockDim.x;
+            if (i < n4) v[k] = reinterpret_cast<const float4 *>(xr)[i];
+        }
+        float inv = 1.0f;
+        if (NORM) {
+#pragma unroll
+            for (int k = 0; k < XI_ROWS_F16_V4; k++) {
+                if (threadIdx.x + k * (int)blockDim.x < n4) {
+                    const float4 u = v[k];
+                    ss += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;  // xi_rmsnorm_inv's vec expression
+                }
+            }
+            inv = 1.0f / sqrtf(xi_block_sum(ss, scratch) / (float)dim + eps);
+        }
+        float amax = 0.0f;
+#pragma unroll
+        for (int k = 0; k < XI_ROWS_F16_V4; k++) {
+            const int i = threadIdx.x + k * blockDim.x;
+            if (i < n4) {
+                if (NORM) {
+                    const float4 g = reinterpret_cast<const float4 *>(w)[i];
+                    v[k] = make_float4(v[k].x * inv * g.x, v[k].y * inv * g.y, v[k].z * inv * g.z, v[k].w * inv * g.w);
+                }
+                amax = fmaxf(fmaxf(fmaxf(fmaxf(amax, fabsf(v[k].x)), fabsf(v[k].y)), fabsf(v[k].z)), fabsf(v[k].w));
+            }
+        }
+        const float s = xi_f16_row_scale(xi_block_max(amax, scratch));
+#pragma unroll
+        for (int k = 0; k < XI_ROWS_F16_V4; k++) {
+            const int i = threadIdx.x + k * blockDim.x;
+            if (i < n4) {
+                const uint32_t lo = (uint32_t)xi_f2h(v[k].x * s) | ((uint32_t)xi_f2h(v[k].y * s) << 16);
+                const uint32_t hi = (uint32_t)xi_f2h(v[k].z * s) | ((uint32_t)xi_f2h(v[k].w * s) << 16);
+                reinterpret_cast<uint2 *>(yr)[i] = make_uint2(lo, hi);
+            }
+        }
+        if (threadIdx.x == 0) inv_scale[r] = 1.0f / s;
+        return;
+    }
     float inv = 1.0f;
     if (NORM) {
         // rmsnorm.cu's sum (xi_rmsnorm.cuh); its vec test without y's alignment (y is f16 here)

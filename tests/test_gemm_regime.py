@@ -186,8 +186,9 @@ async def test_rmsnorm_f16_is_rmsnorm_then_the_model(devices, rng, K):
     np.testing.assert_array_equal(got_inv, want_inv)
 
 
-async def test_unscale_add_and_swiglu_unscale(devices, rng):
-    T, N, stride = 5, 300, 700
+@pytest.mark.parametrize("N, stride", [(300, 700), (301, 703)])  # cuda: 4 elements a thread; 1 a thread
+async def test_unscale_add_and_swiglu_unscale(devices, rng, N, stride):
+    T = 5
     src = (rng.standard_normal((T, 2 * N)) * 40).astype(np.float32)
     inv = np.array([1, 2, 4, 1024, 0.5], np.float32)
     y0 = rng.standard_normal((T, stride)).astype(np.float32)
