@@ -35,7 +35,6 @@
 #define XI_ATT_WARPS 8
 #define XI_ATT_MAXD 8  // head_dim / 32 per lane, at most
 #define XI_ATT_GMAX 4  // query heads a block, at most
-#define XI_ATT_PV 8    // keys whose v rows a warp loads at once in p @ V (head_dim <= 128; half above)
 // the split-K constants: ops/_attention_split.py (SEG_KEYS, SEGS_MAX, SPLIT_T_MAX) mirrors them
 #define XI_ATT_SEG_KEYS 512
 #define XI_ATT_SEGS_MAX 32
@@ -101,9 +100,7 @@ __device__ __forceinline__ void xi_att_segment(const KV *__restrict__ kb, const 
             if (lane < nk) {
                 const KV *kr = kb + (size_t_)j * kv_row;
                 if (vec) {
-                    // 8 float4s of the row in flight at a time (the loop is latency-bound at short contexts:
-                    // a lane walks its key's whole row); the sums' order is the loop's, whatever the unroll
-#pragma unroll 8
+#pragma unroll 4
                     for (int d = 0; d < hd; d += 4) {
                         const float4 k4 = xi_kv4(kr + d);
 #pragma unroll
@@ -144,30 +141,22 @@ __device__ __forceinline__ void xi_att_segment(const KV *__restrict__ kb, const 
             for (int i = 0; i < D; i++) acc[g][i] *= corr;
             m[g] = mn;
         }
-        // p @ V over the chunk's keys in order, XI_ATT_PV keys at a time: their v rows are loaded first (all
-        // in flight), then added key after key (the same order and operations as one key at a time)
+        // p @ V over the chunk's keys in order
         const KV *vr = vb + (size_t_)c0 * kv_row;
-        constexpr int PV = D <= 4 ? XI_ATT_PV : XI_ATT_PV / 2;  // head_dim 256: half (registers)
-        for (int j0 = 0; j0 < nk; j0 += PV) {
-            float vv[PV][D];
+#pragma unroll 8
+        for (int jj = 0; jj < 32; jj++) {
+            if (jj >= nk) break;
+            float vv[D];
 #pragma unroll
-            for (int u = 0; u < PV; u++) {
-#pragma unroll
-                for (int i = 0; i < D; i++) {
-                    const int d = lane + 32 * i;
-                    vv[u][i] = j0 + u < nk && d < hd ? xi_kv1(vr + (size_t_)(j0 + u) * kv_row + d) : 0.0f;
-                }
+            for (int i = 0; i < D; i++) {
+                const int d = lane + 32 * i;
+                vv[i] = d < hd ? xi_kv1(vr + (size_t_)jj * kv_row + d) : 0.0f;
             }
 #pragma unroll
-            for (int u = 0; u < PV; u++) {
-                if (j0 + u < nk) {  // warp-uniform
+            for (int g = 0; g < G; g++) {
+                const float w = __shfl_sync(0xffffffffu, pw[g], jj);
 #pragma unroll
-                    for (int g = 0; g < G; g++) {
-                        const float w = __shfl_sync(0xffffffffu, pw[g], j0 + u);
-#pragma unroll
-                        for (int i = 0; i < D; i++) acc[g][i] = __fmaf_rn(w, vv[u][i], acc[g][i]);
-                    }
-                }
+                for (int i = 0; i < D; i++) acc[g][i] = __fmaf_rn(w, vv[i], acc[g][i]);
             }
         }
     }
