@@ -320,6 +320,78 @@ def mvp_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     return v != "0"
 
 
+#: the weight types of the integer decode kernel (shaders/xi_mvq.cuh, entry ``_pq``)
+MVQ_TYPES = ("q4_0", "q4_1", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k")
+_MVQ_WARPS, _MVQ_TT = 8, 8  # XI_MVQ_WARPS, XI_MVQ_TT
+#: where ``_pq`` runs (``mvq_weight``): 1 <= T <= PQ_MAX_T tokens
+PQ_MAX_T = 8
+
+
+def mvq_params(dt: str, glu: bool) -> tuple[int, int, int]:
+    """(R rows a warp, S stages, CG groups of 256 elements a region's chunk) of the ``_pq`` entries
+    (XI_MVQ_R, XI_MVQ_S, XI_MVQ_CG in shaders/xi_mvq.cuh): R = 2 (1 with GLU: a gate and an up
+    row), S = 3, CG = 8 (4 for q8_0): a multiple of 4 (a warp step is 32 blocks, a block a lane)."""
+    return (1 if glu else 2), 3, (4 if dt == "q8_0" else 8)
+
+
+def mvq_shared(dt: str, k: int, tt: int, glu: bool, params: tuple[int, int, int] | None = None) -> int:
+    """Dynamic shared bytes of ``_pq`` for ``tt`` tokens a CTA (``xi_mvq_shared``): 8 warps x S
+    stages x NR regions (R, 2R with GLU) x CG groups of 256 elements, the tokens' int8 codes (tt K
+    bytes), their (d, s) pairs (8 bytes a block of 32 a token) and 32 bytes of rmsnorm scales."""
+    r, s, cg = params or mvq_params(dt, glu)
+    return _MVP_WARPS * s * r * (2 if glu else 1) * cg * row_bytes(dt, 256) + tt * k + tt * (k // 32) * 8 + 32
+
+
+def mvq_tokens(dt: str, k: int, t: int, glu: bool, stage_max: int, params: tuple[int, int, int] | None = None) -> int:
+    """Tokens a CTA of ``_pq`` (TT, grid.y = ceil(T / TT)): the power of two 1..8 at or above
+    min(T, 8), halved while ``mvq_shared`` exceeds ``stage_max``; 0 where one token does not fit."""
+    tt = 1
+    while tt < min(t, _MVQ_TT):
+        tt *= 2
+    while tt >= 1 and mvq_shared(dt, k, tt, glu, params) > stage_max:
+        tt //= 2
+    return tt
+
+
+def mvq_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 0), stage_max: int = MVT_STAGE_MAX,
+               params: tuple[int, int, int] | None = None,
+               tt: int | None = None) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+    """(grid, block, shared bytes, entry suffix) of the integer decode kernel: 256 threads, tiles of
+    R rows a warp, at most one wave of CTAs a token tile (the warps stride over the tiles; CTAs an
+    SM from the shared bytes, ``mvp_ctas_per_sm``), ceil(T / TT) token tiles (``mvq_tokens``, or
+    ``tt`` where given: tools/gemv_variants.py sweeps it)."""
+    r, s, cg = params or mvq_params(dt, glu)
+    tt = tt or mvq_tokens(dt, c["K"], c["T"], glu, stage_max, (r, s, cg))
+    shared = mvq_shared(dt, c["K"], tt, glu, (r, s, cg))
+    ctas = min(_cdiv(_cdiv(c["N"], r), _MVQ_WARPS), sms * mvp_ctas_per_sm(shared, cc))
+    return (ctas, _cdiv(c["T"], tt), 1), (256, 1, 1), shared, "_pq"
+
+
+def mvq_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: tuple[int, int]) -> bool:
+    """Whether a product runs the integer decode kernel (``_pq``, shaders/xi_mvq.cuh): a type of
+    MVQ_TYPES on compute capability 8.0+ (cp.async, dp4a), 1 <= T <= PQ_MAX_T, K a multiple of 256
+    and rows of whole 16-byte words (its cp.async copies; q6_k: K a multiple of 2048), one token's
+    shared bytes within ``stage_max``. Its rows' bits are llama.cpp-style integer sums (activations
+    quantized to q8_1), not the f32 entries' (xi_mv1, xi_mvc, ``_p``, and xi_mvt at T > 8): a row
+    is the same at every T <= PQ_MAX_T and alone, but not across PQ_MAX_T."""
+    if dt not in MVQ_TYPES or cc < (8, 0) or not 1 <= t <= PQ_MAX_T or k % 256 or row_bytes(dt, k) % 16:
+        return False
+    return mvq_tokens(dt, k, t, glu, stage_max) > 0
+
+
+def mvq_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the integer decode kernel may run (``mvq_weight``): ``XINFER_MVQ`` unset or ``1``;
+    ``0`` turns it off (back to ``_p`` / xi_mvc, the f32 kernels: other bits).
+
+    Raises:
+        ValueError: XINFER_MVQ is set to something else.
+    """
+    v = environ.get("XINFER_MVQ", "").strip()
+    if v not in ("", "0", "1"):
+        raise ValueError(f"XINFER_MVQ={v!r} is not one of '', '0', '1'")
+    return v != "0"
+
+
 def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
     """Tokens above which the ``STAGED1_TYPES`` run the tiled ``_t`` entry (xi_mvt.cuh: each weight
     decoded once for 8 tokens) instead of the staged one (xi_mvc.cuh: decoded once a token): 8, as
@@ -340,7 +412,7 @@ def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
 
 def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
                   cc: tuple[int, int] = (9, 0), mmq: str = "", mvp: bool = True,
-                  kq_min_t: int = _MVT_MIN_T) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+                  kq_min_t: int = _MVT_MIN_T, mvq: bool = True) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, dynamic shared bytes, entry suffix) of a matrix kernel (``kind``: ``matmul``,
     ``rmsnorm_matmul`` or ``rmsnorm_matmul_swiglu``) of type ``dt`` for the constants:
 
@@ -349,6 +421,9 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
     - ``tc_weight``: the tensor-core kernel (shaders/xi_tc.cuh), ``_tc`` at T <= 8 (8 tokens a block)
       and ``_tct`` above (32, 16 with GLU): a block of ``tc_segs`` warps a tile of 16 rows; shared:
       the segment sums (``tc_launch``; at T == 1 also h split for the one-token body);
+    - ``mvq`` (``mvq_enabled``: XINFER_MVQ unset or 1) and ``mvq_weight`` (1 <= T <= PQ_MAX_T):
+      ``_pq``, the integer decode kernel (shaders/xi_mvq.cuh, ``mvq_launch``; llama.cpp's numerics:
+      its rows' bits differ from the f32 entries', which take T > PQ_MAX_T);
     - ``mvp`` (``mvp_enabled``: XINFER_MVP unset or 1) and ``mvp_weight`` (T <= MVP_MAX_T, large
       weights): ``_p``, the pipelined kernel (shaders/xi_mvp.cuh, ``mvp_launch``);
     - else T > 8 (for ``STAGED1_TYPES``: T > ``kq_min_t``, ``kq_tiled_min_t``): ``_t``, the
@@ -360,6 +435,8 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
         return mmq_launch(c, dt, glu, mmq, sms)
     if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
+    if mvq and mvq_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
+        return mvq_launch(c, dt, glu, sms, cc, stage_max)
     if mvp and mvp_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
         return mvp_launch(c, dt, glu, sms, cc)
     if t > (kq_min_t if dt in STAGED1_TYPES else _MVT_MIN_T):
@@ -423,9 +500,9 @@ def attention_launch(c: dict, sms: int) -> tuple[tuple[int, int, int], tuple[int
 
 def matmul_entries(dt: str) -> tuple[str, ...]:
     """The entry suffixes of a matrix kernel's shader: ``""``, ``"_t"`` (and ``"_tc"``, ``"_tct"``;
-    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``; ``"_p"``)."""
+    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``; ``"_p"``; ``"_pq"``)."""
     return ("", "_t") + (("_tc", "_tct") if dt in TC_TYPES else ()) + (("_mmq", "_mmqs", "_q1") if dt in MMQ_TYPES else ()) \
-        + (("_p",) if dt in MVP_TYPES else ())
+        + (("_p",) if dt in MVP_TYPES else ()) + (("_pq",) if dt in MVQ_TYPES else ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -446,23 +523,28 @@ class Family:
 
 def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
     """matmul_DT, rmsnorm_matmul_DT, rmsnorm_matmul_swiglu_DT (``params``: ``dt``, ``kind``):
-    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ), ``mvp_enabled()`` (XINFER_MVP) and
-    ``kq_tiled_min_t()`` (XINFER_KQ_TILED_MIN_T), read when the kernel is loaded; the ``_t``
+    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ), ``mvp_enabled()`` (XINFER_MVP),
+    ``mvq_enabled()`` (XINFER_MVQ) and ``kq_tiled_min_t()`` (XINFER_KQ_TILED_MIN_T), read when the
+    kernel is loaded; the ``_t``
     entry stages tokens in up to ``stage_max`` dynamic shared bytes, the tiled integer entries opt in
     to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
-    them directly), and ``_p`` (MVP_TYPES) to ``stage_max`` (``mvp_weight`` keeps it within).
+    them directly), and ``_p`` (MVP_TYPES) and ``_pq`` (MVQ_TYPES) to ``stage_max`` (``mvp_weight``,
+    ``mvq_tokens`` keep them within).
 
     Raises:
-        ValueError: XINFER_MMQ, XINFER_MVP or XINFER_KQ_TILED_MIN_T is set to an unknown value."""
+        ValueError: XINFER_MMQ, XINFER_MVP, XINFER_MVQ or XINFER_KQ_TILED_MIN_T is set to an unknown value."""
     dt, kind = params["dt"], params["kind"]
     opt_in = {"_t": stage_max} if stage_max > 48 * 1024 else {}
     if mmq_usable(dt, stage_max, cc):
         opt_in.update({"_mmq": mmq_shared(dt, MMQ_TN), "_mmqs": mmq_shared(dt, MMQ_TN_SMALL)})
     if dt in MVP_TYPES and stage_max > 48 * 1024:
         opt_in["_p"] = stage_max  # mvp_weight keeps its shared bytes within stage_max
+    if dt in MVQ_TYPES and stage_max > 48 * 1024:
+        opt_in["_pq"] = stage_max  # mvq_tokens keeps its shared bytes within stage_max
     return Family(matmul_entries(dt),
                   functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc,
-                                    mmq=mmq_mode(), mvp=mvp_enabled(), kq_min_t=kq_tiled_min_t()),
+                                    mmq=mmq_mode(), mvp=mvp_enabled(), kq_min_t=kq_tiled_min_t(),
+                                    mvq=mvq_enabled()),
                   opt_in)
 
 
