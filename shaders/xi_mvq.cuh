@@ -10,7 +10,8 @@
 //
 // Design: a CTA of XI_MVQ_WARPS warps takes a tile of tokens (grid.y = ceil(T / TT) tiles; the CTA's
 // tt = ceil(T / gridDim.y) <= 8 tokens) and quantizes them ONCE into shared memory (xi_mmq.cuh's
-// xi_mmq_quant: codes int8 (tt, K), (d, s) a (block, token)), then each warp streams tiles of R
+// xi_mmq_quant: codes int8 (tt, K), (d, s) a (block, token); the rmsnorm scales, xi_mmq_inv, a warp a
+// token), then each warp streams tiles of R
 // weight rows (NR = R regions, 2R with GLU: the R gate rows and their R up rows) through S stages of
 // warp-private shared memory by cp.async (xi_mvp.cuh's xi_mvp_cp16 / commit / wait: chunks of CG
 // groups of 256 elements a region), warps taking tiles gw, gw + GW, ... over a grid of at most a
@@ -37,9 +38,9 @@
 // These bits differ from the f32 entries' (xi_mvc, xi_mvt at T > 8, `_p`): the backend runs `_pq` at
 // T <= PQ_MAX_T only (mvq_weight), so a request's row always takes the same kernel at a given T.
 //
-// Requirements (the launch rule, _launch.mvq_weight, checks them; the entry writes NaN rows
-// otherwise): K % 256 == 0, rows of whole 16-byte words (q6_k: K % 2048 == 0), w, x, norm 16-byte
-// aligned; compute capability 8.0+ (cp.async).
+// Requirements (the launch rule, _launch.mvq_weight, checks the shapes; the entry writes NaN rows
+// otherwise): K % 256 == 0, rows of whole 16-byte words (q6_k: K % 2048 == 0), w 16-byte aligned
+// (x and norm: any 4-byte alignment, xi_mmq_quant reads them); compute capability 8.0+ (cp.async).
 #pragma once
 #include "xi_mvp.cuh"
 #include "xi_mmq.cuh"
@@ -48,10 +49,10 @@
 #define XI_MVQ_TT 8     // tokens a CTA at most
 
 // Dynamic shared bytes: the warps' stages (8 warps x S stages x NR regions x CG groups), the tt
-// tokens' codes (tt K bytes), their (d, s) pairs (tt K / 32 float2) and rmsnorm scales (8 floats).
-// backends/cuda/_launch.py repeats this (mvq_shared).
+// tokens' codes (tt K bytes) and their (d, s) pairs (tt K / 32 float2). backends/cuda/_launch.py
+// repeats this (mvq_shared).
 __host__ __device__ constexpr int xi_mvq_shared(int type, int k, int tt, int nr, int s, int cg) {
-    return XI_MVQ_WARPS * s * nr * cg * xi_mvp_group_bytes(type) + tt * k + tt * (k / 32) * 8 + 32;
+    return XI_MVQ_WARPS * s * nr * cg * xi_mvp_group_bytes(type) + tt * k + tt * (k / 32) * 8;
 }
 
 // N 32-bit words of the bytes at p (any alignment, shared memory): N + 1 aligned loads, funnel shifts.
@@ -172,7 +173,7 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
     uint8_t *st = smem + (size_t_)wi * S * NR * CGB;  // this warp's S stages
     uint8_t *xq = smem + (size_t_)XI_MVQ_WARPS * S * NR * CGB;  // (tn, K) codes
     float2 *ds = reinterpret_cast<float2 *>(xq + (size_t_)tn * a.K);  // (nb, tn) (d, s)
-    float *inv = reinterpret_cast<float *>(ds + (size_t_)nb * tn);  // (tn)
+    __shared__ float inv[TT];  // the tokens' rmsnorm scales
 
     // issue cursor: chunk ic of tile it, into stage is (as xi_mvp)
     int it = gw, ic = 0, is = 0, issued = 0;
@@ -285,8 +286,7 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
     if (tg0 >= a.T) return;
     const int tn = a.T - tg0 < tt ? a.T - tg0 : tt;
     uint8_t *smem = reinterpret_cast<uint8_t *>(xi_mvq_dyn);
-    const bool ok = (a.K & 255) == 0 && (xi_row_bytes_of(TYPE, a.K) & 15) == 0 &&
-                    ((((size_t_)a.w) | ((size_t_)a.x) | (NORM ? (size_t_)a.norm : (size_t_)0)) & 15) == 0;
+    const bool ok = (a.K & 255) == 0 && (xi_row_bytes_of(TYPE, a.K) & 15) == 0 && (((size_t_)a.w) & 15) == 0;
     if (!ok || tt > XI_MVQ_TT) {  // not a launch of mvq_launch: poison this CTA's rows
         for (int t = tg0; t < tg0 + tn; t++)
             for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < a.N; n += gridDim.x * blockDim.x)
@@ -299,27 +299,28 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
     else xi_mvq<TYPE, R, S, CG, NORM, GLU, 8>(a, smem, tg0, tn);
 }
 
-// Default (R, S, CG) by type: R = 2 rows a warp (1 with GLU: 2 regions), 3 stages, chunks of CG
-// groups of 256 elements (a multiple of 4: 32 blocks, a block a lane; q6_k 8 for whole 16-byte words).
+// Default (R, S, CG) by type: R = 2 rows a warp (1 with GLU: 2 regions), chunks of CG groups of 256
+// elements (a multiple of 4: 32 blocks, a block a lane; q6_k 8 for whole 16-byte words), 3 stages (2
+// for the types of 176- and 210-byte groups: 8 tokens of K = 4096 then fit 100 KB beside them).
 // backends/cuda/_launch.py repeats this (mvq_params); tools/gemv_variants.py --mvq sweeps others.
 #define XI_MVQ_R(TYPE, GLU) ((GLU) ? 1 : 2)
-#define XI_MVQ_S 3
+#define XI_MVQ_S(TYPE) ((TYPE) == XI_Q6_K || (TYPE) == XI_Q5_K || (TYPE) == XI_Q5_0 ? 2 : 3)
 #define XI_MVQ_CG(TYPE) ((TYPE) == XI_Q8_0 ? 4 : 8)
 
 // the `_pq` entries of matmul_DT, rmsnorm_matmul_DT and rmsnorm_matmul_swiglu_DT
 #define XI_MVQ_ENTRIES(DT, TYPE)                                                                                      \
     extern "C" __global__ void __launch_bounds__(256, 2) matmul_##DT##_pq(XI_MVP_PARAMS) {                            \
         const XiMvcArgs a{w, x, nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};                                       \
-        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0), XI_MVQ_S, XI_MVQ_CG(TYPE), false, false>(a);                           \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0), XI_MVQ_S(TYPE), XI_MVQ_CG(TYPE), false, false>(a);                           \
     }
 #define XI_MVQ_NORM_ENTRIES(DT, TYPE)                                                                                 \
     extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_matmul_##DT##_pq(XI_MVP_NORM_PARAMS(xi_rmsnorm_matmul_c)) { \
         const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, c.accumulate, c.eps};                                         \
-        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0), XI_MVQ_S, XI_MVQ_CG(TYPE), true, false>(a);                            \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0), XI_MVQ_S(TYPE), XI_MVQ_CG(TYPE), true, false>(a);                            \
     }
 #define XI_MVQ_SWIGLU_ENTRIES(DT, TYPE)                                                                               \
     extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_matmul_swiglu_##DT##_pq(                             \
         XI_MVP_NORM_PARAMS(xi_rmsnorm_matmul_swiglu_c)) {                                                             \
         const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, 0, c.eps};                                                    \
-        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1), XI_MVQ_S, XI_MVQ_CG(TYPE), true, true>(a);                             \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1), XI_MVQ_S(TYPE), XI_MVQ_CG(TYPE), true, true>(a);                             \
     }

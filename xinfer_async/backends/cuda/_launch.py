@@ -330,16 +330,17 @@ PQ_MAX_T = 8
 def mvq_params(dt: str, glu: bool) -> tuple[int, int, int]:
     """(R rows a warp, S stages, CG groups of 256 elements a region's chunk) of the ``_pq`` entries
     (XI_MVQ_R, XI_MVQ_S, XI_MVQ_CG in shaders/xi_mvq.cuh): R = 2 (1 with GLU: a gate and an up
-    row), S = 3, CG = 8 (4 for q8_0): a multiple of 4 (a warp step is 32 blocks, a block a lane)."""
-    return (1 if glu else 2), 3, (4 if dt == "q8_0" else 8)
+    row), S = 3 (2 for q5_0, q5_k, q6_k: 8 tokens of K = 4096 then fit 100 KB beside the stages),
+    CG = 8 (4 for q8_0): a multiple of 4 (a warp step is 32 blocks, a block a lane)."""
+    return (1 if glu else 2), (2 if dt in ("q5_0", "q5_k", "q6_k") else 3), (4 if dt == "q8_0" else 8)
 
 
 def mvq_shared(dt: str, k: int, tt: int, glu: bool, params: tuple[int, int, int] | None = None) -> int:
     """Dynamic shared bytes of ``_pq`` for ``tt`` tokens a CTA (``xi_mvq_shared``): 8 warps x S
     stages x NR regions (R, 2R with GLU) x CG groups of 256 elements, the tokens' int8 codes (tt K
-    bytes), their (d, s) pairs (8 bytes a block of 32 a token) and 32 bytes of rmsnorm scales."""
+    bytes) and their (d, s) pairs (8 bytes a block of 32 a token)."""
     r, s, cg = params or mvq_params(dt, glu)
-    return _MVP_WARPS * s * r * (2 if glu else 1) * cg * row_bytes(dt, 256) + tt * k + tt * (k // 32) * 8 + 32
+    return _MVP_WARPS * s * r * (2 if glu else 1) * cg * row_bytes(dt, 256) + tt * k + tt * (k // 32) * 8
 
 
 def mvq_tokens(dt: str, k: int, t: int, glu: bool, stage_max: int, params: tuple[int, int, int] | None = None) -> int:
