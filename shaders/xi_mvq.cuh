@@ -10,16 +10,16 @@
 //
 // Design: a CTA of XI_MVQ_WARPS warps takes a tile of tokens (grid.y = ceil(T / TT) tiles; the CTA's
 // tt = ceil(T / gridDim.y) <= 8 tokens) and quantizes them ONCE into shared memory (xi_mmq.cuh's
-// xi_mmq_quant: codes int8 (tt, K), (d, s) a (block, token); the rmsnorm scales, xi_mmq_inv, a warp a
-// token), then each warp streams tiles of R
+// xi_mmq_quant: codes int8 (tt, K), (d, s) a (block, token); the rmsnorm scales first, xi_mvq_inv,
+// the whole CTA a token), then each warp streams tiles of R
 // weight rows (NR = R regions, 2R with GLU: the R gate rows and their R up rows) through S stages of
 // warp-private shared memory by cp.async (xi_mvp.cuh's xi_mvp_cp16 / commit / wait: chunks of CG
 // groups of 256 elements a region), warps taking tiles gw, gw + GW, ... over a grid of at most a
 // wave (like `_p`). A lane takes whole blocks of 32: block b of a row goes to lane b % 32.
 //
 // Numerics (tests/_mmq_model.py `mvq_matmul` models them bit for bit):
-// - h = x, or with NORM h = (x * inv) * norm with inv = xi_mmq_inv (rmsnorm_inv of the model), each
-//   operation rounded once; h quantized per block of 32 to q8_1 as xi_mmq_quant does (amax / 127,
+// - h = x, or with NORM h = (x * inv) * norm with inv = xi_mvq_inv (rmsnorm_inv_cta of the model),
+//   each operation rounded once; h quantized per block of 32 to q8_1 as xi_mmq_quant does (amax / 127,
 //   codes rounded half away from zero, s = d * sum(codes));
 // - per (row, token, block b) the lane computes the exact integer isum of weight codes x activation
 //   codes (dp4a), and the block term, each float operation rounded once (__fmul_rn, __fadd_rn):
@@ -159,6 +159,47 @@ template <int TYPE> struct XiMvqB {
     }
 };
 
+// The rmsnorm scales inv[t] = 1 / sqrt(ss / K + eps) of tokens tg0 .. tg0 + tn - 1, all threads of
+// the CTA (tests/_mmq_model.py rmsnorm_inv_cta): thread j adds ((a*a + b*b) + (c*c + d*d)) of the
+// token's float4s j, j + 256, ... in order, then each warp's xor-butterfly sum, then the 8 warp sums
+// in warp order; each operation rounded once. (A warp a token, xi_mmq_inv, waits ~K / 1024 memory
+// round trips in a row before the first block can be quantized: the critical path at T == 1.)
+template <int TT>
+__device__ __forceinline__ void xi_mvq_inv(const XiMvcArgs &a, int tg0, int tn, float *inv) {
+    __shared__ float red[TT][XI_MVQ_WARPS];
+    const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5;
+    const bool al = (((size_t_)a.x) & 15) == 0;
+    float ss[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) ss[t] = 0.0f;
+    for (int i = tid; i < (a.K >> 2); i += XI_MVQ_WARPS * 32) {
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            if (t < tn) {
+                const float *xt = a.x + (size_t_)(tg0 + t) * a.K;
+                const float4 u = al ? __ldg(reinterpret_cast<const float4 *>(xt) + i)
+                                    : make_float4(xt[4 * i], xt[4 * i + 1], xt[4 * i + 2], xt[4 * i + 3]);
+                ss[t] = __fadd_rn(ss[t], __fadd_rn(__fadd_rn(__fmul_rn(u.x, u.x), __fmul_rn(u.y, u.y)),
+                                                   __fadd_rn(__fmul_rn(u.z, u.z), __fmul_rn(u.w, u.w))));
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss[t] = __fadd_rn(ss[t], __shfl_xor_sync(0xffffffffu, ss[t], o));
+        if (lane == 0 && t < tn) red[t][wi] = ss[t];
+    }
+    __syncthreads();
+    if (tid < tn) {
+        float v = red[tid][0];
+#pragma unroll
+        for (int w = 1; w < XI_MVQ_WARPS; w++) v = __fadd_rn(v, red[tid][w]);
+        inv[tid] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(v, (float)a.K), a.eps)));
+    }
+    __syncthreads();
+}
+
 // The vector body (see the top): tokens [tg0, tg0 + tn), tn <= TT; smem: xi_mvq_shared bytes for tn.
 template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, int TT>
 __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg0, int tn) {
@@ -202,13 +243,7 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
     for (int c = 0; c < S - 1; c++) issue();
 
     // the tokens, quantized once a CTA while the first chunks are in flight
-    if (NORM) {
-        if (wi < tn) {
-            const float v = xi_mmq_inv(a.x + (size_t_)(tg0 + wi) * a.K, a.K, a.eps);
-            if (lane == 0) inv[wi] = v;
-        }
-        __syncthreads();
-    }
+    if (NORM) xi_mvq_inv<TT>(a, tg0, tn, inv);
     xi_mmq_quant<NORM, 4>(a, inv, tg0, tn, 0, nb, xq, a.K, ds, XI_MVQ_WARPS * 32);
     __syncthreads();
 

@@ -74,9 +74,31 @@ def rmsnorm_inv(x, eps):
     return (F32(1) / np.sqrt((mean + F32(eps)).astype(F32))).astype(F32)
 
 
-def rmsnorm_h(x, norm, eps):
-    """h = (x * inv) * norm float32 (T, K), inv = ``rmsnorm_inv``."""
-    inv = rmsnorm_inv(x, eps)
+def rmsnorm_inv_cta(x, eps):
+    """1 / sqrt(mean(x^2) + eps) of each row of x float32 (T, K), K % 4 == 0, as the ``_pq`` kernel's
+    CTA of 256 threads (xi_mvq_inv): thread j adds ((a*a + b*b) + (c*c + d*d)) of float4s j, j + 256,
+    ... in order, then each warp's ``warp_sum``, then the 8 warp sums in warp order, then ss / K +
+    eps, sqrt, 1 / . (each operation rounded to float32)."""
+    T, K = x.shape
+    x4 = np.asarray(x, F32).reshape(T, K // 4, 4)
+    sq = (x4 * x4).astype(F32)
+    quad = ((sq[..., 0] + sq[..., 1]).astype(F32) + (sq[..., 2] + sq[..., 3]).astype(F32)).astype(F32)
+    thr = np.zeros((T, 256), F32)
+    for i0 in range(0, K // 4, 256):
+        part = quad[:, i0:i0 + 256]
+        thr[:, :part.shape[1]] = (thr[:, :part.shape[1]] + part).astype(F32)
+    warps = warp_sum(thr.reshape(T, 8, 32))  # (T, 8)
+    ss = warps[:, 0]
+    for w in range(1, 8):
+        ss = (ss + warps[:, w]).astype(F32)
+    mean = (ss / F32(K)).astype(F32)
+    return (F32(1) / np.sqrt((mean + F32(eps)).astype(F32))).astype(F32)
+
+
+def rmsnorm_h(x, norm, eps, inv_of=rmsnorm_inv):
+    """h = (x * inv) * norm float32 (T, K), inv = ``inv_of(x, eps)`` (``rmsnorm_inv``: the ``_mmq`` /
+    ``_q1`` kernels'; ``rmsnorm_inv_cta``: ``_pq``'s)."""
+    inv = inv_of(x, eps)
     return ((np.asarray(x, F32) * inv[:, None]).astype(F32) * np.asarray(norm, F32)[None, :]).astype(F32)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from _kernel_refs import KQUANT_BLOCKS, encode_weights, random_blocks
 from _mmq_model import (block_codes, block_terms, dequantize, error_bound, mvq_matmul, mvq_swiglu, rmsnorm_h,
-                        rows_of, warp_sum)
+                        rmsnorm_inv_cta, rows_of, warp_sum)
 
 from xinfer_async.backends.cuda import _launch
 from xinfer_async.backends.cuda._kernel import shader_dir
@@ -92,6 +92,31 @@ def test_warp_sum_is_the_xor_butterfly(rng):
         assert len({float(x) for x in lanes}) == 1 and warp_sum(v[r]) == lanes[0]
 
 
+@pytest.mark.parametrize("K", [256, 2048, 4096 + 1024])
+def test_rmsnorm_inv_cta_is_the_plain_loop_and_near_float64(rng, K):
+    """``_pq``'s rmsnorm scale: 256 threads' sums of squares (float4s j, j + 256, ...), the warps'
+    butterflies, the 8 warp sums in order; against the same in scalar float32 steps, and float64."""
+    x = tokens(rng, 3, K)
+    inv = rmsnorm_inv_cta(x, EPS)
+    for t in range(3):
+        thr = [F32(0)] * 256
+        for i in range(K // 4):
+            a, b, c, d = (F32(v) for v in x[t, 4 * i:4 * i + 4])
+            thr[i % 256] = F32(thr[i % 256] + F32(F32(F32(a * a) + F32(b * b)) + F32(F32(c * c) + F32(d * d))))
+        warps = []
+        for w in range(8):
+            lanes = thr[32 * w:32 * w + 32]
+            for o in (16, 8, 4, 2, 1):
+                lanes = [F32(lanes[i] + lanes[i ^ o]) for i in range(32)]
+            warps.append(lanes[0])
+        ss = warps[0]
+        for v in warps[1:]:
+            ss = F32(ss + v)
+        assert inv[t] == F32(F32(1) / np.sqrt(F32(F32(ss / F32(K)) + F32(EPS))))
+    ref = 1 / np.sqrt((x.astype(np.float64) ** 2).mean(-1) + np.float64(F32(EPS)))
+    assert np.allclose(inv, ref, rtol=2e-6, atol=0)
+
+
 @pytest.mark.parametrize("dt", TYPES)
 def test_model_lane_order_is_the_plain_loop(rng, dt):
     N, K, T = 5, 2048 * 3 if dt == "q6_k" else 256 * 13, 3  # 192 / 104 blocks: lanes with 6 / 3 or 4 blocks
@@ -108,7 +133,7 @@ def test_model_is_within_its_bound_of_float64(rng, dt, norm):
     N, K, T = 37, 2048 if dt == "q6_k" else 1280, 6
     wq, w64 = weights(rng, dt, N, K)
     x = tokens(rng, T, K)
-    h = rmsnorm_h(x, (rng.standard_normal(K) + 1).astype(F32), EPS) if norm else x
+    h = rmsnorm_h(x, (rng.standard_normal(K) + 1).astype(F32), EPS, rmsnorm_inv_cta) if norm else x
     y = mvq_matmul(wq, dt, h)
     ref = h.astype(np.float64) @ w64.T
     bound = error_bound(wq, dt, h)
@@ -290,7 +315,7 @@ async def _launch_kind(dev, kind, dt, wq, x, norm, N, y0=None, xoff=0):
 
 
 def _model(kind, dt, wq, x, norm, N, y0=None):
-    h = x if kind == "matmul" else rmsnorm_h(x, norm, EPS)
+    h = x if kind == "matmul" else rmsnorm_h(x, norm, EPS, rmsnorm_inv_cta)
     if kind == "rmsnorm_matmul_swiglu":
         return mvq_swiglu(wq, dt, h, N), h
     return mvq_matmul(wq, dt, h, y0), h

@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     shapes, ts, quick, path = selection(argv)
     from concurrent.futures import ThreadPoolExecutor
 
-    from _mmq_model import mvq_matmul, mvq_swiglu, rmsnorm_h
+    from _mmq_model import mvq_matmul, mvq_swiglu, rmsnorm_h, rmsnorm_inv_cta
 
     from xinfer_async.backends.cuda import CUDABackend, _driver, _launch, _nvrtc
     from xinfer_async.backends.cuda._driver import check, ffi
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
             if "_pq" not in got:
                 print(f"  {kind}_{dt} N={N} K={K} T={T}: _pq does not run here (mvq_weight)")
                 continue
-            h = x if kind == "matmul" else rmsnorm_h(x, norm, EPS)
+            h = x if kind == "matmul" else rmsnorm_h(x, norm, EPS, rmsnorm_inv_cta)
             ref = mvq_swiglu(wsel, dt, h, len(sample)) if glu else mvq_matmul(wsel, dt, h, y0[:, sample])
             ys = got["_pq"][:, sample]
             ok = np.allclose(ys, ref, rtol=2e-6, atol=1e-30) if glu else np.array_equal(ys.view(np.uint32), ref.view(np.uint32))
