@@ -340,7 +340,7 @@ def mvq_shared(dt: str, k: int, tt: int, glu: bool, params: tuple[int, int, int]
     stages x NR regions (R, 2R with GLU) x CG groups of 256 elements, the tokens' int8 codes (tt K
     bytes) and their (d, s) pairs (8 bytes a block of 32 a token)."""
     r, s, cg = params or mvq_params(dt, glu)
-    return _MVP_WARPS * s * r * (2 if glu else 1) * cg * row_bytes(dt, 256) + tt * k + tt * (k // 32) * 8
+    return _MVQ_WARPS * s * r * (2 if glu else 1) * cg * row_bytes(dt, 256) + tt * k + tt * (k // 32) * 8
 
 
 def mvq_tokens(dt: str, k: int, t: int, glu: bool, stage_max: int, params: tuple[int, int, int] | None = None) -> int:
@@ -526,9 +526,8 @@ def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) 
     """matmul_DT, rmsnorm_matmul_DT, rmsnorm_matmul_swiglu_DT (``params``: ``dt``, ``kind``):
     ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ), ``mvp_enabled()`` (XINFER_MVP),
     ``mvq_enabled()`` (XINFER_MVQ) and ``kq_tiled_min_t()`` (XINFER_KQ_TILED_MIN_T), read when the
-    kernel is loaded; the ``_t``
-    entry stages tokens in up to ``stage_max`` dynamic shared bytes, the tiled integer entries opt in
-    to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
+    kernel is loaded; the ``_t`` entry stages tokens in up to ``stage_max`` dynamic shared bytes, the
+    tiled integer entries opt in to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
     them directly), and ``_p`` (MVP_TYPES) and ``_pq`` (MVQ_TYPES) to ``stage_max`` (``mvp_weight``,
     ``mvq_tokens`` keep them within).
 
