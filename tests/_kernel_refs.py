@@ -164,8 +164,8 @@ def activation_quantization_bound(device_name, dt, x, exact):
         from xinfer_async.backends.cuda import _launch
 
         T, K = np.shape(x)
-        if not (_launch.mvq_enabled() and dt in _launch.MVQ_TYPES and 1 <= T <= _launch.PQ_MAX_T and K % 256 == 0
-                and _launch.row_bytes(dt, K) % 16 == 0):
+        if not (_launch.mvq_enabled() and dt in _launch.MVQ_TYPES and 1 <= T <= _launch.PQ_MAX_T
+                and _launch.staged_rows(dt, K)):
             return 0.0
         amax = np.abs(np.asarray(x, np.float64)).reshape(T, K // 32, 32).max(-1)
         wabs = np.abs(np.asarray(exact, np.float64)).reshape(len(exact), K // 32, 32).sum(-1)

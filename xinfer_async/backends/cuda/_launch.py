@@ -263,6 +263,13 @@ MVP_MAX_T, MVP_MIN_BYTES = 1, 2 << 20
 _SMEM_PER_SM = {8: 164 * 1024, 9: 228 * 1024, 10: 228 * 1024}
 
 
+def staged_rows(dt: str, k: int) -> bool:
+    """Whether rows of ``k`` elements of ``dt`` can stream through the cp.async stages of ``_p`` and
+    ``_pq`` (shaders/xi_mvp.cuh, xi_mvq.cuh): whole groups of 256 elements (K % 256 == 0) in rows of
+    whole 16-byte words (q6_k's 210-byte groups: K a multiple of 2048)."""
+    return k % 256 == 0 and row_bytes(dt, k) % 16 == 0
+
+
 def mvp_params(dt: str, glu: bool) -> tuple[int, int, int]:
     """(R rows a warp, S stages, CG groups of 256 elements a region's chunk) of the ``_p`` entries
     (XI_MVP_R, XI_MVP_S, XI_MVP_CG in shaders/xi_mvp.cuh): R = 2 (1 with GLU: a gate and an up
@@ -301,7 +308,7 @@ def mvp_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: t
     of whole 16-byte words (its cp.async copies; q6_k: K a multiple of 2048), a weight of at least
     MVP_MIN_BYTES, its shared bytes within ``stage_max``. Its rows' results are bit-identical to the
     other entries' (xi_mv1, xi_mvc, xi_mvt), so the choice never changes a result."""
-    if dt not in MVP_TYPES or cc < (8, 0) or t > MVP_MAX_T or k % 256 or row_bytes(dt, k) % 16:
+    if dt not in MVP_TYPES or cc < (8, 0) or t > MVP_MAX_T or not staged_rows(dt, k):
         return False
     wbytes = n * (2 if glu else 1) * row_bytes(dt, k)
     return wbytes >= MVP_MIN_BYTES and mvp_shared(dt, k, t, glu) <= stage_max
@@ -375,7 +382,7 @@ def mvq_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: t
     shared bytes within ``stage_max``. Its rows' bits are llama.cpp-style integer sums (activations
     quantized to q8_1), not the f32 entries' (xi_mv1, xi_mvc, ``_p``, and xi_mvt at T > 8): a row
     is the same at every T <= PQ_MAX_T and alone, but not across PQ_MAX_T."""
-    if dt not in MVQ_TYPES or cc < (8, 0) or not 1 <= t <= PQ_MAX_T or k % 256 or row_bytes(dt, k) % 16:
+    if dt not in MVQ_TYPES or cc < (8, 0) or not 1 <= t <= PQ_MAX_T or not staged_rows(dt, k):
         return False
     return mvq_tokens(dt, k, t, glu, stage_max) > 0
 
