@@ -10,7 +10,7 @@
 //
 // Design: a CTA of XI_MVQ_WARPS warps takes a tile of tokens (grid.y = ceil(T / TT) tiles; the CTA's
 // tt = ceil(T / gridDim.y) <= 8 tokens) and quantizes them ONCE into shared memory (xi_mmq.cuh's
-// xi_mmq_quant: codes int8 (tt, K), (d, s) a (block, token); the rmsnorm scales first, xi_mvq_inv,
+// xi_mmq_quant: codes int8 (tt, K), (d, s) (tt, K / 32); the rmsnorm scales first, xi_mvq_inv,
 // the whole CTA a token), then each warp streams tiles of R
 // weight rows (NR = R regions, 2R with GLU: the R gate rows and their R up rows) through S stages of
 // warp-private shared memory by cp.async (xi_mvp.cuh's xi_mvp_cp16 / commit / wait: chunks of CG
@@ -213,7 +213,7 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
     const int nchunk = gw < ntile ? ((ntile - 1 - gw) / GW + 1) * cpt : 0;
     uint8_t *st = smem + (size_t_)wi * S * NR * CGB;  // this warp's S stages
     uint8_t *xq = smem + (size_t_)XI_MVQ_WARPS * S * NR * CGB;  // (tn, K) codes
-    float2 *ds = reinterpret_cast<float2 *>(xq + (size_t_)tn * a.K);  // (nb, tn) (d, s)
+    float2 *ds = reinterpret_cast<float2 *>(xq + (size_t_)tn * a.K);  // (tn, nb) (d, s)
     __shared__ float inv[TT];  // the tokens' rmsnorm scales
 
     // issue cursor: chunk ic of tile it, into stage is (as xi_mvp)
@@ -244,7 +244,7 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
 
     // the tokens, quantized once a CTA while the first chunks are in flight
     if (NORM) xi_mvq_inv<TT>(a, tg0, tn, inv);
-    xi_mmq_quant<NORM, 4>(a, inv, tg0, tn, 0, nb, xq, a.K, ds, XI_MVQ_WARPS * 32);
+    xi_mmq_quant<NORM, 4, true>(a, inv, tg0, tn, 0, nb, xq, a.K, ds, XI_MVQ_WARPS * 32);
     __syncthreads();
 
     int ct = gw, cc = 0, cs = 0;  // compute cursor: chunk cc of tile ct, from stage cs
@@ -268,10 +268,13 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
 #pragma unroll
             for (int t = 0; t < TT; t++) {
                 if (t < tn) {
+                    // the block's two 16-byte halves, the second first where b & 4: the 8 lanes of a
+                    // quarter warp (blocks 32 bytes apart) then read 8 distinct bank quads
                     const uint4 *xp = reinterpret_cast<const uint4 *>(xq + (size_t_)t * a.K + 32 * b);
-                    const uint4 x0 = xp[0], x1 = xp[1];
+                    const int sw = (b >> 2) & 1;
+                    const uint4 u0 = xp[sw], u1 = xp[sw ^ 1], x0 = sw ? u1 : u0, x1 = sw ? u0 : u1;
                     const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-                    const float2 dsv = ds[(size_t_)b * tn + t];
+                    const float2 dsv = ds[(size_t_)t * nb + b];
 #pragma unroll
                     for (int q = 0; q < NR; q++) acc[t][q] = __fadd_rn(acc[t][q], wb[q].term(xw, dsv.x, dsv.y));
                 }
