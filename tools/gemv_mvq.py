@@ -35,11 +35,13 @@ from gemv_variants import EPS, MVP_ENUM, graph_replay_ms, raw_weights, read_grid
 from xinfer_async.hal._commands import CopyCmd, DispatchCmd  # noqa: E402
 
 #: (kind, dt, N output rows, K): Llama-3.1-8B's (wo, qkv, down, gate+up, output) and Llama-3.2-1B's of
-#: the q4_1 file (q8_0 output), then the 8B shapes in q4_k and q6_k (a Q4_K_M file's types)
+#: the q4_1 file (q8_0 output), then the 8B shapes in q4_k and q6_k (a Q4_K_M file's types; the output
+#: also in q4_1, the per-byte reference)
 MVQ_SHAPES = [("matmul", "q4_1", 4096, 4096), ("rmsnorm_matmul", "q4_1", 6144, 4096), ("matmul", "q4_1", 4096, 14336),
               ("rmsnorm_matmul_swiglu", "q4_1", 14336, 4096), ("rmsnorm_matmul", "q8_0", 128256, 4096),
               ("matmul", "q4_1", 2048, 2048), ("rmsnorm_matmul", "q4_1", 3072, 2048), ("matmul", "q4_1", 2048, 8192),
-              ("rmsnorm_matmul_swiglu", "q4_1", 8192, 2048), ("rmsnorm_matmul", "q8_0", 128256, 2048)] + [
+              ("rmsnorm_matmul_swiglu", "q4_1", 8192, 2048), ("rmsnorm_matmul", "q8_0", 128256, 2048),
+              ("rmsnorm_matmul", "q4_1", 128256, 4096)] + [
     (kind, dt, N, K) for dt in ("q4_k", "q6_k") for kind, N, K in (
         ("matmul", 4096, 4096), ("rmsnorm_matmul", 6144, 4096), ("matmul", 4096, 14336),
         ("rmsnorm_matmul_swiglu", 14336, 4096), ("rmsnorm_matmul", 128256, 4096))]
@@ -85,7 +87,7 @@ def mvq_source(kind, dt, quick=False) -> str:
 
 def selection(argv) -> tuple[list, tuple, bool, str | None]:
     """(shapes, token counts, quick, json path) from ``argv``: ``--dt A,B`` keeps the MVQ_SHAPES of
-    those types, ``--t 1,8`` those token counts of MVQ_T, ``--quick`` no variants, ``--json PATH``.
+    those types (and q4_1's of the same (kind, N, K)), ``--t 1,8`` those token counts of MVQ_T, ``--quick`` no variants, ``--json PATH``.
 
     Raises:
         ValueError: a type or a token count that the table does not have, or --json without a path."""
@@ -104,7 +106,8 @@ def selection(argv) -> tuple[list, tuple, bool, str | None]:
         bad = [d for d in dts if d not in known]
         if bad:
             raise ValueError(f"--dt {bad} not among the types of MVQ_SHAPES {sorted(known)}")
-        shapes = [s for s in MVQ_SHAPES if s[1] in dts]
+        keys = {(k, n, kk) for k, d, n, kk in MVQ_SHAPES if d in dts}  # and q4_1's on them: the per-byte reference
+        shapes = [s for s in MVQ_SHAPES if s[1] in dts or (s[1] == "q4_1" and (s[0], s[2], s[3]) in keys)]
     if opt("--t"):
         ts = tuple(int(t) for t in opt("--t").split(","))
         if not set(ts) <= set(MVQ_T):
@@ -298,6 +301,13 @@ def main(argv=None) -> int:
             cells.append(f"T={T}: {at['_pq']['us']:.1f} ({at['_pq']['gbs']:.0f}; {100 * rs[0]['read_us'] / at['_pq']['us']:.0f}%) / "
                          + (f"{p['us']:.1f}" if p else "-") + f" / {best['variant']} {best['us']:.1f}")
         print(f"  {kind}_{dt} {N}x{K}: read {rs[0]['read_us']:.1f}  " + "  ".join(cells))
+    print("\n_pq GB/s a byte against q4_1's _pq on the same shape (#17's target for the K-quants: >= 0.9 at T = 1)")
+    for kind, dt, N, K in shapes:
+        for T in ts:
+            p = [r for r in results if (r["kind"], r["dt"], r["N"], r["K"], r["T"], r["variant"]) == (kind, dt, N, K, T, "_pq")]
+            p1 = [r for r in results if (r["kind"], r["dt"], r["N"], r["K"], r["T"], r["variant"]) == (kind, "q4_1", N, K, T, "_pq")]
+            if dt != "q4_1" and p and p1:
+                print(f"  {kind}_{dt} {N}x{K} T={T}: {p[0]['gbs']:.0f} vs {p1[0]['gbs']:.0f} GB/s = {p[0]['gbs'] / p1[0]['gbs']:.2f}")
     print(f"\ncorrectness: {fails} failures (_pq against the model on sampled rows, every variant against _pq, T = {ts})")
     if path:
         with open(path, "w") as f:
