@@ -337,28 +337,30 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
     else xi_mvq<TYPE, R, S, CG, NORM, GLU, 8>(a, smem, tg0, tn);
 }
 
-// Default (R, S, CG) by type: R = 2 rows a warp (1 with GLU: 2 regions), chunks of CG groups of 256
-// elements (a multiple of 4: 32 blocks, a block a lane; q6_k 8 for whole 16-byte words), 3 stages (2
-// for the types of 176- and 210-byte groups: 8 tokens of K = 4096 then fit 100 KB beside them).
+// (R, S, CG) by type and kind (NORM: rmsnorm_matmul and SwiGLU; else matmul), from the H200 sweep of
+// tools/gemv_variants.py --mvq: R = 1 with GLU (2 regions), 2 with NORM (4 for q8_0, the output
+// layer), 4 for matmul; S = 2 for the types of 176- and 210-byte groups (8 tokens of K = 4096 then fit
+// 100 KB beside them) and for matmul (q8_0: 3), else 3; chunks of CG groups of 256 elements (a
+// multiple of 4: 32 blocks, a block a lane; q6_k 8 for whole 16-byte words).
 // backends/cuda/_launch.py repeats this (mvq_params); tools/gemv_variants.py --mvq sweeps others.
-#define XI_MVQ_R(TYPE, GLU) ((GLU) ? 1 : 2)
-#define XI_MVQ_S(TYPE) ((TYPE) == XI_Q6_K || (TYPE) == XI_Q5_K || (TYPE) == XI_Q5_0 ? 2 : 3)
+#define XI_MVQ_R(TYPE, NORM, GLU) ((GLU) ? 1 : !(NORM) || (TYPE) == XI_Q8_0 ? 4 : 2)
+#define XI_MVQ_S(TYPE, NORM, GLU) (!(NORM) && !(GLU) ? ((TYPE) == XI_Q8_0 ? 3 : 2) : (TYPE) == XI_Q6_K || (TYPE) == XI_Q5_K || (TYPE) == XI_Q5_0 ? 2 : 3)
 #define XI_MVQ_CG(TYPE) ((TYPE) == XI_Q8_0 ? 4 : 8)
 
 // the `_pq` entries of matmul_DT, rmsnorm_matmul_DT and rmsnorm_matmul_swiglu_DT
 #define XI_MVQ_ENTRIES(DT, TYPE)                                                                                      \
     extern "C" __global__ void __launch_bounds__(256, 2) matmul_##DT##_pq(XI_MVP_PARAMS) {                            \
         const XiMvcArgs a{w, x, nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};                                       \
-        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0), XI_MVQ_S(TYPE), XI_MVQ_CG(TYPE), false, false>(a);                           \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0, 0), XI_MVQ_S(TYPE, 0, 0), XI_MVQ_CG(TYPE), false, false>(a);                        \
     }
 #define XI_MVQ_NORM_ENTRIES(DT, TYPE)                                                                                 \
     extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_matmul_##DT##_pq(XI_MVP_NORM_PARAMS(xi_rmsnorm_matmul_c)) { \
         const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, c.accumulate, c.eps};                                         \
-        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0), XI_MVQ_S(TYPE), XI_MVQ_CG(TYPE), true, false>(a);                            \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1, 0), XI_MVQ_S(TYPE, 1, 0), XI_MVQ_CG(TYPE), true, false>(a);                         \
     }
 #define XI_MVQ_SWIGLU_ENTRIES(DT, TYPE)                                                                               \
     extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_matmul_swiglu_##DT##_pq(                             \
         XI_MVP_NORM_PARAMS(xi_rmsnorm_matmul_swiglu_c)) {                                                             \
         const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, 0, c.eps};                                                    \
-        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1), XI_MVQ_S(TYPE), XI_MVQ_CG(TYPE), true, true>(a);                             \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1, 1), XI_MVQ_S(TYPE, 1, 1), XI_MVQ_CG(TYPE), true, true>(a);                          \
     }

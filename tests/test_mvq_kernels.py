@@ -168,16 +168,22 @@ def test_launch_constants_match_the_header():
     """_launch repeats xi_mvq.cuh's constants and default parameters (one rule, two languages)."""
     assert int(_header_define("XI_MVQ_WARPS")) == _launch._MVQ_WARPS == _launch._MVP_WARPS
     assert int(_header_define("XI_MVQ_TT")) == _launch._MVQ_TT == _launch.PQ_MAX_T
-    assert _header_define("XI_MVQ_R(TYPE, GLU)") == "((GLU) ? 1 : 2)"
-    assert _header_define("XI_MVQ_S(TYPE)") == "((TYPE) == XI_Q6_K || (TYPE) == XI_Q5_K || (TYPE) == XI_Q5_0 ? 2 : 3)"
+    assert _header_define("XI_MVQ_R(TYPE, NORM, GLU)") == "((GLU) ? 1 : !(NORM) || (TYPE) == XI_Q8_0 ? 4 : 2)"
+    assert _header_define("XI_MVQ_S(TYPE, NORM, GLU)") == ("(!(NORM) && !(GLU) ? ((TYPE) == XI_Q8_0 ? 3 : 2) : (TYPE) == XI_Q6_K"
+                                                          " || (TYPE) == XI_Q5_K || (TYPE) == XI_Q5_0 ? 2 : 3)")
     assert _header_define("XI_MVQ_CG(TYPE)") == "((TYPE) == XI_Q8_0 ? 4 : 8)"
     for dt in TYPES:
-        for glu in (False, True):
-            r, s, cg = _launch.mvq_params(dt, glu)
-            assert (r, s, cg) == (1 if glu else 2, 2 if dt in ("q6_k", "q5_k", "q5_0") else 3, 4 if dt == "q8_0" else 8)
-            # 8 tokens of K = 4096 (8B's q, k, v, o, gate, up and output) fit 100 KB beside the stages
-            assert _launch.mvq_tokens(dt, 4096, 8, glu, 100 * 1024) == 8
-            assert cg % 4 == 0 and cg * _launch.row_bytes(dt, 256) % 16 == 0  # 32 blocks a step, whole words
+        slim = dt in ("q6_k", "q5_k", "q5_0")
+        cg = 4 if dt == "q8_0" else 8
+        assert _launch.mvq_params(dt, True) == (1, 2 if slim else 3, cg)  # SwiGLU
+        assert _launch.mvq_params(dt, False) == (4 if dt == "q8_0" else 2, 2 if slim else 3, cg)  # rmsnorm_matmul
+        assert _launch.mvq_params(dt, False, norm=False) == (4, 3 if dt == "q8_0" else 2, cg)  # matmul
+        assert cg % 4 == 0 and cg * _launch.row_bytes(dt, 256) % 16 == 0  # 32 blocks a step, whole words
+        for glu, norm in ((True, True), (False, True), (False, False)):
+            # 8 tokens of K = 4096 (8B's q, k, v, gate, up and output; matmul: 4) fit the H200's 227 KB
+            assert _launch.mvq_tokens(dt, 4096, 8, glu, 227 * 1024, norm=norm) == (8 if norm else _launch.MVQ_MATMUL_TT)
+            if dt != "q8_0" and (norm or not slim):  # and 100 KB, but for the wider stages of these
+                assert _launch.mvq_tokens(dt, 4096, 8, glu, 100 * 1024, norm=norm) >= (4 if norm else 2)
 
 
 def test_shared_bytes():
@@ -200,18 +206,21 @@ def test_tokens_a_cta():
 @pytest.mark.parametrize("kind,dt,N,K", LLAMA8B)
 @pytest.mark.parametrize("T", [1, 2, 3, 8, 9])
 def test_llama_8b_products_run_it(kind, dt, N, K, T):
+    """Every 8B product of T <= PQ_MAX_T runs _pq on the H200 (227 KB of shared memory a CTA), with the
+    kind's parameters (mvq_params) and as many tokens a CTA as fit."""
     c = dict(T=T, N=N, K=K, accumulate=0, eps=EPS)
-    glu = kind.endswith("swiglu")
-    grid, block, shared, suffix = _launch.matmul_launch(c, dt, kind, stage_max=100 * 1024, sms=132, cc=(9, 0))
+    glu, norm, smem = kind.endswith("swiglu"), kind != "matmul", 227 * 1024
+    grid, block, shared, suffix = _launch.matmul_launch(c, dt, kind, stage_max=smem, sms=132, cc=(9, 0))
     if T > _launch.PQ_MAX_T:
         assert suffix != "_pq"
         return
     assert suffix == "_pq" and block == (256, 1, 1)
-    tt = _launch.mvq_tokens(dt, K, T, glu, 100 * 1024)
-    assert tt >= (min(T, 2) if K > 4096 else T) and shared == _launch.mvq_shared(dt, K, tt, glu) <= 100 * 1024
+    tt = _launch.mvq_tokens(dt, K, T, glu, smem, norm=norm)
+    most = 8 if norm else _launch.MVQ_MATMUL_TT
+    assert tt >= min(T, most, 2 if K > 4096 else 8) and shared == _launch.mvq_shared(dt, K, tt, glu, norm=norm) <= smem
     assert grid[1] == -(-T // tt)
     per_sm = _launch.mvp_ctas_per_sm(shared, (9, 0))
-    r = _launch.mvq_params(dt, glu)[0]
+    r = _launch.mvq_params(dt, glu, norm)[0]
     assert grid[0] == min(-(-N // (8 * r)), 132 * per_sm)  # at most one wave: the warps stride over the tiles
 
 

@@ -182,8 +182,9 @@ def main(argv=None) -> int:
         glu = kind == "rmsnorm_matmul_swiglu"
         c, _ = consts(kind, T, N, K, 0)
         out = []
-        if _launch.mvq_weight(dt, N, K, T, glu, smax, cc):
-            grid, block, shared, _ = _launch.mvq_launch(c, dt, glu, sms, cc, smax)
+        norm = kind != "matmul"
+        if _launch.mvq_weight(dt, N, K, T, glu, smax, cc, norm=norm):
+            grid, block, shared, _ = _launch.mvq_launch(c, dt, glu, sms, cc, smax, norm=norm)
             out.append(("_pq", LaunchGrid(grid, block, shared, k.entries["_pq"])))
         if "_p" in k.entries:
             grid, block, shared, _ = _launch.mvp_launch(c, dt, glu, sms, cc)

@@ -334,48 +334,71 @@ _MVQ_WARPS, _MVQ_TT = 8, 8  # XI_MVQ_WARPS, XI_MVQ_TT
 PQ_MAX_T = 8
 
 
-def mvq_params(dt: str, glu: bool) -> tuple[int, int, int]:
+def mvq_params(dt: str, glu: bool, norm: bool = True) -> tuple[int, int, int]:
     """(R rows a warp, S stages, CG groups of 256 elements a region's chunk) of the ``_pq`` entries
-    (XI_MVQ_R, XI_MVQ_S, XI_MVQ_CG in shaders/xi_mvq.cuh): R = 2 (1 with GLU: a gate and an up
-    row), S = 3 (2 for q5_0, q5_k, q6_k: 8 tokens of K = 4096 then fit 100 KB beside the stages),
+    (XI_MVQ_R, XI_MVQ_S, XI_MVQ_CG in shaders/xi_mvq.cuh), by kind (``norm``: rmsnorm_matmul and the
+    SwiGLU kernel; False: matmul) from the H200 sweep of ``tools/gemv_variants.py --mvq`` (2026-12-02,
+    Llama-3.1-8B / 3.2-1B shapes, T = 1..8):
+    - GLU: R = 1 (a gate and an up row), S = 3 (2 for q5_0, q5_k, q6_k: 8 tokens of K = 4096 then fit
+      100 KB beside the stages);
+    - rmsnorm_matmul: R = 2 and the same S, except q8_0 (the output layer): R = 4 (128256x4096: 155
+      against 180 us at T = 1, 153 against 184 at T = 4);
+    - matmul (o, down): R = 4, S = 2 (q8_0: 3): 4096x4096 6.1 against 8.4 us at T = 1, 11.7 against
+      14.6 at T = 4; 4096x14336 19.3 against 20.0 and 37.2 against 45.8;
     CG = 8 (4 for q8_0): a multiple of 4 (a warp step is 32 blocks, a block a lane)."""
-    return (1 if glu else 2), (2 if dt in ("q5_0", "q5_k", "q6_k") else 3), (4 if dt == "q8_0" else 8)
+    slim = dt in ("q5_0", "q5_k", "q6_k")
+    if glu:
+        return 1, (2 if slim else 3), (4 if dt == "q8_0" else 8)
+    if norm:
+        return (4 if dt == "q8_0" else 2), (2 if slim else 3), (4 if dt == "q8_0" else 8)
+    return 4, (3 if dt == "q8_0" else 2), (4 if dt == "q8_0" else 8)
 
 
-def mvq_shared(dt: str, k: int, tt: int, glu: bool, params: tuple[int, int, int] | None = None) -> int:
+#: tokens a CTA of the matmul kind's ``_pq``, at most (``mvq_tokens``): with its 4 rows a warp, 8
+#: tokens a CTA ran slower than two CTAs of 4 (H200: 2048x8192 at T = 8, 37.7 against 19.9 us)
+MVQ_MATMUL_TT = 4
+
+
+def mvq_shared(dt: str, k: int, tt: int, glu: bool, params: tuple[int, int, int] | None = None,
+               norm: bool = True) -> int:
     """Dynamic shared bytes of ``_pq`` for ``tt`` tokens a CTA (``xi_mvq_shared``): 8 warps x S
     stages x NR regions (R, 2R with GLU) x CG groups of 256 elements, the tokens' int8 codes (tt K
     bytes) and their (d, s) pairs (8 bytes a block of 32 a token)."""
-    r, s, cg = params or mvq_params(dt, glu)
+    r, s, cg = params or mvq_params(dt, glu, norm)
     return _MVQ_WARPS * s * r * (2 if glu else 1) * cg * row_bytes(dt, 256) + tt * k + tt * (k // 32) * 8
 
 
-def mvq_tokens(dt: str, k: int, t: int, glu: bool, stage_max: int, params: tuple[int, int, int] | None = None) -> int:
-    """Tokens a CTA of ``_pq`` (TT, grid.y = ceil(T / TT)): the power of two 1..8 at or above
-    min(T, 8), halved while ``mvq_shared`` exceeds ``stage_max``; 0 where one token does not fit."""
+def mvq_tokens(dt: str, k: int, t: int, glu: bool, stage_max: int, params: tuple[int, int, int] | None = None,
+               norm: bool = True) -> int:
+    """Tokens a CTA of ``_pq`` (TT, grid.y = ceil(T / TT)): the power of two 1..8 (the matmul kind:
+    1..MVQ_MATMUL_TT) at or above min(T, that), halved while ``mvq_shared`` exceeds ``stage_max``; 0
+    where one token does not fit."""
+    most = _MVQ_TT if norm or glu else MVQ_MATMUL_TT
     tt = 1
-    while tt < min(t, _MVQ_TT):
+    while tt < min(t, most):
         tt *= 2
-    while tt >= 1 and mvq_shared(dt, k, tt, glu, params) > stage_max:
+    while tt >= 1 and mvq_shared(dt, k, tt, glu, params, norm) > stage_max:
         tt //= 2
     return tt
 
 
 def mvq_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 0), stage_max: int = MVT_STAGE_MAX,
                params: tuple[int, int, int] | None = None,
-               tt: int | None = None) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+               tt: int | None = None, norm: bool = True) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, shared bytes, entry suffix) of the integer decode kernel: 256 threads, tiles of
     R rows a warp, at most one wave of CTAs a token tile (the warps stride over the tiles; CTAs an
     SM from the shared bytes, ``mvp_ctas_per_sm``), ceil(T / TT) token tiles (``mvq_tokens``, or
-    ``tt`` where given: tools/gemv_variants.py sweeps it)."""
-    r, s, cg = params or mvq_params(dt, glu)
-    tt = tt or mvq_tokens(dt, c["K"], c["T"], glu, stage_max, (r, s, cg))
-    shared = mvq_shared(dt, c["K"], tt, glu, (r, s, cg))
+    ``tt`` where given: tools/gemv_variants.py sweeps it). ``norm``: the kind has the fused rmsnorm
+    (rmsnorm_matmul, SwiGLU); False for matmul (its parameters differ: ``mvq_params``)."""
+    r, s, cg = params or mvq_params(dt, glu, norm)
+    tt = tt or mvq_tokens(dt, c["K"], c["T"], glu, stage_max, (r, s, cg), norm)
+    shared = mvq_shared(dt, c["K"], tt, glu, (r, s, cg), norm)
     ctas = min(_cdiv(_cdiv(c["N"], r), _MVQ_WARPS), sms * mvp_ctas_per_sm(shared, cc))
     return (ctas, _cdiv(c["T"], tt), 1), (256, 1, 1), shared, "_pq"
 
 
-def mvq_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: tuple[int, int]) -> bool:
+def mvq_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: tuple[int, int],
+               norm: bool = True) -> bool:
     """Whether a product runs the integer decode kernel (``_pq``, shaders/xi_mvq.cuh): a type of
     MVQ_TYPES on compute capability 8.0+ (cp.async, dp4a), 1 <= T <= PQ_MAX_T, K a multiple of 256
     and rows of whole 16-byte words (its cp.async copies; q6_k: K a multiple of 2048), one token's
@@ -384,7 +407,7 @@ def mvq_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: t
     is the same at every T <= PQ_MAX_T and alone, but not across PQ_MAX_T."""
     if dt not in MVQ_TYPES or cc < (8, 0) or not 1 <= t <= PQ_MAX_T or not staged_rows(dt, k):
         return False
-    return mvq_tokens(dt, k, t, glu, stage_max) > 0
+    return mvq_tokens(dt, k, t, glu, stage_max, norm=norm) > 0
 
 
 def mvq_enabled(environ: Mapping[str, str] = os.environ) -> bool:
@@ -443,8 +466,8 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
         return mmq_launch(c, dt, glu, mmq, sms)
     if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
-    if mvq and mvq_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
-        return mvq_launch(c, dt, glu, sms, cc, stage_max)
+    if mvq and mvq_weight(dt, c["N"], c["K"], t, glu, stage_max, cc, norm=kind != "matmul"):
+        return mvq_launch(c, dt, glu, sms, cc, stage_max, norm=kind != "matmul")
     if mvp and mvp_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
         return mvp_launch(c, dt, glu, sms, cc)
     if t > (kq_min_t if dt in STAGED1_TYPES else _MVT_MIN_T):
