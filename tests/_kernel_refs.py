@@ -173,3 +173,18 @@ def activation_quantization_bound(device_name, dt, x, exact):
     if device_name != "cpu" or dt not in ACTIVATION_BLOCK:
         return 0.0
     return quantization_bound(np.asarray(x, np.float32), exact, ACTIVATION_BLOCK[dt], has_min=dt in ("q4_1", "q5_1"))
+
+
+def row_numerics(device_name, kind, dt, N, K, T):
+    """Which arithmetic the matrix kernel ``kind``_``dt`` gives an (N, K) weight's rows at T tokens:
+    ``"pq"`` where cuda runs the integer decode entry ``_pq`` (shaders/xi_mvq.cuh: q8_1 activations,
+    T <= PQ_MAX_T; ``_launch.matmul_launch`` with the H200's constants and XINFER_MVQ / XINFER_MMQ as
+    set now), else ``"f32"``: every other entry gives a row the same bits whatever T (the cpu
+    backend's too). A row is bit-identical across runs of the same arithmetic, not across the two."""
+    if device_name != "cuda":
+        return "f32"
+    from xinfer_async.backends.cuda import _launch
+
+    c = dict(T=T, N=N, K=K, accumulate=0, eps=1e-5)
+    suffix = _launch.matmul_launch(c, dt, kind, mmq=_launch.mmq_mode(), mvq=_launch.mvq_enabled())[3]
+    return "pq" if suffix == "_pq" else "f32"
