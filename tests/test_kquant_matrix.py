@@ -188,8 +188,10 @@ def test_launch_policy_of_the_kquant_types():
     assert matmul_launch(c, "q4_1", "matmul")[0] == (262144 // 16, 1, 1)  # xi_mv1: 2 rows a warp
     assert matmul_launch(dict(c, T=5), "q6_k", "matmul")[0] == (262144 // 8, 1, 1)
     long_row = dict(c, N=100, K=long_k("q4_k", False))  # 2 MB and more: the pipelined `_p` by default
-    assert matmul_launch(long_row, "q4_k", "matmul", mvp=False)[0] == (13, 1, 1)
-    assert matmul_launch(long_row, "q4_k", "matmul")[3] == "_p"  # a token's codes beside _pq's stages pass 100 KB
+    # a device whose blocks opt in to 100 KB: a token's codes beside _pq's stages do not fit
+    assert matmul_launch(long_row, "q4_k", "matmul", mvp=False, pq_max=100 * 1024)[0] == (13, 1, 1)
+    assert matmul_launch(long_row, "q4_k", "matmul", pq_max=100 * 1024)[3] == "_p"
+    assert matmul_launch(long_row, "q4_k", "matmul")[3] == "_pq"  # the H200's 226 KB: they do
     assert matmul_launch(dict(c, K=4096), "q4_k", "matmul")[3] == "_pq"  # the integer decode entry (T <= 8)
     assert matmul_launch(dict(c, T=9), "q4_k", "matmul")[3] == "_t"
     assert matmul_launch(dict(c, T=2), "q4_k", "matmul")[3] == ""

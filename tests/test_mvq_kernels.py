@@ -181,7 +181,7 @@ def test_launch_constants_match_the_header():
         assert cg % 4 == 0 and cg * _launch.row_bytes(dt, 256) % 16 == 0  # 32 blocks a step, whole words
         for glu, norm in ((True, True), (False, True), (False, False)):
             # 8 tokens of K = 4096 (8B's q, k, v, gate, up and output; matmul: 4) fit the H200's 227 KB
-            assert _launch.mvq_tokens(dt, 4096, 8, glu, 227 * 1024, norm=norm) == (8 if norm else _launch.MVQ_MATMUL_TT)
+            assert _launch.mvq_tokens(dt, 4096, 8, glu, _launch.PQ_STAGE_MAX, norm=norm) == (8 if norm else _launch.MVQ_MATMUL_TT)
             if dt != "q8_0" and (norm or not slim):  # and 100 KB, but for the wider stages of these
                 assert _launch.mvq_tokens(dt, 4096, 8, glu, 100 * 1024, norm=norm) >= (4 if norm else 2)
 
@@ -209,7 +209,7 @@ def test_llama_8b_products_run_it(kind, dt, N, K, T):
     """Every 8B product of T <= PQ_MAX_T runs _pq on the H200 (227 KB of shared memory a CTA), with the
     kind's parameters (mvq_params) and as many tokens a CTA as fit."""
     c = dict(T=T, N=N, K=K, accumulate=0, eps=EPS)
-    glu, norm, smem = kind.endswith("swiglu"), kind != "matmul", 227 * 1024
+    glu, norm, smem = kind.endswith("swiglu"), kind != "matmul", _launch.PQ_STAGE_MAX
     grid, block, shared, suffix = _launch.matmul_launch(c, dt, kind, stage_max=smem, sms=132, cc=(9, 0))
     if T > _launch.PQ_MAX_T:
         assert suffix != "_pq"
@@ -256,7 +256,8 @@ def test_entries():
     for dt in ("f32", "f16", "q5_1", "q2_k", "iq4_xs"):
         assert "_pq" not in _launch.matmul_entries(dt)
     fam = _launch.FAMILIES["matmul"]({"dt": "q6_k", "kind": "matmul"}, sms=132, stage_max=100 * 1024, cc=(9, 0))
-    assert fam.opt_in["_pq"] == 100 * 1024 and "_pq" in fam.entries
+    assert fam.opt_in["_pq"] == _launch.PQ_STAGE_MAX and "_pq" in fam.entries  # the H200's opt-in, not stage_max
+    assert _launch.pq_stage_max_for(227 * 1024) == _launch.PQ_STAGE_MAX
 
 
 def test_every_type_declares_the_entries():

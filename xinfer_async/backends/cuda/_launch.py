@@ -100,6 +100,17 @@ def _tiled_grid(c: dict, glu: bool) -> tuple[int, int, int]:
 MVT_STAGE_MAX = 102400  # the most dynamic shared bytes the `_t` entries stage tokens in (2 blocks an SM)
 
 
+#: dynamic shared bytes the integer decode entry ``_pq`` may use on an H200 (its opt-in 227 KB less 1 KB,
+#: ``pq_stage_max_for``): its measured parameters (``mvq_params``) stage past 100 KB (one CTA an SM)
+PQ_STAGE_MAX = 227 * 1024 - 1024
+
+
+def pq_stage_max_for(optin: int) -> int:
+    """The most dynamic shared bytes of ``_pq`` on a device whose blocks may opt in to ``optin``:
+    ``optin`` less the kernel's static shared memory and a margin (1 KB)."""
+    return max(0, optin - 1024)
+
+
 def stage_max_for(optin: int) -> int:
     """XI_MVT_STAGE_MAX for a device whose blocks may opt in to ``optin`` shared bytes: 100 KB, or
     what the device allows less the kernel's static shared memory and a margin (1 KB)."""
@@ -443,7 +454,8 @@ def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
 
 def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
                   cc: tuple[int, int] = (9, 0), mmq: str = "", mvp: bool = True,
-                  kq_min_t: int = _MVT_MIN_T, mvq: bool = True) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+                  kq_min_t: int = _MVT_MIN_T, mvq: bool = True,
+                  pq_max: int = PQ_STAGE_MAX) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, dynamic shared bytes, entry suffix) of a matrix kernel (``kind``: ``matmul``,
     ``rmsnorm_matmul`` or ``rmsnorm_matmul_swiglu``) of type ``dt`` for the constants:
 
@@ -452,7 +464,8 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
     - ``tc_weight``: the tensor-core kernel (shaders/xi_tc.cuh), ``_tc`` at T <= 8 (8 tokens a block)
       and ``_tct`` above (32, 16 with GLU): a block of ``tc_segs`` warps a tile of 16 rows; shared:
       the segment sums (``tc_launch``; at T == 1 also h split for the one-token body);
-    - ``mvq`` (``mvq_enabled``: XINFER_MVQ unset or 1) and ``mvq_weight`` (1 <= T <= PQ_MAX_T):
+    - ``mvq`` (``mvq_enabled``: XINFER_MVQ unset or 1) and ``mvq_weight`` (1 <= T <= PQ_MAX_T, its
+      shared bytes within ``pq_max``, the device's opt-in: ``pq_stage_max_for``):
       ``_pq``, the integer decode kernel (shaders/xi_mvq.cuh, ``mvq_launch``; llama.cpp's numerics:
       its rows' bits differ from the f32 entries', which take T > PQ_MAX_T);
     - ``mvp`` (``mvp_enabled``: XINFER_MVP unset or 1) and ``mvp_weight`` (T <= MVP_MAX_T, large
@@ -466,8 +479,8 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
         return mmq_launch(c, dt, glu, mmq, sms)
     if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
-    if mvq and mvq_weight(dt, c["N"], c["K"], t, glu, stage_max, cc, norm=kind != "matmul"):
-        return mvq_launch(c, dt, glu, sms, cc, stage_max, norm=kind != "matmul")
+    if mvq and mvq_weight(dt, c["N"], c["K"], t, glu, pq_max, cc, norm=kind != "matmul"):
+        return mvq_launch(c, dt, glu, sms, cc, pq_max, norm=kind != "matmul")
     if mvp and mvp_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
         return mvp_launch(c, dt, glu, sms, cc)
     if t > (kq_min_t if dt in STAGED1_TYPES else _MVT_MIN_T):
@@ -552,14 +565,14 @@ class Family:
     opt_in: dict[str, int]
 
 
-def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
+def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = PQ_STAGE_MAX) -> Family:
     """matmul_DT, rmsnorm_matmul_DT, rmsnorm_matmul_swiglu_DT (``params``: ``dt``, ``kind``):
     ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ), ``mvp_enabled()`` (XINFER_MVP),
     ``mvq_enabled()`` (XINFER_MVQ) and ``kq_tiled_min_t()`` (XINFER_KQ_TILED_MIN_T), read when the
     kernel is loaded; the ``_t`` entry stages tokens in up to ``stage_max`` dynamic shared bytes, the
     tiled integer entries opt in to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
-    them directly), and ``_p`` (MVP_TYPES) and ``_pq`` (MVQ_TYPES) to ``stage_max`` (``mvp_weight``,
-    ``mvq_tokens`` keep them within).
+    them directly), ``_p`` (MVP_TYPES) to ``stage_max`` (``mvp_weight`` keeps it within) and ``_pq``
+    (MVQ_TYPES) to ``pq_max`` (``mvq_tokens`` keeps it within).
 
     Raises:
         ValueError: XINFER_MMQ, XINFER_MVP, XINFER_MVQ or XINFER_KQ_TILED_MIN_T is set to an unknown value."""
@@ -569,19 +582,19 @@ def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) 
         opt_in.update({"_mmq": mmq_shared(dt, MMQ_TN), "_mmqs": mmq_shared(dt, MMQ_TN_SMALL)})
     if dt in MVP_TYPES and stage_max > 48 * 1024:
         opt_in["_p"] = stage_max  # mvp_weight keeps its shared bytes within stage_max
-    if dt in MVQ_TYPES and stage_max > 48 * 1024:
-        opt_in["_pq"] = stage_max  # mvq_tokens keeps its shared bytes within stage_max
+    if dt in MVQ_TYPES and pq_max > 48 * 1024:
+        opt_in["_pq"] = pq_max  # mvq_tokens keeps its shared bytes within pq_max
     return Family(matmul_entries(dt),
                   functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc,
                                     mmq=mmq_mode(), mvp=mvp_enabled(), kq_min_t=kq_tiled_min_t(),
-                                    mvq=mvq_enabled()),
+                                    mvq=mvq_enabled(), pq_max=pq_max),
                   opt_in)
 
 
-def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
+def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = 0) -> Family:
     """attention, attention_batched (and their ``_f16``): ``attention_launch``."""
     return Family(attention_entries(), functools.partial(attention_launch, sms=sms), {})
 
 
-#: family name (``CudaLaunch.family`` of a declaration) -> (params, sms=, stage_max=, cc=) -> ``Family``
+#: family name (``CudaLaunch.family`` of a declaration) -> (params, sms=, stage_max=, cc=[, pq_max=]) -> ``Family``
 FAMILIES: dict[str, Callable[..., Family]] = {"matmul": _matmul_family, "attention": _attention_family}
