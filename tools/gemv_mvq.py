@@ -78,7 +78,7 @@ def mvq_source(kind, dt, quick=False) -> str:
               ("const float *__restrict__ norm, " if norm else "") + f"float *__restrict__ y, {cstruct} c")
     acc = "c.accumulate" if not glu else "0"
     for r, s, cg in mvq_variants(dt, glu, quick):
-        src.append(f'extern "C" __global__ void __launch_bounds__(256, 1) mvq_{kind}_{dt}_{label(r, s, cg)}({params}) {{ '
+        src.append(f'extern "C" __global__ void __launch_bounds__(256, 2) mvq_{kind}_{dt}_{label(r, s, cg)}({params}) {{ '
                    f'const XiMvcArgs a{{w, x, {"norm" if norm else "nullptr"}, y, c.T, c.N, c.K, {acc}, '
                    f'{"c.eps" if norm else "0.0f"}}}; xi_mvq_kernel<{MVP_ENUM[dt]}, {r}, {s}, {cg}, '
                    f'{"true" if norm else "false"}, {"true" if glu else "false"}>(a); }}')
