@@ -1,5 +1,6 @@
 #include "xi_entries.cuh"
 #include "xi_mvp.cuh"
+#include "xi_mvq.cuh"
 #include "xi_tc.cuh"
 #include "xi_mmq.cuh"
 // w (N, K) q4_1, x (T, K) f32, norm (K) f32 -> y (T, N) f32 RW: matmul of rmsnorm(x) * norm (xi_mvc.cuh).
@@ -7,3 +8,4 @@ XI_RMSNORM_MATMUL_ENTRIES(q4_1, XI_Q4_1)
 XI_RMSNORM_MATMUL_TC_ENTRIES(q4_1, XI_Q4_1)
 XI_RMSNORM_MATMUL_MMQ_ENTRIES(q4_1, XI_Q4_1)
 XI_MVP_NORM_ENTRIES(q4_1, XI_Q4_1)
+XI_MVQ_NORM_ENTRIES(q4_1, XI_Q4_1)

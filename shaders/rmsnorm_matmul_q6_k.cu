@@ -1,5 +1,7 @@
 #include "xi_entries.cuh"
 #include "xi_mvp.cuh"
+#include "xi_mvq.cuh"
 // w (N, K) q6_k, x (T, K) f32, norm (K) f32 -> y (T, N) f32 RW: matmul of rmsnorm(x) * norm (xi_mvc.cuh).
 XI_RMSNORM_MATMUL_ENTRIES(q6_k, XI_Q6_K)
 XI_MVP_NORM_ENTRIES(q6_k, XI_Q6_K)
+XI_MVQ_NORM_ENTRIES(q6_k, XI_Q6_K)

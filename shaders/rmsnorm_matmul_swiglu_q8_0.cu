@@ -1,5 +1,6 @@
 #include "xi_entries.cuh"
 #include "xi_mvp.cuh"
+#include "xi_mvq.cuh"
 #include "xi_tc.cuh"
 #include "xi_mmq.cuh"
 // w (2N, K) q8_0 (gate rows, then up rows), x (T, K) f32, norm (K) f32 -> y (T, N) f32:
@@ -8,3 +9,4 @@ XI_SWIGLU_ENTRIES(q8_0, XI_Q8_0)
 XI_SWIGLU_TC_ENTRIES(q8_0, XI_Q8_0)
 XI_SWIGLU_MMQ_ENTRIES(q8_0, XI_Q8_0)
 XI_MVP_SWIGLU_ENTRIES(q8_0, XI_Q8_0)
+XI_MVQ_SWIGLU_ENTRIES(q8_0, XI_Q8_0)

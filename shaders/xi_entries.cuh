@@ -4,7 +4,9 @@
 // stage), `_t` (xi_mvt.cuh, the register-tiled kernel at T > XI_MVT_MIN_T) and, for the types with
 // a tensor-core kernel (files that include xi_tc.cuh), `_tc` and `_tct` (xi_tc.cuh: 8 tokens a
 // block at T <= 8, 32 at T > 8, 16 with GLU) for the weights the backend gives it
-// (_launch.tc_weight), at every T. Every entry's row results are bit-identical whatever T.
+// (_launch.tc_weight), at every T. Every entry's row results are bit-identical whatever T, but for
+// the integer decode entry `_pq` (xi_mvq.cuh, q8_1 activations: llama.cpp's numerics), which the
+// backend runs at 1 <= T <= 8 only: its rows are bit-identical at every such T, not to the others'.
 #pragma once
 #include "xi_mvt.cuh"
 

@@ -121,10 +121,11 @@ __device__ __forceinline__ float xi_mmq_inv(const float *xt, int K, float eps) {
 
 // Quantize blocks [kb0, kb0 + nblk) of tokens [t0, t0 + ntok) (q8_1): pair p = (token p / nblk,
 // block p % nblk), 8 lanes a pair (values 4l..4l+3 of the block, lane l = tid % 8); codes to
-// xq[tok * xstride + kk * 32 ..], (d, s) to ds[kk * ntok + tok]. Tokens past T and blocks past K
-// get zeros. inv: the tokens' rmsnorm scales (NORM). All nthreads threads of the CTA call it; a
-// thread issues the loads of UQ pairs before it quantizes them (UQ loads in flight).
-template <bool NORM, int UQ>
+// xq[tok * xstride + kk * 32 ..], (d, s) to ds[kk * ntok + tok] (TOKMAJOR: ds[tok * nblk + kk],
+// xi_mvq.cuh's layout). Tokens past T and blocks past K get zeros. inv: the tokens' rmsnorm scales
+// (NORM). All nthreads threads of the CTA call it; a thread issues the loads of UQ pairs before it
+// quantizes them (UQ loads in flight).
+template <bool NORM, int UQ, bool TOKMAJOR = false>
 __device__ __forceinline__ void xi_mmq_quant(const XiMvcArgs &a, const float *inv, int t0, int ntok, int kb0, int nblk,
                                              uint8_t *xq, int xstride, float2 *ds, int nthreads) {
     const int tid = threadIdx.x, l8 = tid & 7, grp = tid >> 3, ngrp = nthreads >> 3, nb = a.K >> 5, total = ntok * nblk;
@@ -164,7 +165,7 @@ __device__ __forceinline__ void xi_mmq_quant(const XiMvcArgs &a, const float *in
             if (p < total) {
                 *reinterpret_cast<uint32_t *>(xq + (size_t_)tok * xstride + kk * 32 + 4 * l8) =
                     (uint32_t)(q0 & 255) | ((uint32_t)(q1 & 255) << 8) | ((uint32_t)(q2 & 255) << 16) | ((uint32_t)(q3 & 255) << 24);
-                if (l8 == 0) ds[kk * ntok + tok] = make_float2(d, __fmul_rn(d, (float)qs));
+                if (l8 == 0) ds[TOKMAJOR ? tok * nblk + kk : kk * ntok + tok] = make_float2(d, __fmul_rn(d, (float)qs));
             }
         }
     }

@@ -152,11 +152,39 @@ def activation_quantization_bound(device_name, dt, x, exact):
     block-type products (q8_0, q4_0, q4_1, q5_0, q5_1: native/kernels/q8dot.c; q4_k, q5_k, q6_k:
     q8kdot.c; llama.cpp's numerics; their r8 layouts alike) round x (T, K) per block of 32 (256) to
     int8 codes (``_q8dot_model.quantization_bound``: d / 2 = amax / 254 per element, the f16 scales); with exact (N, K) the weights' float64
-    values, a bound on the product's change, (T, N) float64. 0 where x stays float (f32 / f16 / the
-    other types' weights; the cuda backend)."""
+    values, a bound on the product's change, (T, N) float64. On cuda the integer decode kernel
+    (``_pq``, shaders/xi_mvq.cuh) does the same per block of 32 with float32 scales where
+    ``_launch.mvq_weight``'s type and shape rules and XINFER_MVQ let it run (T <= PQ_MAX_T): amax / 254
+    per element, as ``_mmq_model.error_bound`` bounds it. 0 where x stays float (f32 / f16 / the
+    other types' weights; the other cuda kernels)."""
     from _q8dot_model import ACTIVATION_BLOCK, quantization_bound
 
     dt = dt.removesuffix("_r8")
+    if device_name == "cuda":
+        from xinfer_async.backends.cuda import _launch
+
+        T, K = np.shape(x)
+        if not (_launch.mvq_enabled() and dt in _launch.MVQ_TYPES and 1 <= T <= _launch.PQ_MAX_T
+                and _launch.staged_rows(dt, K)):
+            return 0.0
+        amax = np.abs(np.asarray(x, np.float64)).reshape(T, K // 32, 32).max(-1)
+        wabs = np.abs(np.asarray(exact, np.float64)).reshape(len(exact), K // 32, 32).sum(-1)
+        return (amax / 254 * (1 + 2.0 ** -20)) @ wabs.T
     if device_name != "cpu" or dt not in ACTIVATION_BLOCK:
         return 0.0
     return quantization_bound(np.asarray(x, np.float32), exact, ACTIVATION_BLOCK[dt], has_min=dt in ("q4_1", "q5_1"))
+
+
+def row_numerics(device_name, kind, dt, N, K, T):
+    """Which arithmetic the matrix kernel ``kind``_``dt`` gives an (N, K) weight's rows at T tokens:
+    ``"pq"`` where cuda runs the integer decode entry ``_pq`` (shaders/xi_mvq.cuh: q8_1 activations,
+    T <= PQ_MAX_T; ``_launch.matmul_launch`` with the H200's constants and XINFER_MVQ / XINFER_MMQ as
+    set now), else ``"f32"``: every other entry gives a row the same bits whatever T (the cpu
+    backend's too). A row is bit-identical across runs of the same arithmetic, not across the two."""
+    if device_name != "cuda":
+        return "f32"
+    from xinfer_async.backends.cuda import _launch
+
+    c = dict(T=T, N=N, K=K, accumulate=0, eps=1e-5)
+    suffix = _launch.matmul_launch(c, dt, kind, mmq=_launch.mmq_mode(), mvq=_launch.mvq_enabled())[3]
+    return "pq" if suffix == "_pq" else "f32"

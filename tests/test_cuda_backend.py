@@ -410,19 +410,31 @@ def test_errors(be):
     assert "nope" in info.value.log
     assert "affine" in be.load_kernel("affine").name
     mm = be.load_kernel("matmul_q4_1")
-    # T <= 8, a weight under _launch.MVP_MIN_BYTES: the staged kernel (shaders/xi_mvc.cuh): 2 rows (N spread
-    # over ~2 blocks an SM) and 8 tokens a block
-    grid, block, shared = mm.launch_config(dict(T=6, N=512, K=4096, accumulate=0))
+    # T <= 8, a weight under _launch.MVP_MIN_BYTES and K % 256 != 0 (no `_pq`, no `_p`): the staged kernel
+    # (shaders/xi_mvc.cuh): 2 rows (N spread over ~2 blocks an SM) and 8 tokens a block
+    grid, block, shared = mm.launch_config(dict(T=6, N=512, K=4064, accumulate=0))
     assert grid == (256, 1, 1) and block == (256, 1, 1) and shared == 0
-    g = mm.launch_grid(dict(T=6, N=512, K=4096, accumulate=0))
+    g = mm.launch_grid(dict(T=6, N=512, K=4064, accumulate=0))
     assert g == (256, 1, 1) and g.block == (256, 1, 1) and g.function == mm.function
-    # larger, one token: the pipelined entry matmul_q4_1_p (shaders/xi_mvp.cuh; _launch.MVP_MAX_T == 1),
-    # 2 rows a warp, at most 2 blocks an SM, 3 stages of 2 x 8 groups of 160 bytes a warp and the staged
-    # token (4096 floats and 512 block sums); at 6 tokens the staged kernel as above
-    g = mm.launch_grid(dict(T=1, N=4096, K=4096, accumulate=0))
-    assert g.function == mm.entries["_p"] and g == (min(256, 2 * be.multiprocessors), 1, 1)
-    assert g.block == (256, 1, 1) and g.shared_bytes == 8 * 3 * 2 * 8 * 160 + 4096 * 4 + 2048
-    assert mm.launch_grid(dict(T=6, N=4096, K=4096, accumulate=0)).function == mm.function
+    from xinfer_async.backends.cuda._launch import mvq_enabled
+
+    if mvq_enabled():  # the default: K % 256 == 0 at 1..8 tokens runs the integer decode entry matmul_q4_1_pq
+        # (shaders/xi_mvq.cuh, the matmul kind's parameters: _launch.mvq_params): 4 rows a warp, at most a
+        # wave, 2 stages of 4 x 8 groups of 160 bytes a warp and the tokens' codes and (d, s) pairs (4096 +
+        # 1024 bytes a token; at most _launch.MVQ_MATMUL_TT = 4 tokens a block: 2 token tiles at T = 6)
+        g = mm.launch_grid(dict(T=1, N=4096, K=4096, accumulate=0))
+        assert g.function == mm.entries["_pq"] and g == (min(128, 2 * be.multiprocessors), 1, 1)
+        assert g.block == (256, 1, 1) and g.shared_bytes == 8 * 2 * 4 * 8 * 160 + 4096 + 1024
+        g = mm.launch_grid(dict(T=6, N=4096, K=4096, accumulate=0))
+        assert g.function == mm.entries["_pq"] and g.shared_bytes == 8 * 2 * 4 * 8 * 160 + 4 * (4096 + 1024)
+        assert g == (min(128, 2 * be.multiprocessors), 2, 1)
+    else:  # XINFER_MVQ=0: one token runs the pipelined entry matmul_q4_1_p (shaders/xi_mvp.cuh;
+        # _launch.MVP_MAX_T == 1), 2 rows a warp, at most 2 blocks an SM, 3 stages of 2 x 8 groups of 160
+        # bytes a warp and the staged token (4096 floats and 512 block sums); 6 tokens the staged kernel
+        g = mm.launch_grid(dict(T=1, N=4096, K=4096, accumulate=0))
+        assert g.function == mm.entries["_p"] and g == (min(256, 2 * be.multiprocessors), 1, 1)
+        assert g.block == (256, 1, 1) and g.shared_bytes == 8 * 3 * 2 * 8 * 160 + 4096 * 4 + 2048
+        assert mm.launch_grid(dict(T=6, N=4096, K=4096, accumulate=0)).function == mm.function
     # T > 8: the register-tiled entry matmul_q4_1_t (shaders/xi_mvt.cuh): 32 rows and 8 tokens a block
     g = mm.launch_grid(dict(T=12, N=4096, K=4096, accumulate=0))
     assert g == (128, 2, 1) and g.block == (256, 1, 1) and g.function == mm.entries["_t"] != mm.function

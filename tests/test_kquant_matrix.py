@@ -14,7 +14,7 @@ the tuned kernels of shaders/xi_mvc.cuh and xi_mvt.cuh through their decoders, o
 import numpy as np
 import pytest
 from _kernel_refs import KQUANT_BLOCKS as TYPES  # type -> (ggml type, elements, bytes a block, f16 scale offsets)
-from _kernel_refs import activation_quantization_bound
+from _kernel_refs import activation_quantization_bound, row_numerics
 from _kernel_refs import random_blocks as weights  # (uint8 (rows, row bytes), float64 gguf-dequantized)
 
 from xinfer_async.backends.cuda._launch import STAGED1_TYPES, mvc_rows
@@ -100,12 +100,17 @@ async def test_matrix_kernels_vs_float64_and_T(devices, rng, dt, kind, K, N):
     raw, exact = weights(rng, dt, rows, K)
     x, norm = activations(rng, T, K), rng.standard_normal(K).astype(np.float32)
     got = await run_all(devices, kind, dt, raw, x, norm, N, T_RUNS)
-    ref, bound = reference(kind, x, norm, exact, N, devices.name, dt)
-    full = got[-1]
-    for t, y in zip(T_RUNS, got):
-        check(y, ref[:t], bound[:t], f"{devices.name} {kind}_{dt} T={t}")
-        np.testing.assert_array_equal(y.view(np.uint32), full[:t].view(np.uint32),
-                                      err_msg=f"{devices.name} {kind}_{dt}: tokens 0..{t - 1} at T={t} vs T=64")
+    # each run against the widest run of the same arithmetic (cuda's integer decode entry at T <= 8:
+    # ``row_numerics``; the T = 8 run then); the bound of float64 of each run's own T (its activations
+    # quantized or not: ``activation_quantization_bound``)
+    num = [row_numerics(devices.name, kind, dt, N, K, t) for t in T_RUNS]
+    for t, y, n in zip(T_RUNS, got, num):
+        ref, bound = reference(kind, x[:t], norm, exact, N, devices.name, dt)
+        check(y, ref, bound, f"{devices.name} {kind}_{dt} T={t}")
+        w = max(i for i, m in enumerate(num) if m == n)
+        assert T_RUNS[w] >= 8  # the widest of its kind: 8 or 64 tokens
+        np.testing.assert_array_equal(y.view(np.uint32), got[w][:t].view(np.uint32),
+                                      err_msg=f"{devices.name} {kind}_{dt}: tokens 0..{t - 1} at T={t} vs T={T_RUNS[w]}")
 
 
 def long_k(dt, glu):
@@ -129,11 +134,13 @@ async def test_rows_past_the_stage(devices, rng, dt, kind):
     raw, exact = weights(rng, dt, 2 * N if glu else N, K)
     x, norm = activations(rng, 17, K), rng.standard_normal(K).astype(np.float32)
     got = await run_all(devices, kind, dt, raw, x, norm, N, [1, 3, 17])
-    ref, bound = reference(kind, x, norm, exact, N, devices.name, dt)
     for t, y in zip([1, 3, 17], got):
-        check(y, ref[:t], bound[:t], f"{devices.name} {kind}_{dt} K={K} T={t}")
-    np.testing.assert_array_equal(got[0].view(np.uint32), got[2][:1].view(np.uint32),
-                                  err_msg=f"{devices.name} {kind}_{dt} K={K}: token 0 at T=1 vs T=17")
+        ref, bound = reference(kind, x[:t], norm, exact, N, devices.name, dt)
+        check(y, ref, bound, f"{devices.name} {kind}_{dt} K={K} T={t}")
+    # T = 17 where T = 1 runs the f32 kernels; T = 3 where it runs cuda's integer decode entry (row_numerics)
+    w = 1 if row_numerics(devices.name, kind, dt, N, K, 1) == "pq" else 2
+    np.testing.assert_array_equal(got[0].view(np.uint32), got[w][:1].view(np.uint32),
+                                  err_msg=f"{devices.name} {kind}_{dt} K={K}: token 0 at T=1 vs T={[1, 3, 17][w]}")
 
 
 @pytest.mark.parametrize("kind", ["matmul", "rmsnorm_matmul"])
@@ -181,8 +188,11 @@ def test_launch_policy_of_the_kquant_types():
     assert matmul_launch(c, "q4_1", "matmul")[0] == (262144 // 16, 1, 1)  # xi_mv1: 2 rows a warp
     assert matmul_launch(dict(c, T=5), "q6_k", "matmul")[0] == (262144 // 8, 1, 1)
     long_row = dict(c, N=100, K=long_k("q4_k", False))  # 2 MB and more: the pipelined `_p` by default
-    assert matmul_launch(long_row, "q4_k", "matmul", mvp=False)[0] == (13, 1, 1)
-    assert matmul_launch(long_row, "q4_k", "matmul")[3] == "_p"
+    # a device whose blocks opt in to 100 KB: a token's codes beside _pq's stages do not fit
+    assert matmul_launch(long_row, "q4_k", "matmul", mvp=False, pq_max=100 * 1024)[0] == (13, 1, 1)
+    assert matmul_launch(long_row, "q4_k", "matmul", pq_max=100 * 1024)[3] == "_p"
+    assert matmul_launch(long_row, "q4_k", "matmul")[3] == "_pq"  # the H200's 226 KB: they do
+    assert matmul_launch(dict(c, K=4096), "q4_k", "matmul")[3] == "_pq"  # the integer decode entry (T <= 8)
     assert matmul_launch(dict(c, T=9), "q4_k", "matmul")[3] == "_t"
     assert matmul_launch(dict(c, T=2), "q4_k", "matmul")[3] == ""
     assert matmul_launch(dict(c, T=2), "q4_k", "matmul", kq_min_t=1)[3] == "_t"

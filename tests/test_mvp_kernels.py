@@ -70,7 +70,8 @@ def test_shared_bytes():
 @pytest.mark.parametrize("T", [1, 2, 8])
 def test_llama_8b_products_run_it_in_one_wave(kind, dt, N, K, T):
     c = dict(T=T, N=N, K=K, accumulate=0, eps=EPS)
-    grid, block, shared, suffix = _launch.matmul_launch(c, dt, kind, stage_max=100 * 1024, sms=132, cc=(9, 0))
+    grid, block, shared, suffix = _launch.matmul_launch(c, dt, kind, stage_max=100 * 1024, sms=132, cc=(9, 0),
+                                                        mvq=False)  # _pq's rule: tests/test_mvq_kernels.py
     if T > _launch.MVP_MAX_T:  # measured slower than xi_mvc there (the comment on MVP_MAX_T)
         assert suffix != "_p"
         return
@@ -99,6 +100,7 @@ def test_xinfer_mvp_switch(monkeypatch):
     with pytest.raises(ValueError, match="XINFER_MVP='yes' is not one of '', '0', '1'"):
         _launch.mvp_enabled({"XINFER_MVP": "yes"})
     c = dict(T=1, N=4096, K=4096, accumulate=0)
+    monkeypatch.setenv("XINFER_MVQ", "0")  # the integer kernel (_pq) would take this weight first
     for env, suffix in (("1", "_p"), ("0", "")):
         monkeypatch.setenv("XINFER_MVP", env)
         fam = _launch.FAMILIES["matmul"]({"dt": "q4_1", "kind": "matmul"}, sms=132, stage_max=100 * 1024, cc=(9, 0))
@@ -107,7 +109,7 @@ def test_xinfer_mvp_switch(monkeypatch):
 
 def test_entries():
     for dt in _launch.MVP_TYPES:
-        assert _launch.matmul_entries(dt)[-1] == "_p"
+        assert "_p" in _launch.matmul_entries(dt)
     assert "_p" not in _launch.matmul_entries("f32")
     fam = _launch.FAMILIES["matmul"]({"dt": "q4_1", "kind": "matmul"}, sms=132, stage_max=100 * 1024, cc=(9, 0))
     assert fam.opt_in["_p"] == 100 * 1024 and "_p" in fam.entries
@@ -140,9 +142,10 @@ def cuda_dev():
 
 
 def _force(monkeypatch, mvp: bool):
-    """Launch ``_p`` wherever its shared memory fits (mvp) or never; the tensor-core kernel never (it
-    would take some q4_1 / q8_0 weights from both)."""
+    """Launch ``_p`` wherever its shared memory fits (mvp) or never; the tensor-core kernel and the
+    integer one (``_pq``) never (they would take some weights from both)."""
     monkeypatch.setattr(_launch, "tc_weight", lambda *a, **k: False)
+    monkeypatch.setattr(_launch, "mvq_weight", lambda *a, **k: False)
     monkeypatch.setattr(_launch, "mvp_weight", (lambda dt, n, k, t, glu, stage_max, cc: dt in _launch.MVP_TYPES and t <= 8
                                                 and _launch.mvp_shared(dt, k, t, glu) <= stage_max) if mvp
                         else (lambda *a, **k: False))
@@ -251,6 +254,7 @@ async def test_llama_8b_products_equal_the_old_entry(cuda_dev, monkeypatch, rng,
     norm = (rng.standard_normal(K) * 0.5 + 1).astype(F32)
     x = (rng.standard_normal((8, K)) * rng.uniform(0.1, 10, (8, 1))).astype(F32)
     monkeypatch.setattr(_launch, "tc_weight", lambda *a, **k: False)
+    monkeypatch.setattr(_launch, "mvq_weight", lambda *a, **k: False)  # other numerics: tests/test_mvq_kernels.py
     ys = {T: await _launch_kind(cuda_dev, kind, dt, wq, x[:T], norm, N) for T in (1, 8)}
     monkeypatch.setattr(_launch, "mvp_weight", lambda *a, **k: False)
     for T in (1, 8):

@@ -1,10 +1,14 @@
-"""T=1 matmul (matrix-vector) variants on the cuda backend: ``python tools/gemv_variants.py [--quick | --mvp]``.
+"""T=1 matmul (matrix-vector) variants on the cuda backend: ``python tools/gemv_variants.py [--quick | --mvp | --mvq]``.
 
 ``--mvp``: only the pipelined kernel (shaders/xi_mvp.cuh, entry ``_p``) and its variants against the
 old entry and the read ceiling on Llama-3.1-8B / 3.2-1B shapes at T = 1, 2, 4, 8 (``mvp_main``), the
 K-quants' (q4_k, q6_k: a Q4_K_M file's) beside q4_1's per byte; ``--dt q4_1,q4_k,q6_k`` keeps the shapes
 of those types, ``--t 1`` those token counts, ``--quick`` leaves the variants out:
 ``python tools/gemv_variants.py --mvp --dt q4_1,q8_0,q4_k,q6_k --t 1``.
+
+``--mvq``: the integer decode kernel (shaders/xi_mvq.cuh, entry ``_pq``) and its (R, S, CG, TT) variants
+beside ``_p`` and ``read``, each checked against the numpy model first (tools/gemv_mvq.py):
+``python tools/gemv_variants.py --mvq --dt q4_1,q8_0,q4_k,q6_k --t 1,2,4,8 --json $OUT/gemv_mvq.json``.
 
 A research tool, not part of the package: it drives the cuda backend's private modules (NVRTC,
 driver, launch geometry) directly, so it lives outside ``xinfer_async`` and may break when they
@@ -479,6 +483,10 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--mvp" in argv:
         return mvp_main(argv)
+    if "--mvq" in argv:  # the integer decode kernel `_pq` (tools/gemv_mvq.py)
+        import gemv_mvq
+
+        return gemv_mvq.main([a for a in argv if a != "--mvq"])
     quick = "--quick" in argv
     from xinfer_async.backends.cuda import CUDABackend
     from xinfer_async.backends.cuda import _nvrtc

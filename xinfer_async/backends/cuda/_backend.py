@@ -21,7 +21,7 @@ from ._driver import check, ffi
 from ._cublaslt import LtGemm
 from ._graph import CUDAGraph, GraphCapture
 from ._kernel import CUDAKernel, LaunchGrid, load_kernel, shader_dir
-from ._launch import stage_max_for
+from ._launch import pq_stage_max_for, stage_max_for
 from ._pinned import MappedCounter, PinnedPool
 from ._queue import CUDAQueue, fence_signal_fn
 
@@ -67,7 +67,10 @@ class CUDABackend(Backend):
         self.multiprocessors = self._attr(_driver.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         #: dynamic shared bytes the tiled matrix kernels may stage tokens in (XI_MVT_STAGE_MAX, set at
         #: compile time): 100 KB (two blocks an SM on an H200), less where a block may opt in to less
-        self.stage_max = stage_max_for(self._attr(_driver.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN))
+        optin = self._attr(_driver.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        self.stage_max = stage_max_for(optin)
+        #: dynamic shared bytes the integer decode entry ``_pq`` may use: all a block may opt in to, less 1 KB
+        self.pq_stage_max = pq_stage_max_for(optin)
         name = ffi.new("char[]", 256)
         check(lib.cuDeviceGetName(name, 256, self.device), "cuDeviceGetName")
         total = ffi.new("size_t *")

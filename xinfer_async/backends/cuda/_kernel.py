@@ -169,7 +169,8 @@ def load_kernel(backend: "CUDABackend", spec: KernelSpec | str) -> CUDAKernel:
         return CUDAKernel(name, mod[0], fn[0], launch.block,
                           functools.partial(launch.grid, sms=backend.multiprocessors), pdl=True)
     family = FAMILIES[launch.family](dict(launch.params), sms=backend.multiprocessors,
-                                     stage_max=backend.stage_max, cc=backend.compute_capability)
+                                     stage_max=backend.stage_max, cc=backend.compute_capability,
+                                     pq_max=backend.pq_stage_max)
     entries = _entries(lib, mod[0], name, family.entries)
     for suffix, nbytes in family.opt_in.items():  # dynamic shared memory past 48 KB is opt-in
         check(lib.cuFuncSetAttribute(entries[suffix], _driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

@@ -100,6 +100,17 @@ def _tiled_grid(c: dict, glu: bool) -> tuple[int, int, int]:
 MVT_STAGE_MAX = 102400  # the most dynamic shared bytes the `_t` entries stage tokens in (2 blocks an SM)
 
 
+#: dynamic shared bytes the integer decode entry ``_pq`` may use on an H200 (its opt-in 227 KB less 1 KB,
+#: ``pq_stage_max_for``): its measured parameters (``mvq_params``) stage past 100 KB (one CTA an SM)
+PQ_STAGE_MAX = 227 * 1024 - 1024
+
+
+def pq_stage_max_for(optin: int) -> int:
+    """The most dynamic shared bytes of ``_pq`` on a device whose blocks may opt in to ``optin``:
+    ``optin`` less the kernel's static shared memory and a margin (1 KB)."""
+    return max(0, optin - 1024)
+
+
 def stage_max_for(optin: int) -> int:
     """XI_MVT_STAGE_MAX for a device whose blocks may opt in to ``optin`` shared bytes: 100 KB, or
     what the device allows less the kernel's static shared memory and a margin (1 KB)."""
@@ -263,6 +274,13 @@ MVP_MAX_T, MVP_MIN_BYTES = 1, 2 << 20
 _SMEM_PER_SM = {8: 164 * 1024, 9: 228 * 1024, 10: 228 * 1024}
 
 
+def staged_rows(dt: str, k: int) -> bool:
+    """Whether rows of ``k`` elements of ``dt`` can stream through the cp.async stages of ``_p`` and
+    ``_pq`` (shaders/xi_mvp.cuh, xi_mvq.cuh): whole groups of 256 elements (K % 256 == 0) in rows of
+    whole 16-byte words (q6_k's 210-byte groups: K a multiple of 2048)."""
+    return k % 256 == 0 and row_bytes(dt, k) % 16 == 0
+
+
 def mvp_params(dt: str, glu: bool) -> tuple[int, int, int]:
     """(R rows a warp, S stages, CG groups of 256 elements a region's chunk) of the ``_p`` entries
     (XI_MVP_R, XI_MVP_S, XI_MVP_CG in shaders/xi_mvp.cuh): R = 2 (1 with GLU: a gate and an up
@@ -301,7 +319,7 @@ def mvp_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: t
     of whole 16-byte words (its cp.async copies; q6_k: K a multiple of 2048), a weight of at least
     MVP_MIN_BYTES, its shared bytes within ``stage_max``. Its rows' results are bit-identical to the
     other entries' (xi_mv1, xi_mvc, xi_mvt), so the choice never changes a result."""
-    if dt not in MVP_TYPES or cc < (8, 0) or t > MVP_MAX_T or k % 256 or row_bytes(dt, k) % 16:
+    if dt not in MVP_TYPES or cc < (8, 0) or t > MVP_MAX_T or not staged_rows(dt, k):
         return False
     wbytes = n * (2 if glu else 1) * row_bytes(dt, k)
     return wbytes >= MVP_MIN_BYTES and mvp_shared(dt, k, t, glu) <= stage_max
@@ -317,6 +335,102 @@ def mvp_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     v = environ.get("XINFER_MVP", "").strip()
     if v not in ("", "0", "1"):
         raise ValueError(f"XINFER_MVP={v!r} is not one of '', '0', '1'")
+    return v != "0"
+
+
+#: the weight types of the integer decode kernel (shaders/xi_mvq.cuh, entry ``_pq``)
+MVQ_TYPES = ("q4_0", "q4_1", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k")
+_MVQ_WARPS, _MVQ_TT = 8, 8  # XI_MVQ_WARPS, XI_MVQ_TT
+#: where ``_pq`` runs (``mvq_weight``): 1 <= T <= PQ_MAX_T tokens
+PQ_MAX_T = 8
+
+
+def mvq_params(dt: str, glu: bool, norm: bool = True) -> tuple[int, int, int]:
+    """(R rows a warp, S stages, CG groups of 256 elements a region's chunk) of the ``_pq`` entries
+    (XI_MVQ_R, XI_MVQ_S, XI_MVQ_CG in shaders/xi_mvq.cuh), by kind (``norm``: rmsnorm_matmul and the
+    SwiGLU kernel; False: matmul) from the H200 sweep of ``tools/gemv_variants.py --mvq`` (2026-12-02,
+    Llama-3.1-8B / 3.2-1B shapes, T = 1..8):
+    - GLU: R = 1 (a gate and an up row), S = 3 (2 for q5_0, q5_k, q6_k: 8 tokens of K = 4096 then fit
+      100 KB beside the stages);
+    - rmsnorm_matmul: R = 2 and the same S, except q8_0 (the output layer): R = 4 (128256x4096: 155
+      against 180 us at T = 1, 153 against 184 at T = 4);
+    - matmul (o, down): R = 4, S = 2 (q8_0: 3): 4096x4096 6.1 against 8.4 us at T = 1, 11.7 against
+      14.6 at T = 4; 4096x14336 19.3 against 20.0 and 37.2 against 45.8;
+    CG = 8 (4 for q8_0): a multiple of 4 (a warp step is 32 blocks, a block a lane)."""
+    slim = dt in ("q5_0", "q5_k", "q6_k")
+    if glu:
+        return 1, (2 if slim else 3), (4 if dt == "q8_0" else 8)
+    if norm:
+        return (4 if dt == "q8_0" else 2), (2 if slim else 3), (4 if dt == "q8_0" else 8)
+    return 4, (3 if dt == "q8_0" else 2), (4 if dt == "q8_0" else 8)
+
+
+#: tokens a CTA of the matmul kind's ``_pq``, at most (``mvq_tokens``): with its 4 rows a warp, 8
+#: tokens a CTA ran slower than two CTAs of 4 (H200: 2048x8192 at T = 8, 37.7 against 19.9 us)
+MVQ_MATMUL_TT = 4
+
+
+def mvq_shared(dt: str, k: int, tt: int, glu: bool, params: tuple[int, int, int] | None = None,
+               norm: bool = True) -> int:
+    """Dynamic shared bytes of ``_pq`` for ``tt`` tokens a CTA (``xi_mvq_shared``): 8 warps x S
+    stages x NR regions (R, 2R with GLU) x CG groups of 256 elements, the tokens' int8 codes (tt K
+    bytes) and their (d, s) pairs (8 bytes a block of 32 a token)."""
+    r, s, cg = params or mvq_params(dt, glu, norm)
+    return _MVQ_WARPS * s * r * (2 if glu else 1) * cg * row_bytes(dt, 256) + tt * k + tt * (k // 32) * 8
+
+
+def mvq_tokens(dt: str, k: int, t: int, glu: bool, stage_max: int, params: tuple[int, int, int] | None = None,
+               norm: bool = True) -> int:
+    """Tokens a CTA of ``_pq`` (TT, grid.y = ceil(T / TT)): the power of two 1..8 (the matmul kind:
+    1..MVQ_MATMUL_TT) at or above min(T, that), halved while ``mvq_shared`` exceeds ``stage_max``; 0
+    where one token does not fit."""
+    most = _MVQ_TT if norm or glu else MVQ_MATMUL_TT
+    tt = 1
+    while tt < min(t, most):
+        tt *= 2
+    while tt >= 1 and mvq_shared(dt, k, tt, glu, params, norm) > stage_max:
+        tt //= 2
+    return tt
+
+
+def mvq_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 0), stage_max: int = MVT_STAGE_MAX,
+               params: tuple[int, int, int] | None = None,
+               tt: int | None = None, norm: bool = True) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+    """(grid, block, shared bytes, entry suffix) of the integer decode kernel: 256 threads, tiles of
+    R rows a warp, at most one wave of CTAs a token tile (the warps stride over the tiles; CTAs an
+    SM from the shared bytes, ``mvp_ctas_per_sm``), ceil(T / TT) token tiles (``mvq_tokens``, or
+    ``tt`` where given: tools/gemv_variants.py sweeps it). ``norm``: the kind has the fused rmsnorm
+    (rmsnorm_matmul, SwiGLU); False for matmul (its parameters differ: ``mvq_params``)."""
+    r, s, cg = params or mvq_params(dt, glu, norm)
+    tt = tt or mvq_tokens(dt, c["K"], c["T"], glu, stage_max, (r, s, cg), norm)
+    shared = mvq_shared(dt, c["K"], tt, glu, (r, s, cg), norm)
+    ctas = min(_cdiv(_cdiv(c["N"], r), _MVQ_WARPS), sms * mvp_ctas_per_sm(shared, cc))
+    return (ctas, _cdiv(c["T"], tt), 1), (256, 1, 1), shared, "_pq"
+
+
+def mvq_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: tuple[int, int],
+               norm: bool = True) -> bool:
+    """Whether a product runs the integer decode kernel (``_pq``, shaders/xi_mvq.cuh): a type of
+    MVQ_TYPES on compute capability 8.0+ (cp.async, dp4a), 1 <= T <= PQ_MAX_T, K a multiple of 256
+    and rows of whole 16-byte words (its cp.async copies; q6_k: K a multiple of 2048), one token's
+    shared bytes within ``stage_max``. Its rows' bits are llama.cpp-style integer sums (activations
+    quantized to q8_1), not the f32 entries' (xi_mv1, xi_mvc, ``_p``, and xi_mvt at T > 8): a row
+    is the same at every T <= PQ_MAX_T and alone, but not across PQ_MAX_T."""
+    if dt not in MVQ_TYPES or cc < (8, 0) or not 1 <= t <= PQ_MAX_T or not staged_rows(dt, k):
+        return False
+    return mvq_tokens(dt, k, t, glu, stage_max, norm=norm) > 0
+
+
+def mvq_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the integer decode kernel may run (``mvq_weight``): ``XINFER_MVQ`` unset or ``1``;
+    ``0`` turns it off (back to ``_p`` / xi_mvc, the f32 kernels: other bits).
+
+    Raises:
+        ValueError: XINFER_MVQ is set to something else.
+    """
+    v = environ.get("XINFER_MVQ", "").strip()
+    if v not in ("", "0", "1"):
+        raise ValueError(f"XINFER_MVQ={v!r} is not one of '', '0', '1'")
     return v != "0"
 
 
@@ -340,7 +454,8 @@ def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
 
 def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
                   cc: tuple[int, int] = (9, 0), mmq: str = "", mvp: bool = True,
-                  kq_min_t: int = _MVT_MIN_T) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+                  kq_min_t: int = _MVT_MIN_T, mvq: bool = True,
+                  pq_max: int = PQ_STAGE_MAX) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, dynamic shared bytes, entry suffix) of a matrix kernel (``kind``: ``matmul``,
     ``rmsnorm_matmul`` or ``rmsnorm_matmul_swiglu``) of type ``dt`` for the constants:
 
@@ -349,6 +464,10 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
     - ``tc_weight``: the tensor-core kernel (shaders/xi_tc.cuh), ``_tc`` at T <= 8 (8 tokens a block)
       and ``_tct`` above (32, 16 with GLU): a block of ``tc_segs`` warps a tile of 16 rows; shared:
       the segment sums (``tc_launch``; at T == 1 also h split for the one-token body);
+    - ``mvq`` (``mvq_enabled``: XINFER_MVQ unset or 1) and ``mvq_weight`` (1 <= T <= PQ_MAX_T, its
+      shared bytes within ``pq_max``, the device's opt-in: ``pq_stage_max_for``):
+      ``_pq``, the integer decode kernel (shaders/xi_mvq.cuh, ``mvq_launch``; llama.cpp's numerics:
+      its rows' bits differ from the f32 entries', which take T > PQ_MAX_T);
     - ``mvp`` (``mvp_enabled``: XINFER_MVP unset or 1) and ``mvp_weight`` (T <= MVP_MAX_T, large
       weights): ``_p``, the pipelined kernel (shaders/xi_mvp.cuh, ``mvp_launch``);
     - else T > 8 (for ``STAGED1_TYPES``: T > ``kq_min_t``, ``kq_tiled_min_t``): ``_t``, the
@@ -360,6 +479,8 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
         return mmq_launch(c, dt, glu, mmq, sms)
     if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
+    if mvq and mvq_weight(dt, c["N"], c["K"], t, glu, pq_max, cc, norm=kind != "matmul"):
+        return mvq_launch(c, dt, glu, sms, cc, pq_max, norm=kind != "matmul")
     if mvp and mvp_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
         return mvp_launch(c, dt, glu, sms, cc)
     if t > (kq_min_t if dt in STAGED1_TYPES else _MVT_MIN_T):
@@ -423,9 +544,9 @@ def attention_launch(c: dict, sms: int) -> tuple[tuple[int, int, int], tuple[int
 
 def matmul_entries(dt: str) -> tuple[str, ...]:
     """The entry suffixes of a matrix kernel's shader: ``""``, ``"_t"`` (and ``"_tc"``, ``"_tct"``;
-    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``; ``"_p"``)."""
+    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``; ``"_p"``; ``"_pq"``)."""
     return ("", "_t") + (("_tc", "_tct") if dt in TC_TYPES else ()) + (("_mmq", "_mmqs", "_q1") if dt in MMQ_TYPES else ()) \
-        + (("_p",) if dt in MVP_TYPES else ())
+        + (("_p",) if dt in MVP_TYPES else ()) + (("_pq",) if dt in MVQ_TYPES else ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -444,32 +565,36 @@ class Family:
     opt_in: dict[str, int]
 
 
-def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
+def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = PQ_STAGE_MAX) -> Family:
     """matmul_DT, rmsnorm_matmul_DT, rmsnorm_matmul_swiglu_DT (``params``: ``dt``, ``kind``):
-    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ), ``mvp_enabled()`` (XINFER_MVP) and
-    ``kq_tiled_min_t()`` (XINFER_KQ_TILED_MIN_T), read when the kernel is loaded; the ``_t``
-    entry stages tokens in up to ``stage_max`` dynamic shared bytes, the tiled integer entries opt in
-    to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
-    them directly), and ``_p`` (MVP_TYPES) to ``stage_max`` (``mvp_weight`` keeps it within).
+    ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ), ``mvp_enabled()`` (XINFER_MVP),
+    ``mvq_enabled()`` (XINFER_MVQ) and ``kq_tiled_min_t()`` (XINFER_KQ_TILED_MIN_T), read when the
+    kernel is loaded; the ``_t`` entry stages tokens in up to ``stage_max`` dynamic shared bytes, the
+    tiled integer entries opt in to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
+    them directly), ``_p`` (MVP_TYPES) to ``stage_max`` (``mvp_weight`` keeps it within) and ``_pq``
+    (MVQ_TYPES) to ``pq_max`` (``mvq_tokens`` keeps it within).
 
     Raises:
-        ValueError: XINFER_MMQ, XINFER_MVP or XINFER_KQ_TILED_MIN_T is set to an unknown value."""
+        ValueError: XINFER_MMQ, XINFER_MVP, XINFER_MVQ or XINFER_KQ_TILED_MIN_T is set to an unknown value."""
     dt, kind = params["dt"], params["kind"]
     opt_in = {"_t": stage_max} if stage_max > 48 * 1024 else {}
     if mmq_usable(dt, stage_max, cc):
         opt_in.update({"_mmq": mmq_shared(dt, MMQ_TN), "_mmqs": mmq_shared(dt, MMQ_TN_SMALL)})
     if dt in MVP_TYPES and stage_max > 48 * 1024:
         opt_in["_p"] = stage_max  # mvp_weight keeps its shared bytes within stage_max
+    if dt in MVQ_TYPES and pq_max > 48 * 1024:
+        opt_in["_pq"] = pq_max  # mvq_tokens keeps its shared bytes within pq_max
     return Family(matmul_entries(dt),
                   functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc,
-                                    mmq=mmq_mode(), mvp=mvp_enabled(), kq_min_t=kq_tiled_min_t()),
+                                    mmq=mmq_mode(), mvp=mvp_enabled(), kq_min_t=kq_tiled_min_t(),
+                                    mvq=mvq_enabled(), pq_max=pq_max),
                   opt_in)
 
 
-def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int]) -> Family:
+def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = 0) -> Family:
     """attention, attention_batched (and their ``_f16``): ``attention_launch``."""
     return Family(attention_entries(), functools.partial(attention_launch, sms=sms), {})
 
 
-#: family name (``CudaLaunch.family`` of a declaration) -> (params, sms=, stage_max=, cc=) -> ``Family``
+#: family name (``CudaLaunch.family`` of a declaration) -> (params, sms=, stage_max=, cc=[, pq_max=]) -> ``Family``
 FAMILIES: dict[str, Callable[..., Family]] = {"matmul": _matmul_family, "attention": _attention_family}

@@ -1,0 +1,366 @@
+// The integer decode matrix kernel, T <= ~8 tokens (entries `_pq` of matmul_DT, rmsnorm_matmul_DT and
+// rmsnorm_matmul_swiglu_DT for q4_0, q4_1, q5_0, q8_0, q4_k, q5_k, q6_k; backends/cuda/_launch.py's
+// mvq_weight picks it): y (T, N) from w (N, K) GGUF blocks (2N rows with GLU: gate rows, then up
+// rows) and x (T, K) f32, NORM and GLU as in xi_mvc.cuh, with llama.cpp's integer numerics (#15):
+// activations quantized to q8_1 per block of 32, exact int8 dot products (dp4a), scales after.
+//
+// Why: the f32 entry `_p` (xi_mvp.cuh) decodes every 4-bit code to a float and multiplies it in f32;
+// on the H200 that, not memory, limits it for the q4 types and the K-quants (1-2 TB/s of ~4.3). Here
+// a weight block costs a lane 8 dp4a and a few float operations for all its 32 codes.
+//
+// Design: a CTA of XI_MVQ_WARPS warps takes a tile of tokens (grid.y = ceil(T / TT) tiles; the CTA's
+// tt = ceil(T / gridDim.y) <= 8 tokens) and quantizes them ONCE into shared memory (xi_mmq.cuh's
+// xi_mmq_quant: codes int8 (tt, K), (d, s) (tt, K / 32); the rmsnorm scales first, xi_mvq_inv,
+// the whole CTA a token), then each warp streams tiles of R
+// weight rows (NR = R regions, 2R with GLU: the R gate rows and their R up rows) through S stages of
+// warp-private shared memory by cp.async (xi_mvp.cuh's xi_mvp_cp16 / commit / wait: chunks of CG
+// groups of 256 elements a region), warps taking tiles gw, gw + GW, ... over a grid of at most a
+// wave (like `_p`). A lane takes whole blocks of 32: block b of a row goes to lane b % 32.
+//
+// Numerics (tests/_mmq_model.py `mvq_matmul` models them bit for bit):
+// - h = x, or with NORM h = (x * inv) * norm with inv = xi_mvq_inv (rmsnorm_inv_cta of the model),
+//   each operation rounded once; h quantized per block of 32 to q8_1 as xi_mmq_quant does (amax / 127,
+//   codes rounded half away from zero, s = d * sum(codes));
+// - per (row, token, block b) the lane computes the exact integer isum of weight codes x activation
+//   codes (dp4a), and the block term, each float operation rounded once (__fmul_rn, __fadd_rn):
+//     q4_0, q5_0, q8_0:  f = (dw * d) * (float)isum            (codes q - 8, q - 16, int8)
+//     q4_1:              f = (dw * d) * (float)isum + mw * s   (codes 0..15; dw, mw the block's f16)
+//     q4_k, q5_k:        the same as q4_1 with dw = d * sc_j, mw = -(dmin * m_j) (both exact in f32:
+//                        f16 times a 6-bit integer), codes 0..15 / 0..31, j the sub-block
+//     q6_k:              f = (dw * d) * (float)(sc_lo * isum_lo + sc_hi * isum_hi), dw the super-block's
+//                        d, codes q - 32, isum_lo over the block's elements 0..15 (scale sc_lo, int8),
+//                        isum_hi over 16..31 (sc_hi): the integer combination is exact (< 2^24);
+// - lane l adds the f of its blocks b = l, l + 32, l + 64, ... in that order from 0 (acc = acc + f);
+//   then the xor-butterfly warp sum of the 32 lanes' acc (offsets 16, 8, 4, 2, 1: `warp_sum`); y = the
+//   total (accumulate: y + total). GLU: y = g / (1 + expf(-g)) * u from the gate and up totals.
+// Nothing depends on T, on the token tile, on R, S, CG, or on the other rows and tokens: a row of a
+// token gives the same bits at every T and alone (a batched decode step equals each request alone).
+// These bits differ from the f32 entries' (xi_mvc, xi_mvt at T > 8, `_p`): the backend runs `_pq` at
+// T <= PQ_MAX_T only (mvq_weight), so a request's row always takes the same kernel at a given T.
+//
+// Requirements (the launch rule, _launch.mvq_weight, checks the shapes; the entry writes NaN rows
+// otherwise): K % 256 == 0, rows of whole 16-byte words (q6_k: K % 2048 == 0), w 16-byte aligned
+// (x and norm: any 4-byte alignment, xi_mmq_quant reads them); compute capability 8.0+ (cp.async).
+#pragma once
+#include "xi_mvp.cuh"
+#include "xi_mmq.cuh"
+
+#define XI_MVQ_WARPS 8  // warps a CTA (256 threads)
+#define XI_MVQ_TT 8     // tokens a CTA at most
+
+// Dynamic shared bytes: the warps' stages (8 warps x S stages x NR regions x CG groups), the tt
+// tokens' codes (tt K bytes) and their (d, s) pairs (tt K / 32 float2). backends/cuda/_launch.py
+// repeats this (mvq_shared).
+__host__ __device__ constexpr int xi_mvq_shared(int type, int k, int tt, int nr, int s, int cg) {
+    return XI_MVQ_WARPS * s * nr * cg * xi_mvp_group_bytes(type) + tt * k + tt * (k / 32) * 8;
+}
+
+// N 32-bit words of the bytes at p (any alignment, shared memory): N + 1 aligned loads, funnel shifts.
+template <int N>
+__device__ __forceinline__ void xi_mvq_lds(const uint8_t *p, uint32_t w[N]) {
+    const uint32_t mis = (uint32_t)(size_t_)p & 3u;
+    const uint32_t *q = reinterpret_cast<const uint32_t *>(p - mis);
+    uint32_t a[N + 1];
+#pragma unroll
+    for (int i = 0; i <= N; i++) a[i] = q[i];
+#pragma unroll
+    for (int i = 0; i < N; i++) w[i] = __funnelshift_r(a[i], a[i + 1], mis * 8u);
+}
+__device__ __forceinline__ uint32_t xi_mvq_u16(const uint8_t *p) { return *reinterpret_cast<const uint16_t *>(p); }
+// bits k .. k + 3 of v to bit 0 of bytes 0..3
+__device__ __forceinline__ uint32_t xi_mvq_bits4(uint32_t v) {
+    return (v & 1u) | ((v & 2u) << 7) | ((v & 4u) << 14) | ((v & 8u) << 21);
+}
+
+// A weight block, decoded from the staged group (grp: a group of 256 elements, 8 blocks; j: the
+// block 0..7): c[k] the int8 codes of elements 4k..4k+3 (byte i: element 4k + i), dw, mw the scales
+// of the block term (above), sl, sh q6_k's sub-block scales.
+template <int TYPE> struct XiMvqB {
+    uint32_t c[8];
+    float dw, mw;
+    int sl, sh;
+    __device__ __forceinline__ void dec(const uint8_t *grp, int j) {
+        mw = 0.0f;
+        sl = sh = 0;
+        if constexpr (TYPE == XI_Q4_1) {  // d, m, qs[16]: 20 bytes, 4-aligned
+            const uint32_t *p = reinterpret_cast<const uint32_t *>(grp + 20 * j);
+            const uint32_t dm = p[0];
+            dw = xi_h2f(dm & 0xffff);
+            mw = xi_h2f(dm >> 16);
+#pragma unroll
+            for (int k = 0; k < 4; k++) xi_mmq_nib<XI_Q4_1>(p[1 + k], c[k], c[4 + k]);
+        } else if constexpr (TYPE == XI_Q4_0) {  // d, qs[16]: 18 bytes, 2-aligned
+            const uint8_t *p = grp + 18 * j;
+            uint32_t q[4];
+            xi_mvq_lds<4>(p + 2, q);
+            dw = xi_h2f(xi_mvq_u16(p));
+#pragma unroll
+            for (int k = 0; k < 4; k++) xi_mmq_nib<XI_Q4_0>(q[k], c[k], c[4 + k]);
+        } else if constexpr (TYPE == XI_Q8_0) {  // d, qs[32] int8: 34 bytes, 2-aligned
+            const uint8_t *p = grp + 34 * j;
+            xi_mvq_lds<8>(p + 2, c);
+            dw = xi_h2f(xi_mvq_u16(p));
+        } else if constexpr (TYPE == XI_Q5_0) {  // d, qh[4], qs[16]: 22 bytes, 2-aligned
+            const uint8_t *p = grp + 22 * j;
+            uint32_t q[5];
+            xi_mvq_lds<5>(p + 2, q);  // qh, qs words
+            dw = xi_h2f(xi_mvq_u16(p));
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint32_t lo = (q[1 + k] & 0x0F0F0F0Fu) | (xi_mvq_bits4(q[0] >> (4 * k)) << 4);
+                const uint32_t hi = ((q[1 + k] >> 4) & 0x0F0F0F0Fu) | (xi_mvq_bits4(q[0] >> (16 + 4 * k)) << 4);
+                c[k] = __vsub4(lo, 0x10101010u);
+                c[4 + k] = __vsub4(hi, 0x10101010u);
+            }
+        } else if constexpr (TYPE == XI_Q4_K || TYPE == XI_Q5_K) {  // d, dmin, scales[12], (qh[32]), qs[128]: 4-aligned
+            const uint32_t *p = reinterpret_cast<const uint32_t *>(grp);
+            int sc, m;
+            xk_scale_min_w(j, p[1], p[2], p[3], sc, m);
+            dw = __fmul_rn(xi_h2f(p[0] & 0xffff), (float)sc);
+            mw = -__fmul_rn(xi_h2f(p[0] >> 16), (float)m);
+            const int qs = (TYPE == XI_Q4_K ? 4 : 12) + 8 * (j >> 1), sft = 4 * (j & 1);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                c[k] = (p[qs + k] >> sft) & 0x0F0F0F0Fu;
+                if (TYPE == XI_Q5_K) c[k] |= ((p[4 + k] >> j) & 0x01010101u) << 4;
+            }
+        } else if constexpr (TYPE == XI_Q6_K) {  // ql[128], qh[64], scales[16] int8, d: 210 bytes, 2-aligned
+            const int h = j >> 2, k4 = j & 3;
+            uint32_t ql[8], qh[8];
+            xi_mvq_lds<8>(grp + 64 * h + 32 * (k4 & 1), ql);
+            xi_mvq_lds<8>(grp + 128 + 32 * h, qh);
+            const int sft = 4 * (k4 >> 1);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                c[k] = __vsub4(((ql[k] >> sft) & 0x0F0F0F0Fu) | (((qh[k] >> (2 * k4)) & 0x03030303u) << 4), 0x20202020u);
+            sl = (int)(int8_t)grp[192 + 8 * h + 2 * k4];
+            sh = (int)(int8_t)grp[193 + 8 * h + 2 * k4];
+            dw = xi_h2f(xi_mvq_u16(grp + 208));
+        }
+    }
+    // the block term f of one token (x: its 8 code words of the block; d, s: its q8_1 scale, d * sum)
+    __device__ __forceinline__ float term(const uint32_t x[8], float d, float s) const {
+        if constexpr (TYPE == XI_Q6_K) {
+            int lo = 0, hi = 0;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                lo = xi_dp4a(c[k], x[k], lo);
+                hi = xi_dp4a(c[4 + k], x[4 + k], hi);
+            }
+            return __fmul_rn(__fmul_rn(dw, d), (float)(sl * lo + sh * hi));
+        } else {
+            int isum = 0;
+#pragma unroll
+            for (int k = 0; k < 8; k++) isum = xi_dp4a(c[k], x[k], isum);
+            float f = __fmul_rn(__fmul_rn(dw, d), (float)isum);
+            if (TYPE == XI_Q4_1 || TYPE == XI_Q4_K || TYPE == XI_Q5_K) f = __fadd_rn(f, __fmul_rn(mw, s));
+            return f;
+        }
+    }
+};
+
+// The rmsnorm scales inv[t] = 1 / sqrt(ss / K + eps) of tokens tg0 .. tg0 + tn - 1, all threads of
+// the CTA (tests/_mmq_model.py rmsnorm_inv_cta): thread j adds ((a*a + b*b) + (c*c + d*d)) of the
+// token's float4s j, j + 256, ... in order, then each warp's xor-butterfly sum, then the 8 warp sums
+// in warp order; each operation rounded once. (A warp a token, xi_mmq_inv, waits ~K / 1024 memory
+// round trips in a row before the first block can be quantized: the critical path at T == 1.)
+template <int TT>
+__device__ __forceinline__ void xi_mvq_inv(const XiMvcArgs &a, int tg0, int tn, float *inv) {
+    __shared__ float red[TT][XI_MVQ_WARPS];
+    const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5;
+    const bool al = (((size_t_)a.x) & 15) == 0;
+    float ss[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) ss[t] = 0.0f;
+    for (int i = tid; i < (a.K >> 2); i += XI_MVQ_WARPS * 32) {
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            if (t < tn) {
+                const float *xt = a.x + (size_t_)(tg0 + t) * a.K;
+                const float4 u = al ? __ldg(reinterpret_cast<const float4 *>(xt) + i)
+                                    : make_float4(xt[4 * i], xt[4 * i + 1], xt[4 * i + 2], xt[4 * i + 3]);
+                ss[t] = __fadd_rn(ss[t], __fadd_rn(__fadd_rn(__fmul_rn(u.x, u.x), __fmul_rn(u.y, u.y)),
+                                                   __fadd_rn(__fmul_rn(u.z, u.z), __fmul_rn(u.w, u.w))));
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss[t] = __fadd_rn(ss[t], __shfl_xor_sync(0xffffffffu, ss[t], o));
+        if (lane == 0 && t < tn) red[t][wi] = ss[t];
+    }
+    __syncthreads();
+    if (tid < tn) {
+        float v = red[tid][0];
+#pragma unroll
+        for (int w = 1; w < XI_MVQ_WARPS; w++) v = __fadd_rn(v, red[tid][w]);
+        inv[tid] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(v, (float)a.K), a.eps)));
+    }
+    __syncthreads();
+}
+
+// The vector body (see the top): tokens [tg0, tg0 + tn), tn <= TT; smem: xi_mvq_shared bytes for tn.
+template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, int TT>
+__device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg0, int tn) {
+    constexpr int GB = xi_mvp_group_bytes(TYPE), NR = GLU ? 2 * R : R, CGB = CG * GB, NCP = (CGB / 16 + 31) / 32;
+    static_assert(CGB % 16 == 0, "a chunk of CG groups is whole 16-byte words");
+    static_assert(TT >= 1 && TT <= XI_MVQ_TT, "1 <= TT <= XI_MVQ_TT");
+    const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5;
+    const int nb = a.K >> 5, gpr = nb >> 3, cpt = (gpr + CG - 1) / CG;  // blocks, groups a row, chunks a tile
+    const size_t_ rb = (size_t_)gpr * GB;
+    const int ntile = (a.N + R - 1) / R, gw = blockIdx.x * XI_MVQ_WARPS + wi, GW = gridDim.x * XI_MVQ_WARPS;
+    const int nchunk = gw < ntile ? ((ntile - 1 - gw) / GW + 1) * cpt : 0;
+    uint8_t *st = smem + (size_t_)wi * S * NR * CGB;  // this warp's S stages
+    uint8_t *xq = smem + (size_t_)XI_MVQ_WARPS * S * NR * CGB;  // (tn, K) codes
+    float2 *ds = reinterpret_cast<float2 *>(xq + (size_t_)tn * a.K);  // (tn, nb) (d, s)
+    __shared__ float inv[TT];  // the tokens' rmsnorm scales
+
+    // issue cursor: chunk ic of tile it, into stage is (as xi_mvp)
+    int it = gw, ic = 0, is = 0, issued = 0;
+    auto issue = [&]() {
+        if (issued < nchunk) {
+            const int g0 = ic * CG, nw = (gpr - g0 < CG ? gpr - g0 : CG) * GB / 16;
+            uint8_t *dst = st + (size_t_)is * NR * CGB;
+#pragma unroll
+            for (int q = 0; q < NR; q++) {
+                const int r = GLU ? q % R : q;
+                const int n = it * R + r < a.N ? it * R + r : a.N - 1;  // rows past N repeat row N - 1 (not written)
+                const uint8_t *src = a.w + (size_t_)((GLU && q >= R ? a.N : 0) + n) * rb + (size_t_)g0 * GB;
+#pragma unroll
+                for (int k = 0; k < NCP; k++) {
+                    const int i = lane + 32 * k;
+                    if (i < nw) xi_mvp_cp16(dst + q * CGB + 16 * i, src + 16 * i);
+                }
+            }
+            issued++;
+            is = is + 1 == S ? 0 : is + 1;
+            if (++ic == cpt) { ic = 0; it += GW; }
+        }
+        xi_mvp_commit();  // an empty group past the end keeps the count of pending groups uniform
+    };
+#pragma unroll
+    for (int c = 0; c < S - 1; c++) issue();
+
+    // the tokens, quantized once a CTA while the first chunks are in flight
+    if (NORM) xi_mvq_inv<TT>(a, tg0, tn, inv);
+    xi_mmq_quant<NORM, 4, true>(a, inv, tg0, tn, 0, nb, xq, a.K, ds, XI_MVQ_WARPS * 32);
+    __syncthreads();
+
+    int ct = gw, cc = 0, cs = 0;  // compute cursor: chunk cc of tile ct, from stage cs
+    float acc[TT][NR];
+#pragma unroll
+    for (int t = 0; t < TT; t++)
+#pragma unroll
+        for (int q = 0; q < NR; q++) acc[t][q] = 0.0f;
+    for (int c = 0; c < nchunk; c++) {
+        issue();
+        xi_mvp_wait<S - 1>();
+        __syncwarp();
+        const uint8_t *src = st + (size_t_)cs * NR * CGB;
+        const int cb0 = cc * CG * 8, cb1 = (gpr < (cc + 1) * CG ? gpr : (cc + 1) * CG) * 8;  // the chunk's blocks
+        // this lane's blocks of the chunk: b % 32 == lane, in order
+        for (int b = cb0 + ((lane - cb0) & 31); b < cb1; b += 32) {
+            const int o = b - cb0;  // block within the chunk: group o / 8, block o % 8
+            XiMvqB<TYPE> wb[NR];
+#pragma unroll
+            for (int q = 0; q < NR; q++) wb[q].dec(src + q * CGB + (o >> 3) * GB, o & 7);
+#pragma unroll
+            for (int t = 0; t < TT; t++) {
+                if (t < tn) {
+                    // the block's two 16-byte halves, the second first where b & 4: the 8 lanes of a
+                    // quarter warp (blocks 32 bytes apart) then read 8 distinct bank quads
+                    const uint4 *xp = reinterpret_cast<const uint4 *>(xq + (size_t_)t * a.K + 32 * b);
+                    const int sw = (b >> 2) & 1;
+                    const uint4 u0 = xp[sw], u1 = xp[sw ^ 1], x0 = sw ? u1 : u0, x1 = sw ? u0 : u1;
+                    const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                    const float2 dsv = ds[(size_t_)t * nb + b];
+#pragma unroll
+                    for (int q = 0; q < NR; q++) acc[t][q] = __fadd_rn(acc[t][q], wb[q].term(xw, dsv.x, dsv.y));
+                }
+            }
+        }
+        if (cc == cpt - 1) {  // the tile's rows are summed: write them
+#pragma unroll
+            for (int t = 0; t < TT; t++) {
+                if (t < tn) {
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        float sg = acc[t][r], su = GLU ? acc[t][NR - R + r] : 0.0f;
+#pragma unroll
+                        for (int o = 16; o > 0; o >>= 1) {
+                            sg = __fadd_rn(sg, __shfl_xor_sync(0xffffffffu, sg, o));
+                            if (GLU) su = __fadd_rn(su, __shfl_xor_sync(0xffffffffu, su, o));
+                        }
+                        const int n = ct * R + r;
+                        if (lane == 0 && n < a.N) {
+                            float *yo = a.y + (size_t_)(tg0 + t) * a.N + n;
+                            if (GLU) *yo = sg / (1.0f + expf(-sg)) * su;
+                            else *yo = a.accumulate ? __fadd_rn(*yo, sg) : sg;
+                        }
+                    }
+                }
+#pragma unroll
+                for (int q = 0; q < NR; q++) acc[t][q] = 0.0f;
+            }
+        }
+        cs = cs + 1 == S ? 0 : cs + 1;
+        if (++cc == cpt) { cc = 0; ct += GW; }
+        __syncwarp();  // every lane has read stage cs before the next issue() refills it
+    }
+    xi_mvp_wait<0>();
+}
+
+// The kernel body (256 threads; grid (at most a wave, ceil(T / TT)), xi_mvq_shared(TYPE, K, TT, ...)
+// dynamic shared bytes: backends/cuda/_launch.py's mvq_launch). A CTA's tokens: tt = ceil(T /
+// gridDim.y) from blockIdx.y tt, its accumulators sized for the next of 1, 2, 4, 8 (tt > 8, a
+// launch that breaks the rule, and the shapes the vector body does not take: NaN rows).
+template <int TYPE, int R, int S, int CG, bool NORM, bool GLU>
+__device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
+    extern __shared__ uint4 xi_mvq_dyn[];
+    if (blockIdx.y == 0) xi_prefetch_rows<TYPE, GLU>(a, (long long)blockIdx.x * XI_MVQ_WARPS * R, XI_MVQ_WARPS * R);
+    xi_grid_begin();
+    const int tt = (a.T + (int)gridDim.y - 1) / (int)gridDim.y, tg0 = blockIdx.y * tt;
+    if (tg0 >= a.T) return;
+    const int tn = a.T - tg0 < tt ? a.T - tg0 : tt;
+    uint8_t *smem = reinterpret_cast<uint8_t *>(xi_mvq_dyn);
+    const bool ok = (a.K & 255) == 0 && (xi_row_bytes_of(TYPE, a.K) & 15) == 0 && (((size_t_)a.w) & 15) == 0;
+    if (!ok || tt > XI_MVQ_TT) {  // not a launch of mvq_launch: poison this CTA's rows
+        for (int t = tg0; t < tg0 + tn; t++)
+            for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < a.N; n += gridDim.x * blockDim.x)
+                a.y[(size_t_)t * a.N + n] = XI_NAN;
+        return;
+    }
+    if (tt == 1) xi_mvq<TYPE, R, S, CG, NORM, GLU, 1>(a, smem, tg0, tn);
+    else if (tt == 2) xi_mvq<TYPE, R, S, CG, NORM, GLU, 2>(a, smem, tg0, tn);
+    else if (tt <= 4) xi_mvq<TYPE, R, S, CG, NORM, GLU, 4>(a, smem, tg0, tn);
+    else xi_mvq<TYPE, R, S, CG, NORM, GLU, 8>(a, smem, tg0, tn);
+}
+
+// (R, S, CG) by type and kind (NORM: rmsnorm_matmul and SwiGLU; else matmul), from the H200 sweep of
+// tools/gemv_variants.py --mvq: R = 1 with GLU (2 regions), 2 with NORM (4 for q8_0, the output
+// layer), 4 for matmul; S = 2 for the types of 176- and 210-byte groups (8 tokens of K = 4096 then fit
+// 100 KB beside them) and for matmul (q8_0: 3), else 3; chunks of CG groups of 256 elements (a
+// multiple of 4: 32 blocks, a block a lane; q6_k 8 for whole 16-byte words).
+// backends/cuda/_launch.py repeats this (mvq_params); tools/gemv_variants.py --mvq sweeps others.
+#define XI_MVQ_R(TYPE, NORM, GLU) ((GLU) ? 1 : !(NORM) || (TYPE) == XI_Q8_0 ? 4 : 2)
+#define XI_MVQ_S(TYPE, NORM, GLU) (!(NORM) && !(GLU) ? ((TYPE) == XI_Q8_0 ? 3 : 2) : (TYPE) == XI_Q6_K || (TYPE) == XI_Q5_K || (TYPE) == XI_Q5_0 ? 2 : 3)
+#define XI_MVQ_CG(TYPE) ((TYPE) == XI_Q8_0 ? 4 : 8)
+
+// the `_pq` entries of matmul_DT, rmsnorm_matmul_DT and rmsnorm_matmul_swiglu_DT
+#define XI_MVQ_ENTRIES(DT, TYPE)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(256, 2) matmul_##DT##_pq(XI_MVP_PARAMS) {                            \
+        const XiMvcArgs a{w, x, nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};                                       \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0, 0), XI_MVQ_S(TYPE, 0, 0), XI_MVQ_CG(TYPE), false, false>(a);                        \
+    }
+#define XI_MVQ_NORM_ENTRIES(DT, TYPE)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_matmul_##DT##_pq(XI_MVP_NORM_PARAMS(xi_rmsnorm_matmul_c)) { \
+        const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, c.accumulate, c.eps};                                         \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1, 0), XI_MVQ_S(TYPE, 1, 0), XI_MVQ_CG(TYPE), true, false>(a);                         \
+    }
+#define XI_MVQ_SWIGLU_ENTRIES(DT, TYPE)                                                                               \
+    extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_matmul_swiglu_##DT##_pq(                             \
+        XI_MVP_NORM_PARAMS(xi_rmsnorm_matmul_swiglu_c)) {                                                             \
+        const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, 0, c.eps};                                                    \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1, 1), XI_MVQ_S(TYPE, 1, 1), XI_MVQ_CG(TYPE), true, true>(a);                          \
+    }
