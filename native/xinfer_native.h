@@ -63,7 +63,7 @@ int xi_repack_q5_1_r8(const void *src, void *dst, int64_t N, int64_t K);
  * their integer inner products on one of these paths, all giving the same bits: isa 0 "scalar"
  * (portable C), 1 "avx2" (vpmaddubsw / vpmaddwd), 2 "avxvnni" (VEX vpdpbusd / vpdpwssd), 3
  * "avx512vnni" (EVEX vpdpbusd, AVX512VL + VNNI; 512-bit K-quant tiles). A build holds every path
- * its compiler can target (GCC on x86: all four), whatever -march says.
+ * its compiler can target (GCC 11 or later on x86: all four), whatever -march says.
  * xi_isa_name: the path's name, NULL when isa is not 0..3. xi_isa_compiled: 1 when this build holds
  * it. xi_isa_supported: 1 when held and this cpu (and OS) runs it. xi_isa_select: isa -1 picks the
  * best supported one (the default at first use), else forces isa: XI_OK, or XI_EINVAL (not held or

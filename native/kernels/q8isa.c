@@ -25,7 +25,13 @@ static int cpu_runs(int isa)
     case XI_ISA_AVX2:
         return avx2;
     case XI_ISA_AVXVNNI:
+#if XI_GCC_X86 >= 11
         return avx2 && __builtin_cpu_supports("avxvnni");
+#elif defined(__AVXVNNI__)
+        return avx2; /* built only by the -march, which this module's cpu has */
+#else
+        return 0;
+#endif
     case XI_ISA_AVX512VNNI:
         return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&

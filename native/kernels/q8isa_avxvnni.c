@@ -1,7 +1,7 @@
 /* The AVX-VNNI path of the int8 dot products (xi_q8.h): VEX vpdpbusd / vpdpwssd on 256-bit vectors
  * (Alder Lake and later cores, Sapphire Rapids, Zen 5). */
 #include "xi_q8.h"
-#if XI_GCC_X86
+#if XI_GCC_X86 >= 11
 #pragma GCC target("avx2,f16c,fma,avxvnni")
 #endif
 #if defined(__AVX2__) && defined(__F16C__) && defined(__AVXVNNI__)

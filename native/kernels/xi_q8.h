@@ -65,7 +65,7 @@ static void __attribute__((constructor)) xi_q8_register_here(void) { xi_q8_regis
 /* `#pragma GCC target` turns a path's instructions on in its unit and defines their macros (GCC);
  * elsewhere (clang, other architectures) a path is built only where the -march target has it */
 #if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
-#define XI_GCC_X86 1
+#define XI_GCC_X86 __GNUC__ /* the major version: avx512vnni targets since GCC 8, avxvnni since 11 */
 #else
 #define XI_GCC_X86 0
 #endif

@@ -27,7 +27,7 @@ _configured = False
 
 
 def compiled(name: str) -> bool:
-    """Whether this build of the native module holds path ``name`` (GCC on x86: all four)."""
+    """Whether this build of the native module holds path ``name`` (GCC 11 or later on x86: all four)."""
     return bool(_native.lib.xi_isa_compiled(PATHS.index(name)))
 
 
