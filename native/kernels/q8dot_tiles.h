@@ -293,43 +293,59 @@ r8tile_##NAME(const uint8_t *g, long nb, const int8_t *q, const float *d, const 
     for (int t = 0; t < TT; t++) _mm256_storeu_ps(res + 8 * t, acc[t]);              \
 }
 #else
-/* portable: code j of row r read from the interleaved block; the same operations as above */
+/* portable: a block's 8 rows' codes unpacked in element order (the chunks read in their byte order),
+ * then per token the 8 rows' integer sums; the same operations as above, per (row, token) in the same
+ * order (block after block) */
 #define XI_R8_TILE(NAME, BYTES)                                                      \
 static inline void                                                                   \
 r8tile_##NAME(const uint8_t *g, long nb, const int8_t *q, const float *d, const float *s, \
               const int32_t *qsum, float *res, const int TT)                        \
 {                                                                                    \
     const int kind = XI_KIND_##NAME;                                                 \
+    const int mins = kind == 2 || kind == 4;                                         \
     (void)qsum;                                                                      \
-    for (int r = 0; r < 8; r++) {                                                    \
-        float acc[XI_Q8_TT] = {0};                                                   \
-        for (long b = 0; b < nb; b++) {                                              \
-            const uint8_t *blk = g + b * 8 * (BYTES);                                \
-            const int mins = kind == 2 || kind == 4;                                 \
-            const float dw = xi_h2f(xi_rd16(blk + 2 * r));                           \
-            const float mw = mins ? xi_h2f(xi_rd16(blk + 16 + 2 * r)) : 0.0f;        \
-            const uint8_t *qs = blk + (mins ? 32 : 16) + (kind >= 3 ? 32 : 0);       \
-            int32_t c[32];                                                           \
-            for (int j = 0; j < 32; j++) {                                           \
-                if (kind == 0) {                                                     \
-                    c[j] = (int8_t)qs[(j / 4) * 32 + r * 4 + j % 4];                 \
-                } else {                                                             \
-                    const uint8_t u = qs[((j & 15) / 4) * 32 + r * 4 + j % 4];       \
-                    c[j] = j < 16 ? u & 15 : u >> 4;                                 \
-                    if (kind >= 3) c[j] |= ((qs[-32 + r * 4 + j % 4] >> (j / 4)) & 1) << 4; \
-                    c[j] -= kind == 1 ? 8 : kind == 3 ? 16 : 0;                      \
+    float acc[XI_Q8_TT][8] = {{0}};                                                  \
+    for (long b = 0; b < nb; b++) {                                                  \
+        const uint8_t *blk = g + b * 8 * (BYTES);                                    \
+        const uint8_t *qs = blk + (mins ? 32 : 16) + (kind >= 3 ? 32 : 0);           \
+        int32_t c[8][32];                                                            \
+        if (kind == 0) {                                                             \
+            for (int ch = 0; ch < 8; ch++)                                           \
+                for (int r = 0; r < 8; r++)                                          \
+                    for (int i = 0; i < 4; i++) c[r][4 * ch + i] = (int8_t)qs[32 * ch + 4 * r + i]; \
+        } else {                                                                     \
+            const int off = kind == 1 ? 8 : kind == 3 ? 16 : 0;                      \
+            for (int ch = 0; ch < 4; ch++)                                           \
+                for (int r = 0; r < 8; r++)                                          \
+                    for (int i = 0; i < 4; i++) {                                    \
+                        const uint8_t u = qs[32 * ch + 4 * r + i];                   \
+                        c[r][4 * ch + i] = u & 15;                                   \
+                        c[r][16 + 4 * ch + i] = u >> 4;                              \
+                    }                                                                \
+            for (int r = 0; r < 8; r++)                                              \
+                for (int i = 0; i < 4; i++) {                                        \
+                    const int h = kind >= 3 ? qs[-32 + 4 * r + i] : 0; /* bit ch: element 4 ch + i */ \
+                    for (int ch = 0; ch < 8; ch++)                                   \
+                        c[r][4 * ch + i] = (c[r][4 * ch + i] | ((h >> ch) & 1) << 4) - off; \
                 }                                                                    \
-            }                                                                        \
-            for (int t = 0; t < TT; t++) {                                           \
-                const long o = t * nb + b;                                           \
+        }                                                                            \
+        float dw[8], mw[8];                                                          \
+        for (int r = 0; r < 8; r++) {                                                \
+            dw[r] = xi_h2f(xi_rd16(blk + 2 * r));                                    \
+            mw[r] = mins ? xi_h2f(xi_rd16(blk + 16 + 2 * r)) : 0.0f;                 \
+        }                                                                            \
+        for (int t = 0; t < TT; t++) {                                               \
+            const long o = t * nb + b;                                               \
+            for (int r = 0; r < 8; r++) {                                            \
                 int32_t S = 0;                                                       \
-                for (int j = 0; j < 32; j++) S += c[j] * q[o * 32 + j];              \
-                acc[t] = acc[t] + (dw * d[o]) * (float)S;                            \
-                if (mins) acc[t] = acc[t] + mw * s[o];                               \
+                for (int j = 0; j < 32; j++) S += c[r][j] * q[o * 32 + j];           \
+                acc[t][r] = acc[t][r] + (dw[r] * d[o]) * (float)S;                   \
+                if (mins) acc[t][r] = acc[t][r] + mw[r] * s[o];                      \
             }                                                                        \
         }                                                                            \
-        for (int t = 0; t < TT; t++) res[8 * t + r] = acc[t];                        \
     }                                                                                \
+    for (int t = 0; t < TT; t++)                                                     \
+        for (int r = 0; r < 8; r++) res[8 * t + r] = acc[t][r];                      \
 }
 #endif
 
