@@ -12,6 +12,7 @@ q8kdot_tiles.h; xinfer_async/backends/cpu/_isa.py).
 * XINFER_CPU_ISA: an unknown value or a path the cpu cannot run is a ValueError naming it.
 """
 import os
+import re
 import shutil
 import subprocess
 
@@ -151,11 +152,13 @@ def test_emulated_vnni_code_gives_the_model_bits(rng, emulated, isa, dt):
 # ------------------------------------------------------------------ the build holds the VNNI code
 
 @pytest.mark.parametrize("march", ["x86-64", "sapphirerapids"])
-@pytest.mark.parametrize("unit,instructions", [("q8isa_avxvnni.c", ["vpdpbusd", "vpdpwssd"]),
+@pytest.mark.parametrize("unit,instructions", [("q8isa_avx2.c", ["vpmaddubsw", "vpmaddwd"]),
+                                               ("q8isa_avxvnni.c", ["vpdpbusd", "vpdpwssd"]),
                                                ("q8isa_avx512vnni.c", ["vpdpbusd", "vpdpwssd"])])
 def test_compiler_emits_the_vnni_instructions(tmp_path, march, unit, instructions):
     """The unit compiled alone to assembly (-O1 for speed): its VNNI instructions are there, by its
-    pragma (x86-64) or by the -march (sapphirerapids: the unit's #if sees the target's macros)."""
+    pragma (x86-64) or by the -march (sapphirerapids: the unit's #if sees the target's macros); the
+    avx2 and avxvnni units hold no AVX-512 (no zmm, no EVEX-only ymm16-31) even where -march has it."""
     cc = shutil.which("gcc")
     if cc is None:
         pytest.skip("no gcc")
@@ -166,7 +169,10 @@ def test_compiler_emits_the_vnni_instructions(tmp_path, march, unit, instruction
     asm = out.read_text()
     for ins in instructions:
         assert ins in asm, f"{unit} at -march={march}: no {ins}"
-    if unit == "q8isa_avx512vnni.c":
+    if unit != "q8isa_avx512vnni.c":
+        assert "zmm" not in asm and not re.search(r"ymm(1[6-9]|2[0-9]|3[01])\b", asm)
+        assert unit != "q8isa_avx2.c" or "vpdpbusd" not in asm
+    else:
         assert any("vpdpwssd" in line and "zmm" in line for line in asm.splitlines())  # 512-bit K tiles
         assert any("vpdpbusd" in line and "ymm" in line for line in asm.splitlines())  # 256-bit EVEX (VL)
 
