@@ -7,7 +7,8 @@
  * The integer sums, exact on every path:
  *   AVX2: vpmaddubsw (unsigned x signed bytes, pairs summed to int16 with saturation) then vpmaddwd
  *     (pairs to int32). Saturation never happens: signed q8_0 codes take the sign trick
- *     (|w| x sign(q, w): a product is at most 127 * 127, a pair 32258 < 2^15); nibbles (<= 15) and
+ *     (|w| x sign(q, w), w = -128 included: a product is at most 128 * 127, a pair 32512 < 2^15;
+ *     the quantizer's |q| <= 127); nibbles (<= 15) and
  *     5-bit codes (<= 31) against |q| <= 127 let 8 resp. 4 vpmaddubsw results (16 resp. 8 products)
  *     add up in int16: 8 * 2 * 15 * 127 = 30480 and 4 * 2 * 31 * 127 = 31496 < 2^15.
  *   VNNI (AVX-VNNI, AVX-512 VNNI): vpdpbusd multiplies unsigned x signed bytes and adds each group of
@@ -17,8 +18,9 @@
  *     from the quantizer) comes off the int32 sum: sum((w + 128) q) - 128 sum(q) = sum(w q).
  *   So every path has the same int32 S per (row, token, block), then the same float operations.
  * AVX-512 VNNI runs the 256-bit forms here (EVEX: 32 vector registers): a tile is 8 rows x 4 bytes,
- * exactly one 256-bit vector per activation chunk, and a 512-bit form would need a permute of the
- * activations per vpdpbusd (two broadcast chunks in the two halves) for the same products a cycle.
+ * exactly one 256-bit vector per activation chunk; a 512-bit form (two chunks a vector) needs the 8
+ * rows' pairs interleaved or the activations permuted, and an 8-lane reduction a block, so it wins
+ * only where 512-bit vpdpbusd issues twice as fast as 256-bit (not on Zen 4): not measured yet.
  */
 #ifndef XI_ISA
 #error "define XI_ISA (xi_q8.h) before including q8dot_tiles.h"
