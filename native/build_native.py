@@ -60,7 +60,9 @@ ffibuilder.set_source(
     include_dirs=[_rel("."), _rel("kernels")],
     extra_compile_args=[
         "-O3",
-        # XINFER_NATIVE_MARCH=x86-64-v3 (AVX2 path) / x86-64 (portable scalar path)
+        # XINFER_NATIVE_MARCH=x86-64-v3 (AVX2) / x86-64 (portable C); the int8 dot products' paths
+        # are built whatever the -march (their own #pragma GCC target) and chosen at run time
+        # (native/kernels/xi_q8.h, XINFER_CPU_ISA)
         "-march=" + os.environ.get("XINFER_NATIVE_MARCH", "native"),
         "-fopenmp",
         "-fno-math-errno",

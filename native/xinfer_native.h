@@ -58,4 +58,20 @@ int xi_repack_q4_1_r8(const void *src, void *dst, int64_t N, int64_t K);
 int xi_repack_q5_0_r8(const void *src, void *dst, int64_t N, int64_t K);
 int xi_repack_q5_1_r8(const void *src, void *dst, int64_t N, int64_t K);
 
+/* ---- the int8 dot products' instruction-set paths (native/kernels/q8isa.c, xi_q8.h) ------------
+ * The quantized matmuls (q8_0, q4_0, q4_1, q5_0, q5_1, their *_r8 layouts, q4_k, q5_k, q6_k) run
+ * their integer inner products on one of these paths, all giving the same bits: isa 0 "scalar"
+ * (portable C), 1 "avx2" (vpmaddubsw / vpmaddwd), 2 "avxvnni" (VEX vpdpbusd / vpdpwssd), 3
+ * "avx512vnni" (EVEX vpdpbusd, AVX512VL + VNNI; 512-bit K-quant tiles). A build holds every path
+ * its compiler can target (GCC 11 or later on x86: all four), whatever -march says.
+ * xi_isa_name: the path's name, NULL when isa is not 0..3. xi_isa_compiled: 1 when this build holds
+ * it. xi_isa_supported: 1 when held and this cpu (and OS) runs it. xi_isa_select: isa -1 picks the
+ * best supported one (the default at first use), else forces isa: XI_OK, or XI_EINVAL (not held or
+ * not supported; nothing changes). xi_isa_selected: the path the kernels run now. */
+const char *xi_isa_name(int isa);
+int xi_isa_compiled(int isa);
+int xi_isa_supported(int isa);
+int xi_isa_select(int isa);
+int xi_isa_selected(void);
+
 #endif

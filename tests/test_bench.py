@@ -370,3 +370,23 @@ def test_steady_rate_counts_arrivals_in_the_window_exactly():
     rate, step_ms = steady_rate([a, b])
     assert rate == pytest.approx(7.5) and step_ms == pytest.approx(250.0)
     assert steady_rate([a, dict(times=[(1.0, 1), (3.0, 2)])]) == (None, None)  # under 4 steps a request
+
+
+def test_native_isa_table_times_every_path_this_cpu_runs(capsys):
+    """`bench native --isa`: one row per ISA_ROWS entry and T (1, 64), a time in the column of each
+    path this cpu runs and "-" in the others; the selected path is the same after."""
+    from xinfer_async.backends.cpu import _isa
+    from xinfer_async.bench import _native_bench as nb
+
+    before = _isa.selected()
+    assert nb.main(["--isa"]) == 0
+    out = capsys.readouterr().out
+    assert f"int8 dot products: {before} " in out
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith("matmul_")]
+    assert [(r[0], int(r[1])) for r in rows] == [("matmul_" + lay, T) for T in (1, 64) for _, lay, _, _ in nb.ISA_ROWS]
+    for r in rows:
+        cells = r[4:4 + len(_isa.PATHS)]
+        for p, cell in zip(_isa.PATHS, cells):
+            assert (cell != "-") == _isa.supported(p), (r, p)
+            assert cell == "-" or float(cell) > 0
+    assert _isa.selected() == before

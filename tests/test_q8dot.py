@@ -142,17 +142,20 @@ def test_same_bits_with_any_thread_count(rng, tmp_path):
 
 # ------------------------------------------------------------------ both code paths
 
-_CDEF = "\n".join(f"void q8dot_{dt}{r}(void *w, void *x, void *y, long T, long N, long K, int acc);"
-                  for dt in DTS for r in ("", "_r8"))
+_WRAPPED = [("q8dot_" + dt + r, f"xi_q8dot_rows_{dt}{r}") for dt in DTS for r in ("", "_r8")]
+_WRAPPED += [("k_" + dt, f"xi_q8dot_rows_{dt}") for dt in ("q4_k", "q5_k", "q6_k")]
+_CDEF = "\n".join(f"void {name}(void *w, void *x, void *y, long T, long N, long K, int acc);"
+                  for name, _ in _WRAPPED) + "\nint xi_isa_select(int isa);"
 _SRC = '#include "xi_common.h"\n' + "\n".join(
-    f"void q8dot_{dt}{r}(void *w, void *x, void *y, long T, long N, long K, int acc)"
-    f" {{ xi_q8dot_rows_{dt}{r}(w, x, y, T, N, K, acc); }}" for dt in DTS for r in ("", "_r8"))
+    f"void {name}(void *w, void *x, void *y, long T, long N, long K, int acc)"
+    f" {{ {fn}(w, x, y, T, N, K, acc); }}" for name, fn in _WRAPPED)
 
 
 @pytest.fixture(scope="module")
 def q8dot_builds(tmp_path_factory):
-    """q8dot.c compiled on its own with -march=x86-64 (portable scalar path) and -march=x86-64-v3
-    (AVX2 path), the flags of native/build_native.py otherwise."""
+    """q8dot.c, q8kdot.c and the dot-product paths (q8isa*.c) compiled on their own with -march=x86-64 (the
+    portable quantizer, the portable dot products forced) and -march=x86-64-v3 (the AVX2 quantizer,
+    the AVX2 dot products forced), the flags of native/build_native.py otherwise."""
     import importlib.util
 
     import cffi
@@ -163,7 +166,10 @@ def q8dot_builds(tmp_path_factory):
         name = "_q8dot_" + march.replace("-", "_")
         ffi = cffi.FFI()
         ffi.cdef(_CDEF)
-        ffi.set_source(name, _SRC, sources=[os.path.join(native, "kernels", "q8dot.c")],
+        kernels = os.path.join(native, "kernels")
+        sources = [os.path.join(kernels, f) for f in sorted(os.listdir(kernels))
+                   if f in ("q8dot.c", "q8kdot.c") or (f.startswith("q8isa") and f.endswith(".c"))]
+        ffi.set_source(name, _SRC, sources=sources,
                        include_dirs=[native, os.path.join(native, "kernels")],
                        extra_compile_args=["-O3", f"-march={march}", "-fopenmp", "-fno-math-errno",
                                            "-ffp-contract=off", "-std=gnu11"],
@@ -172,6 +178,7 @@ def q8dot_builds(tmp_path_factory):
         spec = importlib.util.spec_from_file_location(name, so)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
+        assert mod.lib.xi_isa_select(0 if march == "x86-64" else 1) == 0  # scalar / avx2
         mods[march] = mod
     return mods
 
@@ -336,40 +343,11 @@ def test_k_nonfinite_and_zero_blocks(rng, dt):
     np.testing.assert_array_equal(y[[0, 3]].view(np.uint32), matmul_q8k(wq, dt, x)[[0, 3]].view(np.uint32))
 
 
-@pytest.fixture(scope="module")
-def q8kdot_builds(tmp_path_factory):
-    """q8kdot.c compiled on its own with -march=x86-64 (portable) and -march=x86-64-v3 (AVX2)."""
-    import importlib.util
-
-    import cffi
-
-    native = os.path.join(ROOT, "native")
-    mods = {}
-    for march in ("x86-64", "x86-64-v3"):
-        name = "_q8kdot_" + march.replace("-", "_")
-        ffi_ = cffi.FFI()
-        ffi_.cdef("\n".join(f"void k_{dt}(void *w, void *x, void *y, long T, long N, long K, int acc);" for dt in KDTS))
-        src = '#include "xi_common.h"\n' + "\n".join(
-            f"void k_{dt}(void *w, void *x, void *y, long T, long N, long K, int acc)"
-            f" {{ xi_q8dot_rows_{dt}(w, x, y, T, N, K, acc); }}" for dt in KDTS)
-        ffi_.set_source(name, src, sources=[os.path.join(native, "kernels", "q8kdot.c")],
-                        include_dirs=[native, os.path.join(native, "kernels")],
-                        extra_compile_args=["-O3", f"-march={march}", "-fopenmp", "-fno-math-errno",
-                                            "-ffp-contract=off", "-std=gnu11"],
-                        extra_link_args=["-fopenmp"])
-        so = ffi_.compile(tmpdir=str(tmp_path_factory.mktemp(name)))
-        spec = importlib.util.spec_from_file_location(name, so)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        mods[march] = mod
-    return mods
-
-
 @pytest.mark.parametrize("march", ["x86-64", "x86-64-v3"])
 @pytest.mark.parametrize("dt", KDTS)
 @pytest.mark.parametrize("T,N,K", [(1, 40, 256), (6, 17, 768)])
-def test_k_portable_and_avx2_paths_match_model(rng, q8kdot_builds, march, dt, T, N, K):
-    mod = q8kdot_builds[march]
+def test_k_portable_and_avx2_paths_match_model(rng, q8dot_builds, march, dt, T, N, K):
+    mod = q8dot_builds[march]
     wq, _, x = _k_inputs(rng, dt, T, N, K)
     x[0, 5] = np.nan if T > 1 else x[0, 5]
     for accumulate in (0, 1):

@@ -127,7 +127,13 @@ def _devices(args) -> None:
 
     from ._open import cuda_status
 
-    print(f"cpu: available ({os.cpu_count()} cores, native C kernels)")
+    from .backends.cpu import _isa
+
+    try:
+        isa = _isa.configure()
+    except ValueError as e:  # a bad XINFER_CPU_ISA: said here, raised where a cpu device is made
+        isa = f"none ({e})"
+    print(f"cpu: available ({os.cpu_count()} cores, native C kernels, int8 dot products: {isa})")
     ok, reason = cuda_status()
     print(f"cuda: {'available' if ok else 'not available'}" + (f" ({reason})" if reason else ""))
     if os.environ.get("XINFER_DEVICE"):

@@ -18,21 +18,17 @@
  *    then in float32, super-block after super-block, mul and add rounded separately (no fma):
  *      acc = acc + (dw_b * d_b) * (float)S;   q4_k, q5_k then:  acc = acc - (dmin_b * d_b) * (float)M
  *    from acc = 0; the result is acc. dw, dmin: the super-block's f16 fields (exact in f32).
- * The AVX2 path and the portable path compute exactly these operations (the same bits); a (row,
- * token) result depends on that row and token alone. tests/_q8dot_model.py holds the numpy model.
+ * Every instruction-set path of step 2 (portable C, AVX2, AVX-VNNI, AVX-512 VNNI: q8kdot_tiles.h,
+ * compiled once per path, the path chosen at run time: xi_q8.h) computes exactly these operations
+ * (the same bits); a (row, token) result depends on that row and token alone.
+ * tests/_q8dot_model.py holds the numpy model.
  *
  * Tiling: rows in chunks of 16 over the OpenMP threads; a tile is one weight row x up to 4 tokens:
  * a super-block's codes are unpacked once for the 4 tokens (8 vectors of 32 codes).
  */
 #include <stdlib.h>
 #include "xi_common.h"
-
-#define XI_QKK 256
-#define XI_K_NCHUNK 16
-#define XI_K_TT 4
-#define XI_KIND_q4_k 0
-#define XI_KIND_q5_k 1
-#define XI_KIND_q6_k 2
+#include "xi_q8.h"
 
 /* ------------------------------------------------------------------ */
 /* activations: one super-block of 256 floats -> 256 codes, d, 16 sums of 16 codes */
@@ -107,173 +103,6 @@ static void quantize_k_rows(const float *x, long T, long K, int8_t *q, float *d,
 }
 
 /* ------------------------------------------------------------------ */
-/* one super-block's scales: q4_k / q5_k 8 (scale, min) pairs; q6_k 16 int8 scales */
-
-static inline void k_scales(int kind, const uint8_t *blk, int *sc, int *m)
-{
-    if (kind == XI_KIND_q6_k) {
-        for (int k = 0; k < 16; k++) sc[k] = ((const int8_t *)(blk + 192))[k];
-        return;
-    }
-    for (int g = 0; g < 8; g++) xi_scale_min_k4(g, blk + 4, &sc[g], &m[g]);
-}
-
-static inline float k_d(int kind, const uint8_t *blk) { return xi_h2f(xi_rd16(blk + (kind == XI_KIND_q6_k ? 208 : 0))); }
-
-/* (float) M's integer: q4_k, q5_k only */
-static inline int32_t k_mins(const int *m, const int32_t *bs)
-{
-    int32_t M = 0;
-    for (int g = 0; g < 8; g++) M += m[g] * (bs[2 * g] + bs[2 * g + 1]);
-    return M;
-}
-
-#if defined(__AVX2__)
-/* the super-block's 256 codes as 8 vectors of 32 (element order) */
-static inline __attribute__((always_inline)) void k_codes(int kind, const uint8_t *blk, __m256i w[8])
-{
-    const __m256i m4 = _mm256_set1_epi8(15);
-    if (kind == XI_KIND_q6_k) {
-        const __m256i m2 = _mm256_set1_epi8(3);
-        for (int h = 0; h < 2; h++) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h));
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32));
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
-            /* 16-bit lane shifts: the masks keep each byte's own bits */
-            w[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
-            w[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
-            w[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
-            w[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
-        }
-        return;
-    }
-    const uint8_t *qs = blk + (kind == XI_KIND_q5_k ? 48 : 16);
-    for (int p = 0; p < 4; p++) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
-        w[2 * p] = _mm256_and_si256(v, m4);
-        w[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    }
-    if (kind == XI_KIND_q5_k) { /* bit g of qh[l] is the fifth bit of group g's element l */
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16)), one = _mm256_set1_epi8(1);
-        for (int g = 0; g < 8; g++)
-            w[g] = _mm256_or_si256(w[g], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, g), one), 4));
-    }
-}
-
-static inline int32_t hsum_i32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
-
-#define XI_K_TILE(NAME, BYTES)                                                       \
-static inline __attribute__((always_inline)) void                                   \
-ktile_##NAME(const uint8_t *wr, long nb, const int8_t *q, const float *d, const int32_t *bs, \
-             float *res, const int TT)                                               \
-{                                                                                    \
-    const int kind = XI_KIND_##NAME;                                                 \
-    float acc[XI_K_TT] = {0};                                                        \
-    for (long b = 0; b < nb; b++) {                                                  \
-        const uint8_t *blk = wr + b * (BYTES);                                       \
-        int sc[16], m[8];                                                            \
-        k_scales(kind, blk, sc, m);                                                  \
-        const float dw = k_d(kind, blk);                                             \
-        const float dmin = kind == XI_KIND_q6_k ? 0.0f : xi_h2f(xi_rd16(blk + 2));   \
-        __m256i w[8], sv[8];                                                         \
-        k_codes(kind, blk, w);                                                       \
-        for (int g = 0; g < 8; g++) /* the int16 lanes of a vector of 32 codes: 16 a group of 16 */ \
-            sv[g] = kind == XI_KIND_q6_k ? _mm256_set_m128i(_mm_set1_epi16((short)sc[2 * g + 1]), _mm_set1_epi16((short)sc[2 * g])) \
-                                         : _mm256_set1_epi16((short)sc[g]);          \
-        for (int t = 0; t < TT; t++) {                                               \
-            const long o = t * nb + b;                                               \
-            const int8_t *qb = q + o * XI_QKK;                                       \
-            __m256i a = _mm256_setzero_si256();                                      \
-            for (int g = 0; g < 8; g++) {                                            \
-                const __m256i p = _mm256_maddubs_epi16(w[g], _mm256_loadu_si256((const __m256i *)(qb + 32 * g))); \
-                a = _mm256_add_epi32(a, _mm256_madd_epi16(p, sv[g]));                \
-            }                                                                        \
-            int32_t S = hsum_i32(a);                                                 \
-            const int32_t *bo = bs + 16 * o;                                         \
-            if (kind == XI_KIND_q6_k) {                                              \
-                int32_t off = 0;                                                     \
-                for (int k = 0; k < 16; k++) off += sc[k] * bo[k];                   \
-                S -= 32 * off;                                                       \
-            }                                                                        \
-            acc[t] = acc[t] + (dw * d[o]) * (float)S;                                \
-            if (kind != XI_KIND_q6_k) acc[t] = acc[t] - (dmin * d[o]) * (float)k_mins(m, bo); \
-        }                                                                            \
-    }                                                                                \
-    for (int t = 0; t < TT; t++) res[t] = acc[t];                                    \
-}
-#else
-/* portable: the codes in element order, the same integers and float operations */
-static inline void k_codes_scalar(int kind, const uint8_t *blk, int32_t *c)
-{
-    if (kind == XI_KIND_q6_k) {
-        const uint8_t *ql = blk, *qh = blk + 128;
-        for (int h = 0; h < 2; h++)
-            for (int l = 0; l < 32; l++) {
-                const uint8_t a = ql[64 * h + l], b = ql[64 * h + 32 + l], e = qh[32 * h + l];
-                c[128 * h + l] = (a & 15) | ((e & 3) << 4);
-                c[128 * h + 32 + l] = (b & 15) | (((e >> 2) & 3) << 4);
-                c[128 * h + 64 + l] = (a >> 4) | (((e >> 4) & 3) << 4);
-                c[128 * h + 96 + l] = (b >> 4) | (((e >> 6) & 3) << 4);
-            }
-        return;
-    }
-    const uint8_t *qs = blk + (kind == XI_KIND_q5_k ? 48 : 16);
-    for (int g = 0; g < 8; g++)
-        for (int l = 0; l < 32; l++) {
-            c[32 * g + l] = (qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 15;
-            if (kind == XI_KIND_q5_k) c[32 * g + l] |= ((blk[16 + l] >> g) & 1) << 4;
-        }
-}
-
-#define XI_K_TILE(NAME, BYTES)                                                       \
-static inline void                                                                   \
-ktile_##NAME(const uint8_t *wr, long nb, const int8_t *q, const float *d, const int32_t *bs, \
-             float *res, const int TT)                                               \
-{                                                                                    \
-    const int kind = XI_KIND_##NAME;                                                 \
-    float acc[XI_K_TT] = {0};                                                        \
-    for (long b = 0; b < nb; b++) {                                                  \
-        const uint8_t *blk = wr + b * (BYTES);                                       \
-        int sc[16], m[8];                                                            \
-        int32_t c[256];                                                              \
-        k_scales(kind, blk, sc, m);                                                  \
-        k_codes_scalar(kind, blk, c);                                                \
-        const float dw = k_d(kind, blk);                                             \
-        const float dmin = kind == XI_KIND_q6_k ? 0.0f : xi_h2f(xi_rd16(blk + 2));   \
-        const int gs = kind == XI_KIND_q6_k ? 16 : 32; /* elements a scale */        \
-        for (int t = 0; t < TT; t++) {                                               \
-            const long o = t * nb + b;                                               \
-            const int8_t *qb = q + o * XI_QKK;                                       \
-            const int32_t *bo = bs + 16 * o;                                         \
-            int32_t S = 0;                                                           \
-            for (int g = 0; g < 256 / gs; g++) {                                     \
-                int32_t s = 0;                                                       \
-                for (int j = g * gs; j < (g + 1) * gs; j++) s += c[j] * qb[j];       \
-                if (kind == XI_KIND_q6_k) s -= 32 * bo[g];                           \
-                S += sc[g] * s;                                                      \
-            }                                                                        \
-            acc[t] = acc[t] + (dw * d[o]) * (float)S;                                \
-            if (kind != XI_KIND_q6_k) acc[t] = acc[t] - (dmin * d[o]) * (float)k_mins(m, bo); \
-        }                                                                            \
-    }                                                                                \
-    for (int t = 0; t < TT; t++) res[t] = acc[t];                                    \
-}
-#endif
-
-XI_K_TILE(q4_k, 144)
-XI_K_TILE(q5_k, 176)
-XI_K_TILE(q6_k, 210)
-
-/* ------------------------------------------------------------------ */
 /* scratch for the quantized activations: per calling thread, grown, kept */
 
 static __thread void *xi_k_scratch;
@@ -291,35 +120,6 @@ static void *k_scratch(size_t nbytes)
 }
 
 #define XI_K_MATMUL(NAME, BYTES)                                                     \
-static void k_rows_##NAME(const uint8_t *w, const int8_t *q, const float *d, const int32_t *bs, \
-                          float *y, long T, long N, long K, int accum)               \
-{                                                                                    \
-    const long nb = K / XI_QKK, rb = nb * (BYTES);                                   \
-    const long nchunks = (N + XI_K_NCHUNK - 1) / XI_K_NCHUNK;                        \
-    _Pragma("omp parallel for schedule(static) if (nchunks > 1 && N * K * T >= 4 * XI_OMP_MIN_WORK)") \
-    for (long ch = 0; ch < nchunks; ch++) {                                          \
-        const long n0 = ch * XI_K_NCHUNK;                                            \
-        const long n1 = n0 + XI_K_NCHUNK < N ? n0 + XI_K_NCHUNK : N;                 \
-        for (long t0 = 0; t0 < T; t0 += XI_K_TT) {                                   \
-            const long tt = T - t0 < XI_K_TT ? T - t0 : XI_K_TT;                     \
-            const long o = t0 * nb;                                                  \
-            for (long n = n0; n < n1; n++) {                                         \
-                float res[XI_K_TT];                                                  \
-                const uint8_t *wr = w + n * rb;                                      \
-                switch (tt) {                                                        \
-                case 1: ktile_##NAME(wr, nb, q + o * XI_QKK, d + o, bs + 16 * o, res, 1); break; \
-                case 2: ktile_##NAME(wr, nb, q + o * XI_QKK, d + o, bs + 16 * o, res, 2); break; \
-                case 3: ktile_##NAME(wr, nb, q + o * XI_QKK, d + o, bs + 16 * o, res, 3); break; \
-                default: ktile_##NAME(wr, nb, q + o * XI_QKK, d + o, bs + 16 * o, res, 4); break; \
-                }                                                                    \
-                for (long t = 0; t < tt; t++) {                                      \
-                    float *yp = y + (t0 + t) * N + n;                                \
-                    *yp = accum ? *yp + res[t] : res[t];                             \
-                }                                                                    \
-            }                                                                        \
-        }                                                                            \
-    }                                                                                \
-}                                                                                    \
 XI_SHARED void xi_q8dot_rows_##NAME(const uint8_t *w, const float *x, float *y, long T, long N, \
                                     long K, int accumulate)                          \
 {                                                                                    \
@@ -332,7 +132,7 @@ XI_SHARED void xi_q8dot_rows_##NAME(const uint8_t *w, const float *x, float *y, 
         float *d = (float *)(q + T * K);                                             \
         int32_t *bs = (int32_t *)(d + T * nb);                                       \
         quantize_k_rows(x, T, K, q, d, bs);                                          \
-        k_rows_##NAME(w, q, d, bs, y, T, N, K, accumulate != 0);                     \
+        xi_q8_current()->k[XI_KIND_##NAME](w, q, d, bs, y, T, N, K, accumulate != 0); \
         return;                                                                      \
     }                                                                                \
     for (long t = 0; t < T; t++) { /* no scratch: one token at a time, the same bits */ \
@@ -340,7 +140,7 @@ XI_SHARED void xi_q8dot_rows_##NAME(const uint8_t *w, const float *x, float *y, 
         float d[nb > 0 ? nb : 1];                                                    \
         int32_t bs[nb > 0 ? 16 * nb : 1];                                            \
         quantize_k_rows(x + t * K, 1, K, q, d, bs);                                  \
-        k_rows_##NAME(w, q, d, bs, y + t * N, 1, N, K, accumulate != 0);             \
+        xi_q8_current()->k[XI_KIND_##NAME](w, q, d, bs, y + t * N, 1, N, K, accumulate != 0); \
     }                                                                                \
 }
 

@@ -10,7 +10,9 @@ weight type's matmul on one shape whose K is a multiple of 256 (the K-quants' su
 and the ratio to q4_1's: a type's kernel reads its bytes in the same class per byte as q4_1's when
 the ratio is near 1. Then Gemma 3 270M Q4_K_M's matrix shapes and types against q4_1 at each shape.
 The q8_0, q4_0, q4_1, q5_0 and q5_1 kernels run on weights in the cpu backend's row-interleaved layout
-(``matmul_DT_r8``, as a loaded model has them) unless ``XINFER_CPU_REPACK=0``.
+(``matmul_DT_r8``, as a loaded model has them) unless ``XINFER_CPU_REPACK=0``. Last, a few of these
+matmuls timed on each int8 dot-product path this cpu runs (``XINFER_CPU_ISA``: scalar, avx2, avxvnni,
+avx512vnni), side by side; ``--isa`` prints only that table.
 """
 import os
 import sys
@@ -75,12 +77,13 @@ def cpu_layout(dt, N, K):
     return CPUBackend().matrix_dtype(DType.parse(dt), (N, K)).label
 
 
-def time_matmul(dt, T, N, K, reps=None, rng=None):
-    """Median microseconds of one ``matmul`` call on random (N, K) ``dt`` weights, in the layout the
-    cpu backend keeps them in (``cpu_layout``)."""
+def time_matmul(dt, T, N, K, reps=None, rng=None, layout=None):
+    """Median microseconds of one ``matmul`` call on random (N, K) ``dt`` weights, in ``layout`` (a
+    dtype label: ``dt`` itself or its ``*_r8``), by default the one the cpu backend keeps them in
+    (``cpu_layout``)."""
     rng = rng or np.random.default_rng(0)
     w = random_weights(rng, dt, N, K)
-    layout = cpu_layout(dt, N, K)
+    layout = layout or cpu_layout(dt, N, K)
     if layout != dt:
         from xinfer_async.backends.cpu import CPUBackend
 
@@ -102,12 +105,54 @@ def time_matmul(dt, T, N, K, reps=None, rng=None):
     return float(np.median(ts)) / 1e3  # us
 
 
+#: (weight type, layout, N, K) of the table of int8 dot-product paths: SmolLM2's 576 x 576 (q, o) in the
+#: GGUF and the row-interleaved layouts, its FFN down projection's shape for the K-quants (K = 6 x 256)
+ISA_ROWS = [("q4_1", "q4_1", DIM, DIM), ("q4_1", "q4_1_r8", DIM, DIM), ("q4_0", "q4_0_r8", DIM, DIM),
+            ("q8_0", "q8_0_r8", DIM, DIM), ("q5_0", "q5_0_r8", DIM, DIM), ("q4_k", "q4_k", DIM, FFN),
+            ("q6_k", "q6_k", DIM, FFN)]
+
+
+def isa_table(rng):
+    """The ISA_ROWS at T = 1 and 64 on every int8 dot-product path (``XINFER_CPU_ISA``), side by side:
+    median microseconds of one call, "-" where this cpu lacks the path; then the fastest path's
+    speed-up over avx2. The selected path is restored after."""
+    from xinfer_async.backends.cpu import _isa
+
+    before = _isa.selected()
+    paths = [p for p in _isa.PATHS if _isa.supported(p)]
+    print("int8 dot-product paths side by side (XINFER_CPU_ISA=...): median us of one call; '-': " +
+          "; ".join(f"{p}: {_isa.why_not(p)}" for p in _isa.PATHS if p not in paths) if len(paths) < 4 else
+          "int8 dot-product paths side by side (XINFER_CPU_ISA=...): median us of one call")
+    print(f"{'kernel':<16}{'T':>4}{'N':>6}{'K':>6}" + "".join(f"{p:>12}" for p in _isa.PATHS) + f"{'best/avx2':>11}")
+    try:
+        for T in (1, 64):
+            for dt, layout, N, K in ISA_ROWS:
+                us = {}
+                for p in paths:
+                    _isa.select(p)
+                    us[p] = time_matmul(dt, T, N, K, rng=rng, layout=layout)
+                cells = "".join(f"{us[p]:>12.1f}" if p in us else f"{'-':>12}" for p in _isa.PATHS)
+                gain = f"{us['avx2'] / min(us.values()):>11.2f}" if "avx2" in us else f"{'-':>11}"
+                print(f"{'matmul_' + layout:<16}{T:>4}{N:>6}{K:>6}{cells}{gain}")
+    finally:
+        _isa.select(before)
+
+
 def main(argv=None):
+    from xinfer_async.backends.cpu import _isa
     from xinfer_async.bench import parser
 
-    parser("native", __doc__).parse_args(sys.argv[1:] if argv is None else argv)
+    ap = parser("native", __doc__)
+    ap.add_argument("--isa", action="store_true",
+                    help="only the table of the int8 dot-product paths side by side (XINFER_CPU_ISA)")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     rng = np.random.default_rng(0)
     print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(default)')}, cpus={os.cpu_count()}")
+    print(f"int8 dot products: {_isa.configure()} (XINFER_CPU_ISA={os.environ.get('XINFER_CPU_ISA', 'auto')}; "
+          f"this cpu runs {', '.join(p for p in _isa.PATHS if _isa.supported(p))})")
+    if args.isa:
+        isa_table(rng)
+        return 0
     print(f"{'kernel':<16}{'T':>4}{'N':>7}{'K':>6}{'median us':>12}{'GB/s':>8}{'GFLOP/s':>9}")
     est = {}
     for T in (1, 64):
@@ -149,6 +194,7 @@ def main(argv=None):
             gbs, gbs1 = (weight_bytes(d, N, K) / (u * 1e-6) / 1e9 for d, u in ((dt, us), ("q4_1", base)))
             print(f"{name:<12}matmul_{cpu_layout(dt, N, K):<9}{T:>4}{N:>7}{K:>6}{us:>12.1f}{gbs:>8.1f}{gbs / gbs1:>9.2f}"
                   f"{2.0 * T * N * K / (us * 1e-6) / 1e9:>9.1f}")
+    isa_table(rng)
     return 0
 
 

@@ -21,6 +21,7 @@ from ...hal import Backend, BackendQueue, DeviceError, DeviceOutOfMemoryError, D
 from ...hal._commands import (Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, GemmCmd, ReplayCmd, TimestampCmd,
                               UploadCmd)
 from ...ops._kernels import REPACKED_DTYPES
+from . import _isa
 
 ffi, lib = _native.ffi, _native.lib
 _REPLAY_FORCED = _omp.replay_threads()  # XINFER_CPU_TEAM: a forced xi_replay mode, or None (chosen per step)
@@ -220,15 +221,17 @@ class CPUBackend(Backend):
     """Host memory and queue threads; kernels from the native module."""
 
     def __init__(self, memory_limit_bytes: int | None = None):
-        """Raises: ValueError: ``XINFER_CPU_REPACK`` is set to something other than 0 or 1."""
+        """Raises: ValueError: ``XINFER_CPU_REPACK`` is set to something other than 0 or 1, or
+        ``XINFER_CPU_ISA`` names no path or one this cpu cannot run (``_isa.configure``)."""
         self.name = "cpu"
         repack = os.environ.get("XINFER_CPU_REPACK", "1")
         if repack not in ("0", "1"):
             raise ValueError(f"XINFER_CPU_REPACK={repack!r} must be 0 (GGUF layout) or 1 (row-interleaved, the default)")
+        isa = _isa.configure()
         #: matrix weights of q8_0 / q4_0 / q4_1 are repacked at load into the row-interleaved *_r8
         #: layouts (native/kernels/q8dot.c), unless XINFER_CPU_REPACK=0
         self.repack_weights = repack == "1"
-        self.description = f"cpu ({os.cpu_count()} cores, native C kernels)"
+        self.description = f"cpu ({os.cpu_count()} cores, native C kernels, int8 dot products: {isa})"
         self._arrays: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
         self._queues: list[CPUQueue] = []
