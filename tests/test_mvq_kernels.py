@@ -378,7 +378,8 @@ async def test_mvq_equals_the_model_alone_and_float64(cuda_dev, monkeypatch, rng
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dt", ("q4_1", "q8_0", "q4_k", "q6_k"))
 async def test_several_token_tiles_equal_one(cuda_dev, monkeypatch, rng, dt, kind):
-    """The entry takes any T: with PQ_MAX_T raised, T = 13 and 24 run 2 and 3 tiles of 8 tokens (grid.y);
+    """The entry takes any T: with PQ_MAX_T raised, T = 13 and 24 run 2 and 3 tiles of 8 tokens (grid.y; the
+    matmul kind 4 and 6 tiles of 4);
     every token equals its own T = 1 launch bit for bit, and the model."""
     _force(monkeypatch, max_t=24)
     N, K = 77, 2048
@@ -387,7 +388,8 @@ async def test_several_token_tiles_equal_one(cuda_dev, monkeypatch, rng, dt, kin
     norm = (rng.standard_normal(K) * 0.5 + 1).astype(F32)
     xs = tokens(rng, 24, K)
     for T in (13, 24):
-        assert _launch.matmul_launch(dict(T=T, N=N, K=K, accumulate=0, eps=EPS), dt, kind)[0][1] == -(-T // 8)
+        most = 8 if kind != "matmul" else _launch.MVQ_MATMUL_TT  # tokens a CTA (mvq_tokens)
+        assert _launch.matmul_launch(dict(T=T, N=N, K=K, accumulate=0, eps=EPS), dt, kind)[0][1] == -(-T // most)
         got = await _launch_kind(cuda_dev, kind, dt, wq, xs[:T], norm, N)
         _check(kind, got, _model(kind, dt, wq, xs[:T], norm, N)[0], f"{kind}_{dt} T={T}")
         for t in (0, 8, T - 1):
