@@ -49,17 +49,18 @@ MVQ_T = (1, 2, 4, 8)
 TTS = (1, 2, 4, 8)
 
 
-def mvq_variants(dt, glu, quick=False):
-    """(R, S, CG) of ``_pq`` to time besides the default (``_launch.mvq_params``): rows a warp, stages,
-    groups a chunk (CG a multiple of 4: a warp step is 32 blocks; q6_k's a multiple of 8)."""
+def mvq_variants(dt, glu, quick=False, norm=True):
+    """(R, S, CG) of ``_pq`` to time besides the kind's default (``_launch.mvq_params(dt, glu, norm)``;
+    ``norm`` False for matmul): rows a warp, stages, groups a chunk (CG a multiple of 4: a warp step is
+    32 blocks; q6_k's a multiple of 8)."""
     from xinfer_async.backends.cuda import _launch
 
-    d = _launch.mvq_params(dt, glu)
+    d = _launch.mvq_params(dt, glu, norm)
     if quick:
         return []
     cg = d[2]
     v = [(1, 2, cg), (1, 3, cg), (1, 4, cg), (2, 2, cg)] if glu else \
-        [(1, 3, cg), (2, 2, cg), (2, 4, cg), (4, 2, cg), (4, 3, cg), (2, 2, 2 * cg), (1, 4, 2 * cg)]
+        [(1, 3, cg), (2, 2, cg), (2, 3, cg), (2, 4, cg), (4, 2, cg), (4, 3, cg), (2, 2, 2 * cg), (1, 4, 2 * cg)]
     return [x for x in dict.fromkeys(v) if x != d]
 
 
@@ -77,7 +78,7 @@ def mvq_source(kind, dt, quick=False) -> str:
     params = ("const uint8_t *__restrict__ w, const float *__restrict__ x, " +
               ("const float *__restrict__ norm, " if norm else "") + f"float *__restrict__ y, {cstruct} c")
     acc = "c.accumulate" if not glu else "0"
-    for r, s, cg in mvq_variants(dt, glu, quick):
+    for r, s, cg in mvq_variants(dt, glu, quick, norm):
         src.append(f'extern "C" __global__ void __launch_bounds__(256, 2) mvq_{kind}_{dt}_{label(r, s, cg)}({params}) {{ '
                    f'const XiMvcArgs a{{w, x, {"norm" if norm else "nullptr"}, y, c.T, c.N, c.K, {acc}, '
                    f'{"c.eps" if norm else "0.0f"}}}; xi_mvq_kernel<{MVP_ENUM[dt]}, {r}, {s}, {cg}, '
@@ -139,7 +140,7 @@ def main(argv=None) -> int:
     headers = {h: open(os.path.join(d, h)).read() for h in sorted(os.listdir(d)) if h.endswith(".cuh")}
     rng = np.random.default_rng(2026)
     sms, cc, smax = be.multiprocessors, be.compute_capability, be.stage_max
-    optin = be._attr(_driver.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN) - 1024
+    optin = be.pq_stage_max  # _pq's limit as the backend sets it (the opt-in less 1 KB), not stage_max
     print(f"device: {sms} SMs, cc {cc}, stage_max {smax}, opt-in {optin}; PQ_MAX_T {_launch.PQ_MAX_T}; "
           f"XINFER_MVQ={os.environ.get('XINFER_MVQ', '')!r}")
     sources = {kd: mvq_source(*kd, quick) for kd in combos}
@@ -162,7 +163,7 @@ def main(argv=None) -> int:
         mod = ffi.new("CUmodule *")
         check(lib.cuModuleLoadData(mod, cubins[(kind, dt)]), "cuModuleLoadData")
         glu = kind == "rmsnorm_matmul_swiglu"
-        mods[(kind, dt)] = ([(v, function(mod[0], f"mvq_{kind}_{dt}_{label(*v)}", optin)) for v in mvq_variants(dt, glu, quick)],
+        mods[(kind, dt)] = ([(v, function(mod[0], f"mvq_{kind}_{dt}_{label(*v)}", optin)) for v in mvq_variants(dt, glu, quick, kind != "matmul")],
                             CUDAKernel("read", mod[0], function(mod[0], f"mv_{dt}_read"), 256, None, pdl=True))
 
     def consts(kind, T, N, K, acc):
@@ -183,8 +184,8 @@ def main(argv=None) -> int:
         c, _ = consts(kind, T, N, K, 0)
         out = []
         norm = kind != "matmul"
-        if _launch.mvq_weight(dt, N, K, T, glu, smax, cc, norm=norm):
-            grid, block, shared, _ = _launch.mvq_launch(c, dt, glu, sms, cc, smax, norm=norm)
+        if _launch.mvq_weight(dt, N, K, T, glu, optin, cc, norm=norm):
+            grid, block, shared, _ = _launch.mvq_launch(c, dt, glu, sms, cc, optin, norm=norm)
             out.append(("_pq", LaunchGrid(grid, block, shared, k.entries["_pq"])))
         if "_p" in k.entries:
             grid, block, shared, _ = _launch.mvp_launch(c, dt, glu, sms, cc)
@@ -194,7 +195,7 @@ def main(argv=None) -> int:
             for tt in TTS:
                 if tt > 1 and tt >= 2 * T:
                     continue
-                grid, block, shared, _ = _launch.mvq_launch(c, dt, glu, sms, cc, optin, params=v, tt=tt)
+                grid, block, shared, _ = _launch.mvq_launch(c, dt, glu, sms, cc, optin, params=v, tt=tt, norm=norm)
                 if shared <= optin:
                     out.append((f"{label(*v)}T{tt}", LaunchGrid(grid, block, shared, fn)))
         chosen = k.launch_grid(c).function
