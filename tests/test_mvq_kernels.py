@@ -210,7 +210,8 @@ def test_llama_8b_products_run_it(kind, dt, N, K, T):
     kind's parameters (mvq_params) and as many tokens a CTA as fit."""
     c = dict(T=T, N=N, K=K, accumulate=0, eps=EPS)
     glu, norm, smem = kind.endswith("swiglu"), kind != "matmul", _launch.PQ_STAGE_MAX
-    grid, block, shared, suffix = _launch.matmul_launch(c, dt, kind, stage_max=smem, sms=132, cc=(9, 0))
+    grid, block, shared, suffix = _launch.matmul_launch(c, dt, kind, stage_max=100 * 1024, sms=132, cc=(9, 0),
+                                                        pq_max=smem)
     if T > _launch.PQ_MAX_T:
         assert suffix != "_pq"
         return
