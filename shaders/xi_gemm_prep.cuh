@@ -73,7 +73,7 @@ __device__ __forceinline__ void xk_dequantize_f16(const uint8_t *__restrict__ sr
 // threads a row. NORM: h = x * inv * w with inv = 1 / sqrt(mean(x^2) + eps), the f32 operations and
 // reduction order of rmsnorm.cu (so h is rmsnorm's output bit for bit); else h = x. NaN elements do not
 // count in the max.
-// Register path (x, w 16-byte aligned, y 8-byte aligned, dim % 4 == 0, dim <= 1024 XI_ROWS_F16_V4): each
+// Register path (x, w 16-byte aligned, y 8-byte aligned, dim % 4 == 0, dim <= 4 * 256 * XI_ROWS_F16_V4): each
 // thread loads its float4s i = tid, tid + 256, ... of x once, all in flight together, and keeps them (the
 // sum of squares in xi_rmsnorm_inv's order and expression, so the same inv), then h, the max and the
 // stores from registers. Else h is computed twice from memory (once for the row's max, once to store it).
