@@ -201,6 +201,10 @@ def test_tokens_a_cta():
     assert _launch.mvq_tokens("q4_1", 14336, 8, False, 100 * 1024) == 2
     assert _launch.mvq_tokens("q4_1", 14336, 8, False, 200 * 1024) == 8
     assert _launch.mvq_tokens("q4_1", 4096, 1, False, 1024) == 0
+    with pytest.raises(ValueError, match=r"^_pq of q4_1 with K=4096: one token needs 66560 shared bytes, over stage_max=1024$"):
+        _launch.mvq_launch(dict(T=1, N=64, K=4096), "q4_1", False, 132, stage_max=1024)
+    # the default limit is _pq's (PQ_STAGE_MAX, as matmul_launch's pq_max), not the tiled kernels' 100 KB
+    assert _launch.mvq_launch(dict(T=8, N=4096, K=14336), "q4_1", False, 132)[0][1] == 1
 
 
 @pytest.mark.parametrize("kind,dt,N,K", LLAMA8B)

@@ -393,16 +393,23 @@ def mvq_tokens(dt: str, k: int, t: int, glu: bool, stage_max: int, params: tuple
     return tt
 
 
-def mvq_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 0), stage_max: int = MVT_STAGE_MAX,
+def mvq_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 0), stage_max: int = PQ_STAGE_MAX,
                params: tuple[int, int, int] | None = None,
                tt: int | None = None, norm: bool = True) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, shared bytes, entry suffix) of the integer decode kernel: 256 threads, tiles of
     R rows a warp, at most one wave of CTAs a token tile (the warps stride over the tiles; CTAs an
     SM from the shared bytes, ``mvp_ctas_per_sm``), ceil(T / TT) token tiles (``mvq_tokens``, or
-    ``tt`` where given: tools/gemv_variants.py sweeps it). ``norm``: the kind has the fused rmsnorm
-    (rmsnorm_matmul, SwiGLU); False for matmul (its parameters differ: ``mvq_params``)."""
+    ``tt`` where given: tools/gemv_variants.py sweeps it) within ``stage_max`` (``_pq``'s limit, as
+    ``matmul_launch``'s ``pq_max``). ``norm``: the kind has the fused rmsnorm (rmsnorm_matmul, SwiGLU);
+    False for matmul (its parameters differ: ``mvq_params``).
+
+    Raises:
+        ValueError: one token's shared bytes exceed ``stage_max`` (``mvq_weight`` is False there)."""
     r, s, cg = params or mvq_params(dt, glu, norm)
     tt = tt or mvq_tokens(dt, c["K"], c["T"], glu, stage_max, (r, s, cg), norm)
+    if tt < 1:
+        raise ValueError(f"_pq of {dt} with K={c['K']}: one token needs {mvq_shared(dt, c['K'], 1, glu, (r, s, cg))} "
+                         f"shared bytes, over stage_max={stage_max}")
     shared = mvq_shared(dt, c["K"], tt, glu, (r, s, cg), norm)
     ctas = min(_cdiv(_cdiv(c["N"], r), _MVQ_WARPS), sms * mvp_ctas_per_sm(shared, cc))
     return (ctas, _cdiv(c["T"], tt), 1), (256, 1, 1), shared, "_pq"
