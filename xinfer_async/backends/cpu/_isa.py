@@ -20,7 +20,8 @@ import os
 from ... import _native
 
 PATHS = ("scalar", "avx2", "avxvnni", "avx512vnni")
-#: the cpu features (as /proc/cpuinfo names them) each path needs besides the previous path's
+#: the cpu features (as /proc/cpuinfo names them) each path needs (the VNNI paths: besides avx2's, not
+#: each other's; q8isa.c cpu_runs)
 _NEEDS = {"avx2": "avx2, f16c and fma", "avxvnni": "avx_vnni", "avx512vnni": "avx512f, avx512bw, avx512dq, avx512vl "
           "and avx512_vnni"}
 _configured = False
