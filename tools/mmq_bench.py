@@ -9,7 +9,7 @@ Kernels: for each weight type, Llama-3.1-8B's matrix shapes (N x K: 4096x4096, 1
 14336x4096, the SwiGLU gate/up 2x14336x4096 through rmsnorm_matmul_swiglu, 4096x14336,
 128256x4096) and Llama-3.2-1B's (2048x2048, 512x2048, 8192x2048, 2048x8192) at each T, every
 variant launched as the backend would (``_launch.matmul_launch``): ``old`` (XINFER_MMQ off: today's
-xi_mvc / xi_mvt / xi_tc choice), ``mmq`` (XINFER_MMQ=1), and forced ``q1`` (the one-token entry at
+xi_mvc / xi_mvt / xi_tc / ``_p`` / ``_pq`` choice, XINFER_MVP and XINFER_MVQ as set), ``mmq`` (XINFER_MMQ=1), and forced ``q1`` (the one-token entry at
 every T) and ``tile`` (the tiled entries at every T), so the thresholds of ``mmq_launch`` can be
 read off. A figure is one launch's device time: a CUDA graph of 20 launches over L2-cold weight
 copies, timed with CUDA events over 7 replays (the first 2 left out), median / 20. Columns: us,
@@ -89,7 +89,8 @@ def main(argv=None) -> int:
 
     def grid(kernel, dt, kind, c, mode):
         g, block, shared, suffix = _launch.matmul_launch(c, dt, kind, stage_max=be.stage_max, sms=be.multiprocessors,
-                                                         cc=be.compute_capability, mmq=mode)
+                                                         cc=be.compute_capability, mmq=mode, mvp=_launch.mvp_enabled(),
+                                                         mvq=_launch.mvq_enabled(), pq_max=be.pq_stage_max)
         return LaunchGrid(g, block, shared, kernel.entries[suffix]), suffix
 
     def dispatch(kernel, lg, kind, w, T, N, K):
