@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
-from gemv_variants import EPS, MVP_ENUM, graph_replay_ms, raw_weights, read_grid, read_source, wbytes_of  # noqa: E402
+from gemv_variants import EPS, MVP_ENUM, graph_replay_ms, raw_weights, read_grid, read_source, run_entries, wbytes_of  # noqa: E402
 
 from xinfer_async.hal._commands import CopyCmd, DispatchCmd  # noqa: E402
 
@@ -228,14 +228,7 @@ def main(argv=None) -> int:
             k, ents, pick = entries_of(kind, dt, T, N, K)
             _, packed = consts(kind, T, N, K, acc)
             bind = [pw, px, py] if kind == "matmul" else [pw, px, pn, py]
-            got = {}
-            for lb, g in ents:
-                be.write(py, y0.view(np.uint8))
-                be._enqueue(q.stream, DispatchCmd(k, g, bind, packed))
-                q.synchronize()
-                y = np.empty((T, N), np.float32)
-                be.read(py, y.view(np.uint8))
-                got[lb] = y
+            got = run_entries(be, q, k, ents, bind, packed, py, y0)
             if "_pq" not in got:
                 print(f"  {kind}_{dt} N={N} K={K} T={T}: _pq does not run here (mvq_weight)")
                 continue
