@@ -188,3 +188,30 @@ def row_numerics(device_name, kind, dt, N, K, T):
     c = dict(T=T, N=N, K=K, accumulate=0, eps=1e-5)
     suffix = _launch.matmul_launch(c, dt, kind, mmq=_launch.mmq_mode(), mvq=_launch.mvq_enabled())[3]
     return "pq" if suffix == "_pq" else "f32"
+
+
+async def launch_matrix_kind(dev, kind, dt, wq, x, norm, N, y0=None, xoff=0, eps=1e-5):
+    """y (T, N) f32 of the matrix kernel ``kind``_``dt`` (matmul, rmsnorm_matmul, rmsnorm_matmul_swiglu) on
+    ``dev`` for weights ``wq`` (raw GGUF bytes), x (T, K) f32 and ``norm`` (K) f32 (the fused kinds);
+    y0: accumulated into (else y starts as NaN); xoff: x starts that many floats into its buffer
+    (xoff % 4 != 0: unaligned, the element-by-element path); eps: the rmsnorm's."""
+    T, K = x.shape
+    y = y0.copy() if y0 is not None else np.full((T, N), np.nan, np.float32)
+    xbuf = dev.upload(np.concatenate([np.zeros(xoff, np.float32), x.reshape(-1)]))
+    bufs = [dev.upload(wq), xbuf.view(4 * xoff, 4 * T * K) if xoff else xbuf]
+    if kind != "matmul":
+        bufs.append(dev.upload(norm))
+    bufs.append(dev.upload(y))
+    consts = dict(T=T, N=N, K=K)
+    if kind != "rmsnorm_matmul_swiglu":
+        consts["accumulate"] = int(y0 is not None)
+    if kind != "matmul":
+        consts["eps"] = eps
+    ex = dev.executor()
+    ex.dispatch(f"{kind}_{dt}", bufs, consts)
+    rb = ex.download(bufs[-1])
+    await ex.submit_and_wait()
+    out = rb.numpy((T, N), np.float32)
+    for b in {id(b.buffer): b.buffer for b in bufs}.values():
+        b.free()
+    return out

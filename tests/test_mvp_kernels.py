@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from _kernel_refs import KQUANT_BLOCKS, encode_weights, random_blocks
+from _kernel_refs import KQUANT_BLOCKS, encode_weights, launch_matrix_kind, random_blocks
 
 from xinfer_async.backends.cuda import _launch
 from xinfer_async.backends.cuda._kernel import shader_dir
@@ -170,31 +170,6 @@ def _weights(rng, dt, rows, K, exact=True):
     return raw.reshape(-1), None
 
 
-async def _launch_kind(dev, kind, dt, wq, x, norm, N, y0=None, xoff=0):
-    """y (T, N) of the kernel; y0: accumulated into (else y starts as NaN); xoff: x starts that many
-    floats into its buffer (xoff % 4 != 0: unaligned, the element-by-element path)."""
-    T, K = x.shape
-    y = y0.copy() if y0 is not None else np.full((T, N), np.nan, F32)
-    xbuf = dev.upload(np.concatenate([np.zeros(xoff, F32), x.reshape(-1)]))
-    bufs = [dev.upload(wq), xbuf.view(4 * xoff, 4 * T * K) if xoff else xbuf]
-    if kind != "matmul":
-        bufs.append(dev.upload(norm))
-    bufs.append(dev.upload(y))
-    consts = dict(T=T, N=N, K=K)
-    if kind != "rmsnorm_matmul_swiglu":
-        consts["accumulate"] = int(y0 is not None)
-    if kind != "matmul":
-        consts["eps"] = EPS
-    ex = dev.executor()
-    ex.dispatch(f"{kind}_{dt}", bufs, consts)
-    rb = ex.download(bufs[-1])
-    await ex.submit_and_wait()
-    out = rb.numpy((T, N), F32)
-    for b in {id(b.buffer): b.buffer for b in bufs}.values():
-        b.free()
-    return out
-
-
 def _reference(kind, w64, x, norm, N, y0):
     """float64 y and a bound on a float32 kernel's distance from it (1e-5 of the sum of magnitudes)."""
     h = x.astype(np.float64)
@@ -230,14 +205,14 @@ async def test_mvp_equals_the_old_entry_alone_and_float64(cuda_dev, monkeypatch,
             for y0, xoff in [(None, 0)] + ([] if glu else [(rng.standard_normal((T, N)).astype(F32), 0)]) + [(None, 1)]:
                 what = f"{kind}_{dt} N={N} K={K} T={T} accumulate={y0 is not None} xoff={xoff}"
                 _force(monkeypatch, True)
-                got = await _launch_kind(cuda_dev, kind, dt, wq, x, norm, N, y0, xoff)
+                got = await launch_matrix_kind(cuda_dev, kind, dt, wq, x, norm, N, y0, xoff)
                 assert np.isfinite(got).all(), f"{what}: non-finite (NaN left: a row not written)"
                 _force(monkeypatch, False)
-                alone = np.concatenate([await _launch_kind(cuda_dev, kind, dt, wq, x[t:t + 1], norm, N,
+                alone = np.concatenate([await launch_matrix_kind(cuda_dev, kind, dt, wq, x[t:t + 1], norm, N,
                                                            None if y0 is None else y0[t:t + 1], xoff) for t in range(T)])
                 _same_bits(got, alone, f"{what}: _p vs the old entry a token at a time")
                 if T > 1 and _launch.mvc_rows(dt, N, K, T, glu) > 0:
-                    same_t = await _launch_kind(cuda_dev, kind, dt, wq, x, norm, N, y0, xoff)
+                    same_t = await launch_matrix_kind(cuda_dev, kind, dt, wq, x, norm, N, y0, xoff)
                     _same_bits(got, same_t, f"{what}: _p vs the old entry at T={T}")
                 ref, bound = _reference(kind, w64, x, norm, N, y0)
                 err = np.abs(got - ref)
@@ -255,10 +230,10 @@ async def test_llama_8b_products_equal_the_old_entry(cuda_dev, monkeypatch, rng,
     x = (rng.standard_normal((8, K)) * rng.uniform(0.1, 10, (8, 1))).astype(F32)
     monkeypatch.setattr(_launch, "tc_weight", lambda *a, **k: False)
     monkeypatch.setattr(_launch, "mvq_weight", lambda *a, **k: False)  # other numerics: tests/test_mvq_kernels.py
-    ys = {T: await _launch_kind(cuda_dev, kind, dt, wq, x[:T], norm, N) for T in (1, 8)}
+    ys = {T: await launch_matrix_kind(cuda_dev, kind, dt, wq, x[:T], norm, N) for T in (1, 8)}
     monkeypatch.setattr(_launch, "mvp_weight", lambda *a, **k: False)
     for T in (1, 8):
-        old = await _launch_kind(cuda_dev, kind, dt, wq, x[:T], norm, N)
+        old = await launch_matrix_kind(cuda_dev, kind, dt, wq, x[:T], norm, N)
         assert np.isfinite(ys[T]).all()
         _same_bits(ys[T], old, f"{kind}_{dt} N={N} K={K} T={T}: _p vs the old entry")
     _same_bits(ys[8][:1], ys[1], f"{kind}_{dt}: token 0 of T=8 vs alone")

@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 import pytest
-from _kernel_refs import KQUANT_BLOCKS, encode_weights, random_blocks
+from _kernel_refs import KQUANT_BLOCKS, encode_weights, launch_matrix_kind, random_blocks
 from _mmq_model import (block_codes, block_terms, dequantize, error_bound, mvq_matmul, mvq_swiglu, rmsnorm_h,
                         rmsnorm_inv_cta, rows_of, warp_sum)
 
@@ -304,31 +304,6 @@ def _force(monkeypatch, max_t=_launch.PQ_MAX_T):
     monkeypatch.setattr(_launch, "PQ_MAX_T", max_t)
 
 
-async def _launch_kind(dev, kind, dt, wq, x, norm, N, y0=None, xoff=0):
-    """y (T, N) of the kernel; y0: accumulated into (else y starts as NaN); xoff: x starts that many
-    floats into its buffer."""
-    T, K = x.shape
-    y = y0.copy() if y0 is not None else np.full((T, N), np.nan, F32)
-    xbuf = dev.upload(np.concatenate([np.zeros(xoff, F32), x.reshape(-1)]))
-    bufs = [dev.upload(wq), xbuf.view(4 * xoff, 4 * T * K) if xoff else xbuf]
-    if kind != "matmul":
-        bufs.append(dev.upload(norm))
-    bufs.append(dev.upload(y))
-    consts = dict(T=T, N=N, K=K)
-    if kind != "rmsnorm_matmul_swiglu":
-        consts["accumulate"] = int(y0 is not None)
-    if kind != "matmul":
-        consts["eps"] = EPS
-    ex = dev.executor()
-    ex.dispatch(f"{kind}_{dt}", bufs, consts)
-    rb = ex.download(bufs[-1])
-    await ex.submit_and_wait()
-    out = rb.numpy((T, N), F32)
-    for b in {id(b.buffer): b.buffer for b in bufs}.values():
-        b.free()
-    return out
-
-
 def _model(kind, dt, wq, x, norm, N, y0=None):
     h = x if kind == "matmul" else rmsnorm_h(x, norm, EPS, rmsnorm_inv_cta)
     if kind == "rmsnorm_matmul_swiglu":
@@ -364,7 +339,7 @@ async def test_mvq_equals_the_model_alone_and_float64(cuda_dev, monkeypatch, rng
             x = xs[:T]
             for y0, xoff in [(None, 0)] + ([] if glu else [(rng.standard_normal((T, N)).astype(F32), 0)]) + [(None, 1)]:
                 what = f"{kind}_{dt} N={N} K={K} T={T} accumulate={y0 is not None} xoff={xoff}"
-                got = await _launch_kind(cuda_dev, kind, dt, wq, x, norm, N, y0, xoff)
+                got = await launch_matrix_kind(cuda_dev, kind, dt, wq, x, norm, N, y0, xoff)
                 ref, h = _model(kind, dt, wq, x, norm, N, y0)
                 _check(kind, got, ref, what)
                 if not glu:
@@ -372,9 +347,9 @@ async def test_mvq_equals_the_model_alone_and_float64(cuda_dev, monkeypatch, rng
                     dist, bound = np.abs(got - exact), error_bound(wq, dt, h) + (0 if y0 is None else np.abs(exact) * 2.0 ** -23)
                     assert (dist <= bound).all(), f"{what}: max dist / bound {(dist / bound).max():.3g}"
                     worst = max(worst, float((dist / bound).max()))
-        full = await _launch_kind(cuda_dev, kind, dt, wq, xs, norm, N)
+        full = await launch_matrix_kind(cuda_dev, kind, dt, wq, xs, norm, N)
         for t in (0, max(TS) - 1):
-            alone = await _launch_kind(cuda_dev, kind, dt, wq, xs[t:t + 1], norm, N)
+            alone = await launch_matrix_kind(cuda_dev, kind, dt, wq, xs[t:t + 1], norm, N)
             assert np.array_equal(alone[0].view(np.uint32), full[t].view(np.uint32)), f"{kind}_{dt} N={N} K={K} token {t}"
     print(f"{kind}_{dt}: max |kernel - float64| / bound {worst:.3f}")
 
@@ -395,10 +370,10 @@ async def test_several_token_tiles_equal_one(cuda_dev, monkeypatch, rng, dt, kin
     for T in (13, 24):
         most = 8 if kind != "matmul" else _launch.MVQ_MATMUL_TT  # tokens a CTA (mvq_tokens)
         assert _launch.matmul_launch(dict(T=T, N=N, K=K, accumulate=0, eps=EPS), dt, kind)[0][1] == -(-T // most)
-        got = await _launch_kind(cuda_dev, kind, dt, wq, xs[:T], norm, N)
+        got = await launch_matrix_kind(cuda_dev, kind, dt, wq, xs[:T], norm, N)
         _check(kind, got, _model(kind, dt, wq, xs[:T], norm, N)[0], f"{kind}_{dt} T={T}")
         for t in (0, 8, T - 1):
-            alone = await _launch_kind(cuda_dev, kind, dt, wq, xs[t:t + 1], norm, N)
+            alone = await launch_matrix_kind(cuda_dev, kind, dt, wq, xs[t:t + 1], norm, N)
             assert np.array_equal(alone[0].view(np.uint32), got[t].view(np.uint32)), f"{kind}_{dt} T={T} token {t}"
 
 
@@ -423,7 +398,7 @@ async def test_llama_8b_products_equal_the_model(cuda_dev, monkeypatch, rng, kin
         wq = raw.reshape(-1)
     norm = (rng.standard_normal(K) * 0.5 + 1).astype(F32)
     x = tokens(rng, 8, K)
-    ys = {T: await _launch_kind(cuda_dev, kind, dt, wq, x[:T], norm, N) for T in (1, 8)}
+    ys = {T: await launch_matrix_kind(cuda_dev, kind, dt, wq, x[:T], norm, N) for T in (1, 8)}
     assert np.array_equal(ys[1].view(np.uint32), ys[8][:1].view(np.uint32)), f"{kind}_{dt}: token 0 of T=8 vs alone"
     rb = wq.size // rows
     sample = np.r_[0:64, N - 64:N]
