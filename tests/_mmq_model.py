@@ -273,3 +273,15 @@ def error_bound(wq, dt, h):
     amax = np.abs(h64).reshape(T, nb, 32).max(-1)  # (T, nb)
     quant = (amax / 254 * (1 + 2.0 ** -20)) @ mag.reshape(N, nb, 32).sum(-1).T
     return quant + (np.abs(h64) @ mag.T + quant) * (nb + 4) * 2.0 ** -23
+
+
+def check_against_model(kind, y, ref, what):
+    """A kernel's y (T, N) f32 against this model's ref: no NaN left (the outputs are poisoned first), bit
+    for bit, except the SwiGLU kind's silu, which uses the device's expf (rtol 2e-6)."""
+    assert not np.isnan(y).any(), f"{what}: NaN left in y (a poisoned output never written)"
+    if kind == "rmsnorm_matmul_swiglu":  # the device's expf: the last bits of silu only
+        np.testing.assert_allclose(y, ref, rtol=2e-6, atol=1e-30, err_msg=what)
+    else:
+        bad = np.argwhere(y.view(np.uint32) != ref.view(np.uint32))
+        assert not len(bad), f"{what}: {len(bad)} results differ from the model, first {bad[:3].tolist()}: " \
+                             f"{y[tuple(bad[0])]!r} vs {ref[tuple(bad[0])]!r}"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _kernel_refs import encode_weights
-from _mmq_model import (SEG_BLOCKS, dequantize, error_bound, matmul, quantize_q8_1, rmsnorm_h, rmsnorm_inv,
-                        round_half_away, swiglu)
+from _mmq_model import (SEG_BLOCKS, check_against_model, dequantize, error_bound, matmul, quantize_q8_1, rmsnorm_h,
+                        rmsnorm_inv, round_half_away, swiglu)
 
 from xinfer_async.backends.cuda import _launch
 
@@ -217,16 +217,6 @@ def _model(kind, dt, wq, x, norm, N, y0=None, eps=1e-5):
     return matmul(wq, dt, h, y0)
 
 
-def _check(kind, y, ref, what):
-    assert not np.isnan(y).any(), f"{what}: NaN left in y (a poisoned output never written)"
-    if kind == "rmsnorm_matmul_swiglu":  # the device's expf: the last bits of silu only
-        np.testing.assert_allclose(y, ref, rtol=2e-6, atol=1e-30, err_msg=what)
-    else:
-        bad = np.argwhere(y.view(np.uint32) != ref.view(np.uint32))
-        assert not len(bad), f"{what}: {len(bad)} results differ from the model, first {bad[:3].tolist()}: " \
-                             f"{y[tuple(bad[0])]!r} vs {ref[tuple(bad[0])]!r}"
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("mode", ["auto", "tile", "q1"])
 @pytest.mark.parametrize("kind", KINDS)
@@ -244,7 +234,7 @@ async def test_mmq_kernels_equal_the_model(cuda_usable, monkeypatch, rng, dt, ki
                 x = xs[:T]
                 y = await _kernel(dev, kind, dt, wq, x, norm, N)
                 ref = _model(kind, dt, wq, x, norm, N)
-                _check(kind, y, ref, f"{dt} {kind} {mode} N={N} K={K} T={T}")
+                check_against_model(kind, y, ref, f"{dt} {kind} {mode} N={N} K={K} T={T}")
                 if kind != "rmsnorm_matmul_swiglu":
                     h = x if kind == "matmul" else rmsnorm_h(x, norm, 1e-5)
                     dist = np.abs(y - h.astype(np.float64) @ w64.T)
@@ -257,7 +247,7 @@ async def test_mmq_kernels_equal_the_model(cuda_usable, monkeypatch, rng, dt, ki
             if kind != "rmsnorm_matmul_swiglu":  # accumulate
                 y0 = rng.standard_normal((9, N)).astype(F32)
                 y = await _kernel(dev, kind, dt, wq, xs[:9], norm, N, y0)
-                _check(kind, y, _model(kind, dt, wq, xs[:9], norm, N, y0), f"{dt} {kind} {mode} accumulate")
+                check_against_model(kind, y, _model(kind, dt, wq, xs[:9], norm, N, y0), f"{dt} {kind} {mode} accumulate")
     finally:
         dev.close()
 

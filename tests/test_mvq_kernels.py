@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 from _kernel_refs import KQUANT_BLOCKS, encode_weights, launch_matrix_kind, random_blocks
-from _mmq_model import (block_codes, block_terms, dequantize, error_bound, mvq_matmul, mvq_swiglu, rmsnorm_h,
+from _mmq_model import (block_codes, check_against_model, block_terms, dequantize, error_bound, mvq_matmul, mvq_swiglu, rmsnorm_h,
                         rmsnorm_inv_cta, rows_of, warp_sum)
 
 from xinfer_async.backends.cuda import _launch
@@ -311,16 +311,6 @@ def _model(kind, dt, wq, x, norm, N, y0=None):
     return mvq_matmul(wq, dt, h, y0), h
 
 
-def _check(kind, y, ref, what):
-    assert not np.isnan(y).any(), f"{what}: NaN left in y (a poisoned output never written)"
-    if kind == "rmsnorm_matmul_swiglu":  # the device's expf: the last bits of silu only
-        np.testing.assert_allclose(y, ref, rtol=2e-6, atol=1e-30, err_msg=what)
-    else:
-        bad = np.argwhere(y.view(np.uint32) != ref.view(np.uint32))
-        assert not len(bad), f"{what}: {len(bad)} results differ from the model, first {bad[:3].tolist()}: " \
-                             f"{y[tuple(bad[0])]!r} vs {ref[tuple(bad[0])]!r}"
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dt", TYPES)
@@ -341,7 +331,7 @@ async def test_mvq_equals_the_model_alone_and_float64(cuda_dev, monkeypatch, rng
                 what = f"{kind}_{dt} N={N} K={K} T={T} accumulate={y0 is not None} xoff={xoff}"
                 got = await launch_matrix_kind(cuda_dev, kind, dt, wq, x, norm, N, y0, xoff)
                 ref, h = _model(kind, dt, wq, x, norm, N, y0)
-                _check(kind, got, ref, what)
+                check_against_model(kind, got, ref, what)
                 if not glu:
                     exact = h.astype(np.float64) @ w64.T + (0 if y0 is None else y0.astype(np.float64))
                     dist, bound = np.abs(got - exact), error_bound(wq, dt, h) + (0 if y0 is None else np.abs(exact) * 2.0 ** -23)
@@ -371,7 +361,7 @@ async def test_several_token_tiles_equal_one(cuda_dev, monkeypatch, rng, dt, kin
         most = 8 if kind != "matmul" else _launch.MVQ_MATMUL_TT  # tokens a CTA (mvq_tokens)
         assert _launch.matmul_launch(dict(T=T, N=N, K=K, accumulate=0, eps=EPS), dt, kind)[0][1] == -(-T // most)
         got = await launch_matrix_kind(cuda_dev, kind, dt, wq, xs[:T], norm, N)
-        _check(kind, got, _model(kind, dt, wq, xs[:T], norm, N)[0], f"{kind}_{dt} T={T}")
+        check_against_model(kind, got, _model(kind, dt, wq, xs[:T], norm, N)[0], f"{kind}_{dt} T={T}")
         for t in (0, 8, T - 1):
             alone = await launch_matrix_kind(cuda_dev, kind, dt, wq, xs[t:t + 1], norm, N)
             assert np.array_equal(alone[0].view(np.uint32), got[t].view(np.uint32)), f"{kind}_{dt} T={T} token {t}"
@@ -405,4 +395,4 @@ async def test_llama_8b_products_equal_the_model(cuda_dev, monkeypatch, rng, kin
     w2 = wq.reshape(rows, rb)
     sel = np.concatenate([w2[sample], w2[N + sample]]) if glu else w2[sample]
     ref = _model(kind, dt, sel.reshape(-1), x, norm, len(sample))[0]
-    _check(kind, ys[8][:, sample], ref, f"{kind}_{dt} N={N} K={K} T=8, rows {sample[0]}.. and ..{sample[-1]}")
+    check_against_model(kind, ys[8][:, sample], ref, f"{kind}_{dt} N={N} K={K} T=8, rows {sample[0]}.. and ..{sample[-1]}")
