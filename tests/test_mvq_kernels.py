@@ -14,8 +14,8 @@ import re
 import numpy as np
 import pytest
 from _kernel_refs import KQUANT_BLOCKS, encode_weights, launch_matrix_kind, random_blocks
-from _mmq_model import (block_codes, check_against_model, block_terms, dequantize, error_bound, mvq_matmul, mvq_swiglu, rmsnorm_h,
-                        rmsnorm_inv_cta, rows_of, warp_sum)
+from _mmq_model import (block_codes, block_terms, check_against_model, dequantize, error_bound, mvq_matmul, mvq_swiglu,
+                        rmsnorm_h, rmsnorm_inv_cta, rows_of, warp_sum)
 
 from xinfer_async.backends.cuda import _launch
 from xinfer_async.backends.cuda._kernel import shader_dir
