@@ -83,6 +83,21 @@ __device__ __forceinline__ void xi_grid_begin() {
 #endif
 }
 
+// The L2 policy of a weight stream: evict first. A decode step reads each weight byte once (more than
+// L2 holds: 5.5 GB for an 8B model against 50 MB), and with the default policy that stream evicts what
+// the step reads again from L2: the activations, the KV cache and the kernels' own code (an SM's
+// instruction caches are small; an entry's code comes back from L2 after the other kernels of a
+// layer ran: in situ, Nsight Compute found `_pq`'s warps waiting for instructions ~70% of their
+// stalls). A hint: no value changes. Used by the matrix kernels' weight loads (xi_mvp_cp16 of `_p`
+// and `_pq`, xi_ldw* with PF = 4 of `_t`). On the H200 (bench model, decode at batch 1, device ms a
+// step): 8B q4_1 3.29 -> 2.88, its Q4_K_M mix 3.87 -> 3.45, Llama-3.2-1B 0.98 -> 0.88 (README).
+// (PTX ISA: createpolicy, the .L2::cache_hint operand of ld and cp.async; sm_80+.)
+__device__ __forceinline__ uint64_t xi_evict_first() {
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+
 // Ask L2 for the bytes [p, p + n): the block's threads take its 128-byte lines in turn (prefetch.L2,
 // a hint that never faults and changes no value: L2 is the device's point of coherence, so this is
 // safe before xi_grid_begin even where the previous kernel writes those bytes). Every address used

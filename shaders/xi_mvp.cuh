@@ -50,7 +50,8 @@ __host__ __device__ constexpr int xi_mvp_shared(int type, int k, int t, int nr, 
 __device__ __forceinline__ void xi_mvp_cp16(void *s, const void *g) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     const uint32_t sa = (uint32_t)__cvta_generic_to_shared(s);
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2;" ::"r"(sa), "l"(g),
+                 "l"(xi_evict_first()) : "memory");  // weights: evict first (xi_common.cuh)
 #else
     *reinterpret_cast<uint4 *>(s) = *reinterpret_cast<const uint4 *>(g);
 #endif

@@ -144,7 +144,7 @@ __device__ __noinline__ void xi_mvt(const XiMvcArgs a) {
 #pragma unroll
         for (int q = 0; q < NR; q++)
 #pragma unroll
-            for (int r = 0; r < R; r++) M::template raw<0>(rows[q][r], bl, s, raw[q][r]);
+            for (int r = 0; r < R; r++) M::template raw<4>(rows[q][r], bl, s, raw[q][r]);
     }
     for (int b = bl; b < nb; b += 8) {
         float qv[NR][R][8], d[NR][R], m[NR][R];
@@ -156,7 +156,7 @@ __device__ __noinline__ void xi_mvt(const XiMvcArgs a) {
 #pragma unroll
             for (int q = 0; q < NR; q++)
 #pragma unroll
-                for (int r = 0; r < R; r++) M::template raw<0>(rows[q][r], b + 8, s, raw[q][r]);
+                for (int r = 0; r < R; r++) M::template raw<4>(rows[q][r], b + 8, s, raw[q][r]);
         }
         float4 glo, ghi;
         if (NORM && !STAGE) {

@@ -172,10 +172,12 @@ __device__ __forceinline__ void xi_matmul_row(const uint8_t *__restrict__ w, con
 
 // ---- T == 1 (decode) matrix-vector path ------------------------------------------------------------
 // Weight loads (read-only path); PF = 1 adds the L2 256-byte prefetch hint, PF = 2 also skips L1
-// allocation (the x vector, re-read by every warp, keeps L1).
+// allocation (the x vector, re-read by every warp, keeps L1); PF = 4 marks the bytes evict-first in L2
+// (xi_evict_first: a weight stream read once a step).
 template <int PF> __device__ __forceinline__ uint32_t xi_ldw32(const uint8_t *p) {
     uint32_t v;
-    if (PF == 2) asm("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    if (PF == 4) asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(xi_evict_first()));
+    else if (PF == 2) asm("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
     else if (PF == 1) asm("ld.global.nc.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
     else if (PF == 3) v = *reinterpret_cast<const unsigned int *>(p);
     else v = __ldg(reinterpret_cast<const unsigned int *>(p));
@@ -183,7 +185,8 @@ template <int PF> __device__ __forceinline__ uint32_t xi_ldw32(const uint8_t *p)
 }
 template <int PF> __device__ __forceinline__ uint32_t xi_ldw16(const uint8_t *p) {
     unsigned short v;
-    if (PF == 2) asm("ld.global.nc.L1::no_allocate.L2::256B.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    if (PF == 4) asm("ld.global.nc.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(xi_evict_first()));
+    else if (PF == 2) asm("ld.global.nc.L1::no_allocate.L2::256B.u16 %0, [%1];" : "=h"(v) : "l"(p));
     else if (PF == 1) asm("ld.global.nc.L2::256B.u16 %0, [%1];" : "=h"(v) : "l"(p));
     else if (PF == 3) v = *reinterpret_cast<const unsigned short *>(p);
     else v = __ldg(reinterpret_cast<const unsigned short *>(p));
@@ -191,7 +194,8 @@ template <int PF> __device__ __forceinline__ uint32_t xi_ldw16(const uint8_t *p)
 }
 template <int PF> __device__ __forceinline__ uint2 xi_ldw64(const uint8_t *p) {
     uint2 v;
-    if (PF == 2) asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    if (PF == 4) asm("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(xi_evict_first()));
+    else if (PF == 2) asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
     else if (PF == 1) asm("ld.global.nc.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
     else if (PF == 3) v = *reinterpret_cast<const uint2 *>(p);
     else v = __ldg(reinterpret_cast<const uint2 *>(p));
@@ -199,7 +203,8 @@ template <int PF> __device__ __forceinline__ uint2 xi_ldw64(const uint8_t *p) {
 }
 template <int PF> __device__ __forceinline__ uint4 xi_ldw128(const uint8_t *p) {
     uint4 v;
-    if (PF == 2) asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    if (PF == 4) asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(xi_evict_first()));
+    else if (PF == 2) asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     else if (PF == 1) asm("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     else if (PF == 3) v = *reinterpret_cast<const uint4 *>(p);
     else v = __ldg(reinterpret_cast<const uint4 *>(p));

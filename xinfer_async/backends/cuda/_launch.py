@@ -356,7 +356,10 @@ def mvq_params(dt: str, glu: bool, norm: bool = True) -> tuple[int, int, int]:
       against 180 us at T = 1, 153 against 184 at T = 4);
     - matmul (o, down): R = 4, S = 2 (q8_0: 3): 4096x4096 6.1 against 8.4 us at T = 1, 11.7 against
       14.6 at T = 4; 4096x14336 19.3 against 20.0 and 37.2 against 45.8;
-    CG = 8 (4 for q8_0): a multiple of 4 (a warp step is 32 blocks, a block a lane)."""
+    CG = 8 (4 for q8_0): a multiple of 4 (a warp step is 32 blocks, a block a lane).
+    Tried on the H200 and slower at batch 1 (8B q4_1, device ms a decode step, 2.88 with these): 3
+    CTAs an SM for the rmsnorm kinds (``__launch_bounds__(256, 3)``, 80 registers) 3.05; the matmul
+    kind quantizing its token with 16 loads in flight (``xi_mmq_quant``'s UQ, 104 registers) 3.34."""
     slim = dt in ("q5_0", "q5_k", "q6_k")
     if glu:
         return 1, (2 if slim else 3), (4 if dt == "q8_0" else 8)
