@@ -222,8 +222,8 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
         if (issued < nchunk) {
             const int g0 = ic * CG, nw = (gpr - g0 < CG ? gpr - g0 : CG) * GB / 16;
             uint8_t *dst = st + (size_t_)is * NR * CGB;
-#pragma unroll
-            for (int q = 0; q < NR; q++) {
+#pragma unroll 1
+            for (int q = 0; q < NR; q++) {  // a loop, not unrolled: short code (see xi_mmq_quant)
                 const int r = GLU ? q % R : q;
                 const int n = it * R + r < a.N ? it * R + r : a.N - 1;  // rows past N repeat row N - 1 (not written)
                 const uint8_t *src = a.w + (size_t_)((GLU && q >= R ? a.N : 0) + n) * rb + (size_t_)g0 * GB;
