@@ -358,7 +358,8 @@ def mvq_params(dt: str, glu: bool, norm: bool = True) -> tuple[int, int, int]:
       14.6 at T = 4; 4096x14336 19.3 against 20.0 and 37.2 against 45.8;
     CG = 8 (4 for q8_0): a multiple of 4 (a warp step is 32 blocks, a block a lane).
     Tried on the H200 and slower at batch 1 (8B q4_1, device ms a decode step, 2.88 with these): 3
-    CTAs an SM for the rmsnorm kinds (``__launch_bounds__(256, 3)``, 80 registers) 3.05; the matmul
+    CTAs an SM for the rmsnorm kinds (``__launch_bounds__(256, 3)``, 80 registers) with the matmul
+    kind's 8-token body left out, 3.05 (the 1B shape: 0.866 against 0.875); on top of that the matmul
     kind quantizing its token with 16 loads in flight (``xi_mmq_quant``'s UQ, 104 registers) 3.34."""
     slim = dt in ("q5_0", "q5_k", "q6_k")
     if glu:
