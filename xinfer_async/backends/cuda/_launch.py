@@ -325,6 +325,18 @@ def mvp_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: t
     return wbytes >= MVP_MIN_BYTES and mvp_shared(dt, k, t, glu) <= stage_max
 
 
+def _switch(environ: Mapping[str, str], name: str) -> bool:
+    """An on/off A/B switch: ``name`` unset or ``1`` is on, ``0`` off.
+
+    Raises:
+        ValueError: ``name`` is set to something else.
+    """
+    v = environ.get(name, "").strip()
+    if v not in ("", "0", "1"):
+        raise ValueError(f"{name}={v!r} is not one of '', '0', '1'")
+    return v != "0"
+
+
 def mvp_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether the pipelined kernel may run (``mvp_weight``): ``XINFER_MVP`` unset or ``1``; ``0``
     turns it off (an A/B switch: its rows give the same bits as the kernels it replaces).
@@ -332,10 +344,7 @@ def mvp_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     Raises:
         ValueError: XINFER_MVP is set to something else.
     """
-    v = environ.get("XINFER_MVP", "").strip()
-    if v not in ("", "0", "1"):
-        raise ValueError(f"XINFER_MVP={v!r} is not one of '', '0', '1'")
-    return v != "0"
+    return _switch(environ, "XINFER_MVP")
 
 
 #: the weight types of the integer decode kernel (shaders/xi_mvq.cuh, entry ``_pq``)
@@ -439,10 +448,7 @@ def mvq_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     Raises:
         ValueError: XINFER_MVQ is set to something else.
     """
-    v = environ.get("XINFER_MVQ", "").strip()
-    if v not in ("", "0", "1"):
-        raise ValueError(f"XINFER_MVQ={v!r} is not one of '', '0', '1'")
-    return v != "0"
+    return _switch(environ, "XINFER_MVQ")
 
 
 def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
