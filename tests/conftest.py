@@ -1,4 +1,5 @@
-"""Shared fixtures: ``devices`` runs a test once per device present (cpu always; cuda when usable)."""
+"""Shared fixtures: ``devices`` runs a test once per device present (cpu always; cuda when usable);
+``cuda_dev`` is the cuda device alone."""
 
 from __future__ import annotations
 
@@ -21,6 +22,20 @@ def devices(request):
         if not ok:
             pytest.skip(f"cuda backend not usable here: {reason}")
     dev = xinfer_async.open_device(request.param)
+    try:
+        yield dev
+    finally:
+        dev.close()
+
+
+@pytest.fixture
+def cuda_dev():
+    """An open cuda device, or a skip with the reason (a sync fixture: a skip inside a trio test
+    reaches the report without its message); closed after."""
+    ok, reason = cuda_status()
+    if not ok:
+        pytest.skip(f"cuda backend not usable here: {reason}")
+    dev = xinfer_async.open_device("cuda")
     try:
         yield dev
     finally:

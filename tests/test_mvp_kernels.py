@@ -126,21 +126,6 @@ SHAPES_256 = [(1, 2048), (37, 512), (300, 4096), (45, 2560), (70, 10240), (5000,
 TS = (1, 2, 5, 8)
 
 
-@pytest.fixture
-def cuda_dev():
-    """An open cuda device, or a skip with the reason (a sync fixture: a skip inside a trio test
-    reaches the report without its message)."""
-    from xinfer_async._open import cuda_status
-    import xinfer_async
-
-    ok, reason = cuda_status()
-    if not ok:
-        pytest.skip(f"cuda backend not usable here: {reason}")
-    dev = xinfer_async.open_device("cuda")
-    yield dev
-    dev.close()
-
-
 def _force(monkeypatch, mvp: bool):
     """Launch ``_p`` wherever its shared memory fits (mvp) or never; the tensor-core kernel and the
     integer one (``_pq``) never (they would take some weights from both)."""

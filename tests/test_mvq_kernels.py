@@ -281,21 +281,6 @@ SHAPES_Q6K = [(1, 2048), (37, 2048), (300, 4096), (4500, 2048), (64, 14336)]
 TS = (1, 2, 3, 8)
 
 
-@pytest.fixture
-def cuda_dev():
-    """An open cuda device, or a skip with the reason (a sync fixture: a skip inside a trio test
-    reaches the report without its message)."""
-    from xinfer_async._open import cuda_status
-    import xinfer_async
-
-    ok, reason = cuda_status()
-    if not ok:
-        pytest.skip(f"cuda backend not usable here: {reason}")
-    dev = xinfer_async.open_device("cuda")
-    yield dev
-    dev.close()
-
-
 def _force(monkeypatch, max_t=_launch.PQ_MAX_T):
     """``_pq`` wherever its rule lets it (the tensor-core kernel never: it would take some q4_1 / q8_0
     weights first); max_t: PQ_MAX_T for the launch (above 8: several token tiles of 8)."""
