@@ -275,6 +275,19 @@ def error_bound(wq, dt, h):
     return quant + (np.abs(h64) @ mag.T + quant) * (nb + 4) * 2.0 ** -23
 
 
+def check_within_bound(y, wq, dt, h, w64, what):
+    """The model's y (T, N) against float64 w64 . h: printed (max distance, its ratio to ``error_bound``,
+    relative to max |y|), within the bound everywhere, and not equal to it (the activations are rounded,
+    so a model that returned the float64 product would be wrong)."""
+    ref = np.asarray(h, np.float64) @ w64.T
+    bound = error_bound(wq, dt, h)
+    dist = np.abs(y - ref)
+    print(f"{what}: max |model - float64| {dist.max():.3g}, max / bound {(dist / bound).max():.3f}, "
+          f"relative to max |y| {dist.max() / np.abs(ref).max():.2e}")
+    assert (dist <= bound).all()
+    assert dist.max() > 0  # the activations are rounded: the model is not the float64 product
+
+
 def check_against_model(kind, y, ref, what):
     """A kernel's y (T, N) f32 against this model's ref: no NaN left (the outputs are poisoned first), bit
     for bit, except the SwiGLU kind's silu, which uses the device's expf (rtol 2e-6)."""
