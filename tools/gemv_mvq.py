@@ -30,7 +30,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
-from gemv_variants import EPS, MVP_ENUM, graph_replay_ms, raw_weights, read_grid, read_source, run_entries, wbytes_of  # noqa: E402
+from gemv_variants import (EPS, MVP_ENUM, consts, cu_function, graph_replay_ms, raw_weights, read_grid,  # noqa: E402
+                           read_source, run_entries, variant_modules, wbytes_of)
 
 from xinfer_async.hal._commands import CopyCmd, DispatchCmd  # noqa: E402
 
@@ -120,13 +121,10 @@ def selection(argv) -> tuple[list, tuple, bool, str | None]:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     shapes, ts, quick, path = selection(argv)
-    from concurrent.futures import ThreadPoolExecutor
-
     from _mmq_model import mvq_matmul, mvq_swiglu, rmsnorm_h, rmsnorm_inv_cta
 
-    from xinfer_async.backends.cuda import CUDABackend, _driver, _launch, _nvrtc
-    from xinfer_async.backends.cuda._driver import check, ffi
-    from xinfer_async.backends.cuda._kernel import CUDAKernel, LaunchGrid, shader_dir
+    from xinfer_async.backends.cuda import CUDABackend, _launch
+    from xinfer_async.backends.cuda._kernel import CUDAKernel, LaunchGrid
     from xinfer_async.backends.cuda._precompile import device_target, precompile
 
     combos = sorted({(kind, dt) for kind, dt, _, _ in shapes})
@@ -135,46 +133,18 @@ def main(argv=None) -> int:
     print(f"shaders compiled or cached in {time.perf_counter() - t0:.0f} s")
     be = CUDABackend()
     q = be.create_queue()
-    lib = be._lib
-    d = shader_dir()
-    headers = {h: open(os.path.join(d, h)).read() for h in sorted(os.listdir(d)) if h.endswith(".cuh")}
     rng = np.random.default_rng(2026)
     sms, cc, smax = be.multiprocessors, be.compute_capability, be.stage_max
     optin = be.pq_stage_max  # _pq's limit as the backend sets it (the opt-in less 1 KB), not stage_max
     print(f"device: {sms} SMs, cc {cc}, stage_max {smax}, opt-in {optin}; PQ_MAX_T {_launch.PQ_MAX_T}; "
           f"XINFER_MVQ={os.environ.get('XINFER_MVQ', '')!r}")
-    sources = {kd: mvq_source(*kd, quick) for kd in combos}
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(8) as pool:
-        cubins = dict(zip(combos, pool.map(lambda kd: _nvrtc.compile_cubin(
-            sources[kd], f"mvq_{kd[0]}_{kd[1]}.cu", be.arch, headers, driver_version=be.driver_version), combos)))
-    print(f"variants compiled or cached in {time.perf_counter() - t0:.0f} s")
-
-    def function(mod, nm, shared_max=0):
-        fn = ffi.new("CUfunction *")
-        check(lib.cuModuleGetFunction(fn, mod, nm.encode()), nm)
-        if shared_max > 48 * 1024:
-            check(lib.cuFuncSetAttribute(fn[0], _driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_max), nm)
-        return fn[0]
-
+    loaded = variant_modules(be, {kd: mvq_source(*kd, quick) for kd in combos}, "mvq")
     mods = {}
     for kind, dt in combos:
-        be.make_current()
-        mod = ffi.new("CUmodule *")
-        check(lib.cuModuleLoadData(mod, cubins[(kind, dt)]), "cuModuleLoadData")
-        glu = kind == "rmsnorm_matmul_swiglu"
-        mods[(kind, dt)] = ([(v, function(mod[0], f"mvq_{kind}_{dt}_{label(*v)}", optin)) for v in mvq_variants(dt, glu, quick, kind != "matmul")],
-                            CUDAKernel("read", mod[0], function(mod[0], f"mv_{dt}_read"), 256, None, pdl=True))
-
-    def consts(kind, T, N, K, acc):
-        c = dict(T=T, N=N, K=K)
-        if kind != "rmsnorm_matmul_swiglu":
-            c["accumulate"] = acc
-        if kind != "matmul":
-            c["eps"] = EPS
-        packed = struct.pack("<iii", T, N, K) + (struct.pack("<i", acc) if "accumulate" in c else b"") + \
-            (struct.pack("<f", EPS) if "eps" in c else b"")
-        return c, packed
+        mod, glu = loaded[(kind, dt)], kind == "rmsnorm_matmul_swiglu"
+        mods[(kind, dt)] = ([(v, cu_function(be, mod, f"mvq_{kind}_{dt}_{label(*v)}", optin))
+                             for v in mvq_variants(dt, glu, quick, kind != "matmul")],
+                            CUDAKernel("read", mod, cu_function(be, mod, f"mv_{dt}_read"), 256, None, pdl=True))
 
     def entries_of(kind, dt, T, N, K):
         """[(label, LaunchGrid)]: _pq (as the backend launches it), _p (f32, where the type has it), the

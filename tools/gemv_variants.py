@@ -279,6 +279,58 @@ def run_entries(be, q, k, ents, bind, packed, py, y0):
     return got
 
 
+def consts(kind, T, N, K, acc):
+    """(constants dict, packed bytes) of a matrix kernel's launch: T, N, K, then accumulate (not the
+    SwiGLU kind) and eps (the rmsnorm kinds)."""
+    c = dict(T=T, N=N, K=K)
+    if kind != "rmsnorm_matmul_swiglu":
+        c["accumulate"] = acc
+    if kind != "matmul":
+        c["eps"] = EPS
+    packed = struct.pack("<iii", T, N, K) + (struct.pack("<i", acc) if "accumulate" in c else b"") + \
+        (struct.pack("<f", EPS) if "eps" in c else b"")
+    return c, packed
+
+
+def variant_modules(be, sources: dict, stem: str) -> dict:
+    """key -> loaded CUmodule of each CUDA C source (``sources``: key (kind, dt) -> text, compiled on
+    8 threads: cffi releases the GIL in NVRTC; file names ``{stem}_{kind}_{dt}.cu``), with the
+    shaders' headers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from xinfer_async.backends.cuda import _nvrtc
+    from xinfer_async.backends.cuda._driver import check, ffi
+    from xinfer_async.backends.cuda._kernel import shader_dir
+
+    d = shader_dir()
+    headers = {h: open(os.path.join(d, h)).read() for h in sorted(os.listdir(d)) if h.endswith(".cuh")}
+    keys = list(sources)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        cubins = dict(zip(keys, pool.map(lambda kd: _nvrtc.compile_cubin(
+            sources[kd], f"{stem}_{kd[0]}_{kd[1]}.cu", be.arch, headers, driver_version=be.driver_version), keys)))
+    print(f"variants compiled or cached in {time.perf_counter() - t0:.0f} s")
+    mods = {}
+    for kd in keys:
+        be.make_current()
+        mod = ffi.new("CUmodule *")
+        check(be._lib.cuModuleLoadData(mod, cubins[kd]), "cuModuleLoadData")
+        mods[kd] = mod[0]
+    return mods
+
+
+def cu_function(be, mod, nm: str, shared_max: int = 0):
+    """The CUfunction ``nm`` of ``mod``, allowed ``shared_max`` dynamic shared bytes past 48 KB."""
+    from xinfer_async.backends.cuda import _driver
+    from xinfer_async.backends.cuda._driver import check, ffi
+
+    fn = ffi.new("CUfunction *")
+    check(be._lib.cuModuleGetFunction(fn, mod, nm.encode()), nm)
+    if shared_max > 48 * 1024:
+        check(be._lib.cuFuncSetAttribute(fn[0], _driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_max), nm)
+    return fn[0]
+
+
 def mvp_main(argv) -> int:
     """``--mvp``: for each shapes entry and T in ts, the old entry (``""``: xi_mv1 at T == 1,
     the staged xi_mvc at T <= 8, with their grids), the ``_p`` entry (default parameters, mvp_launch)
@@ -291,13 +343,8 @@ def mvp_main(argv) -> int:
     The summary gives each type's ``_p`` GB/s against q4_1's ``_p`` on the same shape (a ratio a byte).
     ``argv``: ``--dt``, ``--t``, ``--quick`` (``mvp_selection``). Results also go to $OUT/gemv_mvp.json.
     Exit status 1 on any mismatch."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from xinfer_async.backends.cuda import CUDABackend, _launch, _nvrtc
-    from xinfer_async.backends.cuda._driver import check, ffi
-    from xinfer_async.backends.cuda._kernel import CUDAKernel, LaunchGrid, shader_dir
-    from xinfer_async.backends.cuda import _driver
-
+    from xinfer_async.backends.cuda import CUDABackend, _launch
+    from xinfer_async.backends.cuda._kernel import CUDAKernel, LaunchGrid
     from xinfer_async.backends.cuda._precompile import device_target, precompile
 
     shapes, ts, quick = mvp_selection(argv)
@@ -307,48 +354,18 @@ def mvp_main(argv) -> int:
     print(f"shaders compiled or cached in {time.perf_counter() - t0:.0f} s")
     be = CUDABackend()
     q = be.create_queue()
-    lib = be._lib
-    d = shader_dir()
-    headers = {h: open(os.path.join(d, h)).read() for h in sorted(os.listdir(d)) if h.endswith(".cuh")}
     rng = np.random.default_rng(2026)
     sms, cc, smax = be.multiprocessors, be.compute_capability, be.stage_max
     print(f"device: {sms} SMs, cc {cc}, stage_max {smax}; MVP_MAX_T {_launch.MVP_MAX_T}, MVP_MIN_BYTES {_launch.MVP_MIN_BYTES}")
 
-    # variant entries, one module per (kind, dt), compiled on threads (cffi releases the GIL in NVRTC)
-    sources = {kd: mvp_source(*kd, quick) for kd in combos}
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(8) as pool:
-        cubins = dict(zip(combos, pool.map(lambda kd: _nvrtc.compile_cubin(
-            sources[kd], f"mvp_{kd[0]}_{kd[1]}.cu", be.arch, headers, driver_version=be.driver_version), combos)))
-
-    print(f"variants compiled or cached in {time.perf_counter() - t0:.0f} s")
-
-    def function(mod, nm, shared_max=0):
-        fn = ffi.new("CUfunction *")
-        check(lib.cuModuleGetFunction(fn, mod, nm.encode()), nm)
-        if shared_max > 48 * 1024:
-            check(lib.cuFuncSetAttribute(fn[0], _driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_max), nm)
-        return fn[0]
-
+    # variant entries, one module per (kind, dt)
+    mods = variant_modules(be, {kd: mvp_source(*kd, quick) for kd in combos}, "mvp")
     variants = {}  # (kind, dt) -> [(label, params, CUfunction)], read kernel
     for kind, dt in combos:
-        be.make_current()
-        mod = ffi.new("CUmodule *")
-        check(lib.cuModuleLoadData(mod, cubins[(kind, dt)]), "cuModuleLoadData")
-        glu = kind == "rmsnorm_matmul_swiglu"
-        lst = [(mvp_label(*v), v[:3], function(mod[0], f"mvp_{kind}_{dt}_{mvp_label(*v)}", smax))
+        mod, glu = mods[(kind, dt)], kind == "rmsnorm_matmul_swiglu"
+        lst = [(mvp_label(*v), v[:3], cu_function(be, mod, f"mvp_{kind}_{dt}_{mvp_label(*v)}", smax))
                for v in ([] if quick else mvp_variants(dt, glu))]
-        variants[(kind, dt)] = (lst, CUDAKernel("read", mod[0], function(mod[0], f"mv_{dt}_read"), 256, None, pdl=True))
-
-    def consts(kind, T, N, K, acc):
-        c = dict(T=T, N=N, K=K)
-        if kind != "rmsnorm_matmul_swiglu":
-            c["accumulate"] = acc
-        if kind != "matmul":
-            c["eps"] = EPS
-        packed = struct.pack("<iii", T, N, K) + (struct.pack("<i", acc) if "accumulate" in c else b"") + \
-            (struct.pack("<f", EPS) if "eps" in c else b"")
-        return c, packed
+        variants[(kind, dt)] = (lst, CUDAKernel("read", mod, cu_function(be, mod, f"mv_{dt}_read"), 256, None, pdl=True))
 
     def entries_of(kind, dt, T, N, K):
         """[(label, LaunchGrid)]: old, _p (default), the variants; and the backend's choice's label."""
