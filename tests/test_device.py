@@ -121,6 +121,30 @@ def test_closed_device_raises():
         dev.alloc(4, "f32")
 
 
+def test_close_frees_the_buffers_still_held():
+    """close() gives back every block, also those of buffers still referenced (a model's weights):
+    on cuda the primary context outlives the device once cuBLAS has used it, so nothing else would
+    free them. A free() or a dropped buffer after close touches nothing."""
+    dev = open_device("cpu")
+    freed: list[int] = []
+    real_free = dev.backend.free
+    dev.backend.free = lambda address: (freed.append(address), real_free(address))[1]
+    held = [dev.alloc((1000 + 64 * i,), "f32") for i in range(3)]
+    gone = dev.alloc((5000,), "f32")
+    gone.free()  # back in the allocator's cache, not to the backend yet
+    addresses = {b.address for b in held} | {gone.address}
+    assert dev.allocated_bytes > 0 and not freed
+    dev.close()
+    assert sorted(freed) == sorted(addresses)  # each block exactly once
+    assert dev.allocated_bytes == 0 and dev.allocator.cached_bytes == 0 and not dev.backend._arrays
+    held[0].free()
+    del held[1]
+    import gc
+
+    gc.collect()
+    assert sorted(freed) == sorted(addresses)
+
+
 # -- open_device ---------------------------------------------------------------------------
 
 def test_open_device_names(monkeypatch):

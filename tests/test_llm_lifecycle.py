@@ -55,9 +55,11 @@ async def test_aclose_closes_a_device_load_opened_but_not_a_callers():
     import xinfer_async
 
     model = await _load(slots=1)
-    assert model.owns_device
+    assert model.owns_device and model.device.allocated_bytes > 0
     await model.aclose()
     assert model.device._closed
+    # every byte went back with it, the weights the builder still references too
+    assert model.device.allocated_bytes == 0 and not model.device.backend._arrays
     dev = xinfer_async.open_device("cpu")
     try:
         from xinfer_async import llm

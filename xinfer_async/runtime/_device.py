@@ -63,6 +63,9 @@ class Device:
         self._pool_size = command_lists
         self.allocated_bytes = 0
         self.peak_allocated_bytes = 0
+        #: address -> bytes of every block a buffer holds (allocated, not yet back in the allocator):
+        #: ``close`` frees those still held, so memory a model never freed goes back with the device
+        self._live: dict[int, int] = {}
         self._queues: list[Queue] = []
         self.queue = self.create_queue()
         self._closed = False
@@ -101,6 +104,11 @@ class Device:
             pass  # a device error: the work is over either way
         if not stuck:
             self._reap(force=True)
+            with self._mem_lock:  # the blocks of buffers still held (a model's weights, its caches)
+                for address, nbytes in self._live.items():
+                    self.allocator.free(address, nbytes)
+                self._live.clear()
+                self.allocated_bytes = 0
             self.allocator.release_all()
         for q in self._queues:
             if stuck and q.fence.completed_value < q.fence.submitted_value:
@@ -182,6 +190,7 @@ class Device:
             self._reap()
             nbytes = size_class(desc.nbytes)
             address = self.allocator.alloc(desc.nbytes)
+            self._live[address] = desc.nbytes
             self.allocated_bytes += nbytes
             self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
         return DeviceBuffer(self, address, desc)
@@ -270,6 +279,8 @@ class Device:
             q.fence.wait_blocking(v)
 
     def _free_buffer(self, buf: DeviceBuffer) -> None:
+        if self._closed:  # close() gave the block back already (or leaked it with the stuck work)
+            return
         with self._mem_lock:
             self._deferred.append((buf.address, buf.nbytes, buf.last_use))
             self._reap()
@@ -299,6 +310,7 @@ class Device:
                 keep.append(entry)
                 continue
             self.allocator.free(address, nbytes)
+            self._live.pop(address, None)
             self.allocated_bytes -= size_class(nbytes)
         self._deferred = keep
 
