@@ -277,6 +277,37 @@ def test_weighted_choice_weighs_the_decode_m_most():
         weighted_choice([{64: 0.0, 512: 1.0}])
 
 
+def test_tuning_cycles_enough_copies_of_the_weights_to_miss_l2():
+    from xinfer_async.backends.cuda._gemm_tune import COLD_BYTES, MAX_COPIES, b_copies
+
+    mib = 1 << 20
+    assert b_copies(4096 * 4096 * 2) == 4  # an 8B layer's o projection, 32 MiB: 128 MiB in all
+    assert b_copies(28672 * 4096 * 2) == 1  # gate/up, 224 MiB: alone larger than the L2
+    assert b_copies(COLD_BYTES) == 1 and b_copies(COLD_BYTES - 1) == 2
+    assert b_copies(1 * mib) == MAX_COPIES == 16 and b_copies(3, cold_bytes=10, most=99) == 4
+    with pytest.raises(ValueError, match=r"^b_nbytes must be > 0, got 0$"):
+        b_copies(0)
+
+
+@pytest.mark.cuda
+def test_tuning_reads_a_different_copy_of_the_weights_each_run(cuda_usable):
+    """time_launches hands run r copy r % b_copies of operand b (L2-cold timing), a and c fixed."""
+    from xinfer_async.backends.cuda._gemm_tune import b_copies, time_launches
+
+    dev = xinfer_async.open_device("cuda")
+    try:
+        seen: list[tuple[int, int, int]] = []
+        nbytes = (64 * 4096 * 2, 4096 * 4096 * 2, 64 * 4096 * 4)
+        ms = time_launches(dev.backend, nbytes, [lambda s, a, b, c: seen.append((a, b, c))], warmup=2, repeats=5)
+        assert len(ms) == 1 and ms[0] >= 0 and len(seen) == 7
+        copies = b_copies(nbytes[1])
+        bs = [b for _, b, _ in seen]
+        assert copies == 4 and len(set(bs)) == copies and all(bs[i] != bs[i + 1] for i in range(6))
+        assert len({(a, c) for a, _, c in seen}) == 1
+    finally:
+        dev.close()
+
+
 @pytest.mark.parametrize("N,K", [(6144, 4096), (28672, 4096)])
 @pytest.mark.cuda
 def test_gemm_algorithm_is_one_object_for_every_m(cuda_usable, N, K):

@@ -4,6 +4,12 @@
 The operands are filled with a constant f16 (0.8: tensor cores do the same work whatever the
 values; a constant keeps it cheap); the time of a launch is the median of ``repeats`` back-to-back
 runs after ``warmup`` runs, each run timed by a pair of CUDA events.
+
+The weights (operand b) are read from L2-cold memory, as a decode step reads them (every matrix of a
+layer, then the next layer's: a step streams gigabytes through a 50 MB L2): the runs cycle through
+enough copies of b that together they exceed ``COLD_BYTES``, so a run never finds its b in L2 from
+the run before. Timing one b over and over (as before) measured the smaller matrices (an 8B
+layer's 4096 x 4096 f16: 34 MB) from L2 and chose their tiles for a speed the step never sees.
 """
 
 from __future__ import annotations
@@ -20,10 +26,28 @@ _FILL = 0x3A663A66
 #: device addresses a, b, c
 Launch = Callable[[int, int, int, int], None]
 
+#: the bytes the copies of operand b add up to at least (about 2.5 x the H200's 50 MB L2)
+COLD_BYTES = 128 << 20
+#: the most copies of b (a b of 8 MB or less is then partly L2-warm: such GEMMs are launch-bound)
+MAX_COPIES = 16
+
+
+def b_copies(b_nbytes: int, cold_bytes: int = COLD_BYTES, most: int = MAX_COPIES) -> int:
+    """How many copies of operand b a timing cycles through: ``ceil(cold_bytes / b_nbytes)``, at
+    least 1 and at most ``most``.
+
+    Raises:
+        ValueError: ``b_nbytes`` is not > 0.
+    """
+    if b_nbytes <= 0:
+        raise ValueError(f"b_nbytes must be > 0, got {b_nbytes}")
+    return max(1, min(most, -(-cold_bytes // b_nbytes)))
+
 
 def time_launches(backend: Any, nbytes: tuple[int, int, int], launches: Sequence[Launch], warmup: int = 2,
                   repeats: int = 5) -> list[float]:
-    """Device ms of one run of each of ``launches``, on fresh buffers of ``nbytes`` (a, b, c).
+    """Device ms of one run of each of ``launches``, on fresh buffers of ``nbytes`` (a, b, c); run r
+    reads copy ``r % b_copies(nbytes[1])`` of b (L2-cold: see the module docstring).
 
     Args:
         backend: the ``CUDABackend`` (its driver library, ``alloc`` and ``free``).
@@ -40,10 +64,11 @@ def time_launches(backend: Any, nbytes: tuple[int, int, int], launches: Sequence
     check(lib.cuStreamCreate(s, 1), "cuStreamCreate")  # CU_STREAM_NON_BLOCKING
     stream = s[0]
     try:
-        for n in nbytes:
+        copies = b_copies(nbytes[1])
+        for n in (nbytes[0], nbytes[2]) + (nbytes[1],) * copies:
             addrs.append(backend.alloc(n))
-        a, b, c = addrs
-        for addr, n in ((a, nbytes[0]), (b, nbytes[1])):
+        a, c, bs = addrs[0], addrs[1], addrs[2:]
+        for addr, n in [(a, nbytes[0])] + [(b, nbytes[1]) for b in bs]:
             check(lib.cuMemsetD32Async(addr, _FILL, n // 4, stream), "cuMemsetD32Async")
         for _ in range(2 * repeats):
             ev = ffi.new("CUevent *")
@@ -52,11 +77,11 @@ def time_launches(backend: Any, nbytes: tuple[int, int, int], launches: Sequence
         sid = int(ffi.cast("uintptr_t", stream))
         out = []
         for launch in launches:
-            for _ in range(warmup):
-                launch(sid, a, b, c)
+            for r in range(warmup):
+                launch(sid, a, bs[r % copies], c)
             for r in range(repeats):
                 check(lib.cuEventRecord(events[2 * r], stream), "cuEventRecord")
-                launch(sid, a, b, c)
+                launch(sid, a, bs[(warmup + r) % copies], c)
                 check(lib.cuEventRecord(events[2 * r + 1], stream), "cuEventRecord")
             check(lib.cuStreamSynchronize(stream), "cuStreamSynchronize")
             ms = ffi.new("float *")
