@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import xinfer_async
-from xinfer_async.llm._gemm import GEMM_MIN_T, GEMM_MIN_T_ENV, gemm_min_t, lowers
+from xinfer_async.llm._gemm import GEMM_MIN_T, GEMM_MIN_T_ENV, GEMM_MIN_T_LARGE, gemm_min_t, lowers
 from xinfer_async.model import Gemm as GemmCommand
 from xinfer_async.ops import Gemm
 
@@ -30,6 +30,10 @@ BLOCK_DTS = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]  # the types gguf-py can qu
 # -- the policy ---------------------------------------------------------------------------------
 def test_policy_default_env_and_cpu():
     assert gemm_min_t("cuda", {}) == GEMM_MIN_T == 64
+    assert gemm_min_t("cuda", {}, dim=576) == gemm_min_t("cuda", {}, dim=2047) == 64  # SmolLM2's width
+    assert gemm_min_t("cuda", {}, dim=2048) == gemm_min_t("cuda", {}, dim=4096) == GEMM_MIN_T_LARGE == 9
+    assert gemm_min_t("cuda", {GEMM_MIN_T_ENV: "64"}, dim=4096) == 64  # the variable wins
+    assert gemm_min_t("cpu", {}, dim=4096) is None
     assert gemm_min_t("cuda", {GEMM_MIN_T_ENV: "128"}) == 128
     assert gemm_min_t("cuda", {GEMM_MIN_T_ENV: " 96 "}) == 96
     assert gemm_min_t("cuda", {GEMM_MIN_T_ENV: "off"}) is None

@@ -1,7 +1,7 @@
 """The GEMM regime of a decoder's matrix products: prefill-sized T on tensor cores through cuBLASLt.
 
 Where a plan's matrix product has ``T >= min_t`` token rows (``gemm_min_t``: ``XINFER_GEMM_MIN_T``,
-default ``GEMM_MIN_T``), its weights are of a block-quantized type (``GEMM_WEIGHT_DTYPES``) and the
+else ``GEMM_MIN_T_LARGE`` for models of ``dim >= GEMM_LARGE_DIM``, else ``GEMM_MIN_T``), its weights are of a block-quantized type (``GEMM_WEIGHT_DTYPES``) and the
 device is cuda, the product (kinds ``matmul``, ``rmsnorm_matmul``, ``rmsnorm_matmul_swiglu``, the
 output layer too) lowers to (``GemmLowering.commands``)::
 
@@ -47,18 +47,34 @@ from ..hal import Access, DType
 from ..model import Binding, Dispatch, Gemm, Region
 from ..ops._kernels import GEMM_WEIGHT_DTYPES
 
-#: the smallest T that lowers to the GEMM regime (cuda); below it the matrix kernels of xi_mvt/xi_tc
+#: the smallest T that lowers to the GEMM regime (cuda) for models narrower than ``GEMM_LARGE_DIM``;
+#: below it the matrix kernels of xi_mvq/xi_mvt
 GEMM_MIN_T = 64
+#: the smallest T that lowers for models of ``dim >= GEMM_LARGE_DIM``: every T the tiled kernels
+#: (``_t``, T > 8) took; T <= 8 keeps the integer decode kernel (``_pq``). Measured on the H200
+#: (batched decode steps, device ms, kernels / GEMM on resident f16, 2026-12-02, 64-token prompts):
+#: Llama-3.1-8B shape T = 16: 20.2 / 9.1, T = 32: 37.5 / 9.2; Llama-3.2-1B shape T = 16: 3.61 /
+#: 1.93, T = 32: 5.39 / 2.17. Above T = 8 the kernels decode every weight once per 8 tokens, so
+#: their cost grows with T, while a GEMM reads the f16 weights once at any T <= 64. At T = 8 neither
+#: wins clearly (8B: 9.2 / 8.5 there, but 9.3 / 9.9 with 512-token prompts; 1B: 2.06 / 1.93), and at
+#: T = 4 the kernel does (8B: 5.2 / 8.2).
+GEMM_MIN_T_LARGE = 9
+#: the model width from which ``GEMM_MIN_T_LARGE`` applies. Below (SmolLM2-135M, dim 576) the
+#: kernels stay ahead up to T = 32 (T = 8: 1.21 / 1.60 ms, T = 16: 1.38 / 1.61, T = 32: 1.71 / 1.76):
+#: its matrices are too small for either to be bound by their bytes. Widths between 576 and 2048
+#: were not measured and keep ``GEMM_MIN_T``, as before.
+GEMM_LARGE_DIM = 2048
 #: the environment variable that overrides ``GEMM_MIN_T`` (``off`` or ``0``: never)
 GEMM_MIN_T_ENV = "XINFER_GEMM_MIN_T"
 _GEMM_LABELS = frozenset(d.label for d in GEMM_WEIGHT_DTYPES)
 RW, W_ = Access.READ_WRITE, Access.WRITE
 
 
-def gemm_min_t(device_name: str, environ: Mapping[str, str] = os.environ) -> int | None:
+def gemm_min_t(device_name: str, environ: Mapping[str, str] = os.environ, *, dim: int = 0) -> int | None:
     """The policy: the smallest T whose quantized matrix products run as GEMMs on ``device_name``,
-    or None (never). cpu: None (its kernels stay); cuda: ``XINFER_GEMM_MIN_T`` if set, else
-    ``GEMM_MIN_T``.
+    or None (never), for a model of width ``dim`` (its embedding length). cpu: None (its kernels
+    stay); cuda: ``XINFER_GEMM_MIN_T`` if set, else ``GEMM_MIN_T_LARGE`` (9) where
+    ``dim >= GEMM_LARGE_DIM`` (2048), else ``GEMM_MIN_T`` (64).
 
     Raises:
         ValueError: ``XINFER_GEMM_MIN_T`` is not a positive integer, ``0`` or ``off`` (the message
@@ -68,7 +84,7 @@ def gemm_min_t(device_name: str, environ: Mapping[str, str] = os.environ) -> int
         return None
     raw = environ.get(GEMM_MIN_T_ENV)
     if raw is None or raw.strip() == "":
-        return GEMM_MIN_T
+        return GEMM_MIN_T_LARGE if dim >= GEMM_LARGE_DIM else GEMM_MIN_T
     text = raw.strip().lower()
     if text in ("off", "0"):
         return None
