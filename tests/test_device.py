@@ -145,6 +145,52 @@ def test_close_frees_the_buffers_still_held():
     assert sorted(freed) == sorted(addresses)
 
 
+def test_a_held_buffer_after_close_raises_instead_of_touching_freed_memory():
+    dev = open_device("cpu")
+    buf = dev.upload(np.arange(6, dtype=np.float32))
+    dev.close()
+    for call in (lambda: dev.download(buf), lambda: dev.download_numpy(buf), lambda: dev.write(buf, b"\0" * 4)):
+        with pytest.raises(DeviceError, match=r"^device cpu is closed$"):
+            call()
+
+
+def test_a_free_racing_close_is_not_freed_twice():
+    """A free() that lands while close() gives the blocks back (another thread, a fence listener):
+    each block goes back exactly once."""
+    dev = open_device("cpu")
+    bufs = [dev.alloc((256,), "f32") for _ in range(4)]
+    freed: list[int] = []
+    real_free, real_release = dev.backend.free, dev.allocator.release_all
+    dev.backend.free = lambda address: (freed.append(address), real_free(address))[1]
+
+    def release_all():  # inside close(), under its lock: the other buffers' free() comes now
+        for b in bufs[1:]:
+            b.free()
+        real_release()
+
+    dev.allocator.release_all = release_all
+    bufs[0].free()
+    dev.close()
+    assert sorted(freed) == sorted(b.address for b in bufs) and dev.allocated_bytes == 0
+
+
+def test_close_of_a_device_that_refuses_frees_still_closes():
+    """A lost device: its frees fail; close() still closes the queues and the backend, once."""
+    dev = open_device("cpu")
+    dev.alloc((64,), "f32")
+    calls = []
+
+    def refuse(address):
+        calls.append(address)
+        raise DeviceError("the device is lost", "LOST")
+
+    dev.backend.free = refuse
+    dev.close()
+    assert dev._closed and len(calls) == 1 and dev.allocated_bytes == 0 and not dev._live
+    dev.close()  # idempotent: nothing is freed again
+    assert len(calls) == 1
+
+
 # -- open_device ---------------------------------------------------------------------------
 
 def test_open_device_names(monkeypatch):

@@ -71,9 +71,12 @@ class Device:
         self._closed = False
 
     # -- lifetime --------------------------------------------------------------------------
-    def _check_alive(self) -> None:
+    def _check_open(self) -> None:
         if self._closed:
             raise DeviceError(f"device {self.name} is closed")
+
+    def _check_alive(self) -> None:
+        self._check_open()
         if self._lost is not None:
             raise self._lost
         for q in self._queues:
@@ -103,24 +106,32 @@ class Device:
         except Exception:
             pass  # a device error: the work is over either way
         if not stuck:
-            self._reap(force=True)
-            with self._mem_lock:  # the blocks of buffers still held (a model's weights, its caches)
-                for address, nbytes in self._live.items():
-                    self.allocator.free(address, nbytes)
+            with self._mem_lock:
+                self._closed = True  # from here a free() or a dropped buffer touches nothing
+                try:
+                    self._reap_locked(force=True)
+                    for address, nbytes in self._live.items():  # buffers still held: a model's weights
+                        self.allocator.free(address, nbytes)
+                    self.allocator.release_all()
+                except DeviceError:
+                    pass  # a lost device refuses frees: what is left goes with its context
                 self._live.clear()
+                self._deferred.clear()
+                self._dropped.clear()
                 self.allocated_bytes = 0
-            self.allocator.release_all()
-        for q in self._queues:
-            if stuck and q.fence.completed_value < q.fence.submitted_value:
-                # its work is still pending: closing would wait on it (cpu: a 10 s thread join)
-                # and free the fence's eventfd and counter that work will still signal; the
-                # queue is leaked with that work's memory, for the life of the process
-                abandon(q)
-                continue
-            q.close()
-        self._closed = True
-        if not stuck:
-            self.backend.close()
+        try:
+            for q in self._queues:
+                if stuck and q.fence.completed_value < q.fence.submitted_value:
+                    # its work is still pending: closing would wait on it (cpu: a 10 s thread join)
+                    # and free the fence's eventfd and counter that work will still signal; the
+                    # queue is leaked with that work's memory, for the life of the process
+                    abandon(q)
+                    continue
+                q.close()
+        finally:
+            self._closed = True
+            if not stuck:
+                self.backend.close()
 
     def __enter__(self) -> "Device":
         return self
@@ -240,7 +251,9 @@ class Device:
 
         Raises:
             ValueError: the bytes run past the buffer.
+            DeviceError: the device is closed (its memory went back with it).
         """
+        self._check_open()
         view = as_view(buffer, self, "buffer")
         host = host_bytes(data)
         if offset < 0 or offset + host.nbytes > view.nbytes:
@@ -254,7 +267,9 @@ class Device:
         Raises:
             ValidationError: the buffer was freed.
             ValueError: it belongs to another device.
+            DeviceError: the device is closed (its memory went back with it).
         """
+        self._check_open()
         view = as_view(buffer, self, "buffer")
         self._wait_unused(view.buffer)
         out = bytearray(view.nbytes)
@@ -279,9 +294,9 @@ class Device:
             q.fence.wait_blocking(v)
 
     def _free_buffer(self, buf: DeviceBuffer) -> None:
-        if self._closed:  # close() gave the block back already (or leaked it with the stuck work)
-            return
         with self._mem_lock:
+            if self._closed:  # close() gave the block back already (or leaked it with the stuck work)
+                return
             self._deferred.append((buf.address, buf.nbytes, buf.last_use))
             self._reap()
 
@@ -309,8 +324,9 @@ class Device:
             if not force and any(q.fence.completed_value < v for q, v in list(last_use.items())):
                 keep.append(entry)
                 continue
+            if self._live.pop(address, None) is None:
+                continue  # close() freed it already
             self.allocator.free(address, nbytes)
-            self._live.pop(address, None)
             self.allocated_bytes -= size_class(nbytes)
         self._deferred = keep
 
