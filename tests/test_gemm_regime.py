@@ -33,6 +33,8 @@ def test_policy_default_env_and_cpu():
     assert gemm_min_t("cuda", {}, dim=576) == gemm_min_t("cuda", {}, dim=2047) == 64  # SmolLM2's width
     assert gemm_min_t("cuda", {}, dim=2048) == gemm_min_t("cuda", {}, dim=4096) == GEMM_MIN_T_LARGE == 9
     assert gemm_min_t("cuda", {GEMM_MIN_T_ENV: "64"}, dim=4096) == 64  # the variable wins
+    assert gemm_min_t("cuda", {}, dim=4096, f16_resident=False) == 64  # each call would dequantize
+    assert gemm_min_t("cuda", {GEMM_MIN_T_ENV: "16"}, dim=4096, f16_resident=False) == 16
     assert gemm_min_t("cpu", {}, dim=4096) is None
     assert gemm_min_t("cuda", {GEMM_MIN_T_ENV: "128"}) == 128
     assert gemm_min_t("cuda", {GEMM_MIN_T_ENV: " 96 "}) == 96
@@ -93,6 +95,32 @@ def test_which_plans_lower(tiny_gguf, monkeypatch):
         assert _gemms(b, 128, True, batched=True) == per_layer * cfg.n_layer + out_chunks  # batch128
         assert _gemms(b, 16, False) == 0 and _gemms(b, 1, False) == 0  # prefill16, decode
         assert _gemms(b, 32, True, batched=True) == 0
+    finally:
+        dev.close()
+
+
+def test_builder_asks_the_policy_again_without_resident_f16(tiny_gguf, monkeypatch):
+    """The policy's threshold assumes resident f16 weights; where they are not kept, the builder
+    asks again with f16_resident=False (cuda: 64 instead of 9), not where they are."""
+    from xinfer_async.llm import _llama
+
+    monkeypatch.setenv("XINFER_CPU_REPACK", "0")  # the GGUF layout: the matrices lower
+    calls = []
+
+    def policy(name, environ=None, *, dim=0, f16_resident=True):
+        calls.append((name, dim, f16_resident))
+        return 9 if f16_resident else 64
+
+    monkeypatch.setattr(_llama, "_policy_min_t", policy)
+    dev = xinfer_async.open_device("cpu")
+    try:
+        dim = tiny_gguf.config.dim
+        on = _llama.LlamaBuilder(tiny_gguf, dev, ctx=128, chunk=64, f16_weights=True)
+        assert on.f16_weight_bytes > 0 and on.gemm_min_t == 9 and calls == [("cpu", dim, True)]
+        calls.clear()
+        off = _llama.LlamaBuilder(tiny_gguf, dev, ctx=128, chunk=64, f16_weights=False)
+        assert off.f16_weight_bytes == 0 and off.gemm_min_t == 64
+        assert calls == [("cpu", dim, True), ("cpu", dim, False)]
     finally:
         dev.close()
 

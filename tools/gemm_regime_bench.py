@@ -97,12 +97,13 @@ def algos(args) -> int:
         for n, k in ALGO_SHAPES:
             cands = lt.candidates(n, k)
             chosen = lt.algorithm(n, k)[0]
-            if not cands:  # none valid at every m of TUNE_MS: load takes the heuristic's first at m = 512
-                cands = [chosen]
+            fallback = not cands  # none valid at every m of TUNE_MS: load takes the heuristic's first at m = 512
+            cands = cands or [chosen]
             times = lt.timings(n, k, ms, cands)
             best = weighted_choice(times)  # with one candidate: it
             fastest = {m: min(t[m] for t in times) for m in TUNE_MS}
-            print(f"n={n} k={k}: {len(cands)} candidates")
+            print(f"n={n} k={k}: " + ("no candidate valid at every m of TUNE_MS; the heuristic's first at "
+                                     f"m = {TUNE_MS[-1]}, which load takes:" if fallback else f"{len(cands)} candidates"))
             for j, (algo, t) in enumerate(zip(cands, times)):
                 c = _config(algo)
                 cost = sum(w * t[m] / fastest[m] for w, m in zip(TUNE_WEIGHTS, TUNE_MS))

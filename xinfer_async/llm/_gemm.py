@@ -1,7 +1,8 @@
 """The GEMM regime of a decoder's matrix products: prefill-sized T on tensor cores through cuBLASLt.
 
 Where a plan's matrix product has ``T >= min_t`` token rows (``gemm_min_t``: ``XINFER_GEMM_MIN_T``,
-else ``GEMM_MIN_T_LARGE`` for models of ``dim >= GEMM_LARGE_DIM``, else ``GEMM_MIN_T``), its weights are of a block-quantized type (``GEMM_WEIGHT_DTYPES``) and the
+else ``GEMM_MIN_T_LARGE`` for models of ``dim >= GEMM_LARGE_DIM`` with resident f16 weights, else
+``GEMM_MIN_T``), its weights are of a block-quantized type (``GEMM_WEIGHT_DTYPES``) and the
 device is cuda, the product (kinds ``matmul``, ``rmsnorm_matmul``, ``rmsnorm_matmul_swiglu``, the
 output layer too) lowers to (``GemmLowering.commands``)::
 
@@ -64,17 +65,21 @@ GEMM_MIN_T_LARGE = 9
 #: its matrices are too small for either to be bound by their bytes. Widths between 576 and 2048
 #: were not measured and keep ``GEMM_MIN_T``, as before.
 GEMM_LARGE_DIM = 2048
-#: the environment variable that overrides ``GEMM_MIN_T`` (``off`` or ``0``: never)
+#: the environment variable that overrides the policy's threshold (``GEMM_MIN_T`` or
+#: ``GEMM_MIN_T_LARGE``; ``off`` or ``0``: never)
 GEMM_MIN_T_ENV = "XINFER_GEMM_MIN_T"
 _GEMM_LABELS = frozenset(d.label for d in GEMM_WEIGHT_DTYPES)
 RW, W_ = Access.READ_WRITE, Access.WRITE
 
 
-def gemm_min_t(device_name: str, environ: Mapping[str, str] = os.environ, *, dim: int = 0) -> int | None:
+def gemm_min_t(device_name: str, environ: Mapping[str, str] = os.environ, *, dim: int = 0,
+               f16_resident: bool = True) -> int | None:
     """The policy: the smallest T whose quantized matrix products run as GEMMs on ``device_name``,
-    or None (never), for a model of width ``dim`` (its embedding length). cpu: None (its kernels
-    stay); cuda: ``XINFER_GEMM_MIN_T`` if set, else ``GEMM_MIN_T_LARGE`` (9) where
-    ``dim >= GEMM_LARGE_DIM`` (2048), else ``GEMM_MIN_T`` (64).
+    or None (never), for a model of width ``dim`` (its embedding length) whose f16 weights are
+    resident or not (``f16_resident``; without them every plan call dequantizes its weights first,
+    which the measurements behind ``GEMM_MIN_T_LARGE`` did not pay). cpu: None (its kernels stay);
+    cuda: ``XINFER_GEMM_MIN_T`` if set, else ``GEMM_MIN_T_LARGE`` (9) where ``dim >= GEMM_LARGE_DIM``
+    (2048) and ``f16_resident``, else ``GEMM_MIN_T`` (64).
 
     Raises:
         ValueError: ``XINFER_GEMM_MIN_T`` is not a positive integer, ``0`` or ``off`` (the message
@@ -84,7 +89,7 @@ def gemm_min_t(device_name: str, environ: Mapping[str, str] = os.environ, *, dim
         return None
     raw = environ.get(GEMM_MIN_T_ENV)
     if raw is None or raw.strip() == "":
-        return GEMM_MIN_T_LARGE if dim >= GEMM_LARGE_DIM else GEMM_MIN_T
+        return GEMM_MIN_T_LARGE if dim >= GEMM_LARGE_DIM and f16_resident else GEMM_MIN_T
     text = raw.strip().lower()
     if text in ("off", "0"):
         return None

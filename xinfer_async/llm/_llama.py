@@ -186,9 +186,9 @@ class LlamaBuilder:
         kv_dtype: the KV cache's element type, ``"f32"`` or ``"f16"`` (None: ``kv_cache_dtype()``,
             ``$XINFER_KV_CACHE``, else f32).
         gemm_min_t: the smallest T whose quantized matrix products run in the GEMM regime
-            (``_gemm.py``); default: the policy ``gemm_min_t(device.name, dim=...)`` (cuda:
-            ``XINFER_GEMM_MIN_T``, else 9 from dim 2048 up, else 64; cpu: never); None: never; an
-            int forces it (tests, on any device).
+            (``_gemm.py``); default: the policy ``gemm_min_t(device.name, dim=..., f16_resident=...)``
+            (cuda: ``XINFER_GEMM_MIN_T``, else 9 from dim 2048 up when the f16 weights are resident,
+            else 64; cpu: never); None: never; an int forces it (tests, on any device).
         f16_weights: keep an f16 copy of every matrix that lowers resident on the device (no
             dequantization per plan call; 2 bytes a weight more), made on the device after the
             upload: True / ``"1"``, False / ``"0"``, ``"auto"`` (``_gemm.resident_f16``: cuda, when
@@ -218,7 +218,8 @@ class LlamaBuilder:
         if f16_weights is None:
             f16_weights = _policy_f16_weights()
         resident_f16(f16_weights, device.name, 0, None)  # an unknown setting fails here, before the upload
-        if gemm_min_t == "policy":
+        policy_min_t = gemm_min_t == "policy"
+        if policy_min_t:  # revised once resident f16 weights are decided (below)
             gemm_min_t = _policy_min_t(device.name, dim=cfg.dim)
         elif gemm_min_t is not None and (not isinstance(gemm_min_t, int) or gemm_min_t < 1):
             raise ValueError(f"gemm_min_t={gemm_min_t!r} must be a positive int, None or 'policy'")
@@ -284,6 +285,8 @@ class LlamaBuilder:
                 blk.bv_cache = s.scratch(rows_bytes, persistent=True, name=f"{p}bv_cache")
             self.blocks.append(blk)
         self._keep_f16(f16_weights, slots + batch_seqs, kv_bytes)
+        if policy_min_t and not self.f16_weight_bytes:  # T >= 9 pays only on resident f16 weights
+            self.gemm_min_t = _policy_min_t(device.name, dim=cfg.dim, f16_resident=False)
         self._gemm = self._gemm_lowering()
         self._layouts = {T: self._layout(T) for T in self.plan_sizes}
         self.definition = s.freeze(ModelContext(device))
