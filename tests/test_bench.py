@@ -92,6 +92,7 @@ def test_bench_model_runs_and_writes_json_with_the_comparison(tmp_path):
     for r in d["decode"]:
         assert {"agg_tok_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90", "ttft_ms_p50"} <= r.keys()
         assert r["gpu_plan"] == "decode" and 0 < r["gpu_ms_per_step"] < r["step_ms_p50"] * 10
+        assert r["f16_weight_bytes"] == 0 and r["gemm_min_t"] is None  # cpu: its kernels at every T
     one, two = d["decode"]
     assert 0.0 <= one["host_fraction"] < 1.0 and two["host_fraction"] is None  # unbatched N > 1: no share
     assert d["prefill"]["prefill_tok_per_s"] > 0 and d["config"]["n_layer"] == 2

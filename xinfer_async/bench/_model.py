@@ -243,6 +243,14 @@ async def _main(args) -> dict:
             row["runs_tok_per_s"] = ours
             peer_rows.append(dict(batch=n, ours=ours, theirs=[t["tok_per_s"] for t in theirs], raw=theirs))
         row["load_s"] = load_s
+        # what the row ran on: resident f16 weights can differ between rows (auto decides by the
+        # memory free at each load) and the GEMM regime's threshold with them
+        row["f16_weight_bytes"] = model.builder.f16_weight_bytes
+        row["gemm_min_t"] = model.builder.gemm_min_t
+        if rows and row["f16_weight_bytes"] != rows[0]["f16_weight_bytes"]:
+            print(f"note: {n} slots: resident f16 weights {row['f16_weight_bytes'] / 1e6:.1f} MB against "
+                  f"{rows[0]['f16_weight_bytes'] / 1e6:.1f} MB in the first row (XINFER_F16_WEIGHTS=auto decides "
+                  f"by the memory free at load); GEMM from T = {row['gemm_min_t']}")
         if before is not None:  # the batched scheduler's steps over the row
             st = model.statistics()["scheduler"]
             row["batch_steps"] = st.steps - before.steps
