@@ -198,6 +198,7 @@ class Device:
     def _alloc_desc(self, desc: TensorDesc) -> DeviceBuffer:
         self._check_alive()
         with self._mem_lock:
+            self._check_open()  # a close() on another thread since the check above
             self._reap()
             nbytes = size_class(desc.nbytes)
             address = self.allocator.alloc(desc.nbytes)
