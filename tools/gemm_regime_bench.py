@@ -19,7 +19,9 @@ TFLOP/s (2 N K T). ``--shapes tiny`` runs small shapes (a smoke test, also on ``
 and an output-layer chunk, down, the output layer's last chunk), every split-K-free candidate
 algorithm (``_cublaslt.LtHandle.candidates``: its id, tile, stages) with its device us at m = 64, 128
 and 512 (``--algo-ms``), its weighted cost (``_cublaslt.weighted_choice``: m=64 weighs 3/4) and a
-``*`` on the one load chooses: ``python tools/gemm_regime_bench.py --algos``.
+``*`` on the one load chooses: ``python tools/gemm_regime_bench.py --algos``. ``--candidates N`` asks the
+heuristic for N results at each m instead of load's 8 (``_cublaslt.CANDIDATES``), to see whether a
+tile load never considers would be faster (``(best now)`` marks the best of those shown).
 """
 
 from __future__ import annotations
@@ -83,7 +85,12 @@ async def _time(dev, steps, launches, repeats):
 
 def algos(args) -> int:
     """Print each candidate algorithm's us at ``--algo-ms`` per (n, k) of ``ALGO_SHAPES``."""
-    from xinfer_async.backends.cuda._cublaslt import TUNE_MS, TUNE_WEIGHTS, _config, weighted_choice
+    from xinfer_async.backends.cuda._cublaslt import CANDIDATES, TUNE_MS, TUNE_WEIGHTS, _config, weighted_choice
+
+    count = CANDIDATES if args.candidates is None else args.candidates
+    if count < 1:
+        print(f"--candidates must be >= 1, got {count}", file=sys.stderr)
+        return 2
 
     dev = xinfer_async.open_device(args.device)
     try:
@@ -95,7 +102,7 @@ def algos(args) -> int:
         print(f"{dev.description}: cuBLASLt candidates per (n, k), us per GEMM (median of 5); cost: "
               f"sum of {TUNE_WEIGHTS} x t / best at m = {TUNE_MS}; * the one chosen")
         for n, k in ALGO_SHAPES:
-            cands = lt.candidates(n, k)
+            cands = lt.candidates(n, k, count=count)
             chosen = lt.algorithm(n, k)[0]
             fallback = not cands  # none valid at every m of TUNE_MS: load takes the heuristic's first at m = 512
             cands = cands or [chosen]
@@ -174,6 +181,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--algos", action="store_true", help="print each cuBLASLt candidate's us per 8B (n, k) instead")
     ap.add_argument("--algo-ms", default="64,128,512", help="the m values of --algos")
+    ap.add_argument("--candidates", type=int, default=None,
+                    help="--algos: the heuristic results asked for at each m (default: _cublaslt.CANDIDATES, what "
+                         "load asks for); more shows whether tiles load never sees are faster")
     args = ap.parse_args(argv)
     if args.algos:
         return algos(args)

@@ -270,9 +270,10 @@ class LtHandle:
         algo = ffi.new("cublasLtMatmulAlgo_t *", res[0].algo)
         return [algo] if _config_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1 else []
 
-    def candidates(self, n: int, k: int, ms: Sequence[int] = TUNE_MS) -> list:
+    def candidates(self, n: int, k: int, ms: Sequence[int] = TUNE_MS, count: int = CANDIDATES) -> list:
         """The split-K-free algorithms (``cublasLtMatmulAlgo_t *``) of ``(n, k)`` valid at every m of
-        ``ms`` (default ``TUNE_MS``), in the heuristic's order at the first m, then the others' new ones.
+        ``ms`` (default ``TUNE_MS``), among the heuristic's first ``count`` (default ``CANDIDATES``) at
+        each m, in the heuristic's order at the first m, then the others' new ones.
 
         Raises:
             DeviceError: a cuBLASLt call failed.
@@ -290,13 +291,13 @@ class LtHandle:
                 _attr(set_pref, pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, "uint32_t", 0)
                 for attr in CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_BYTES:
                     _attr(set_pref, pref, attr, "uint32_t", ALIGN)
-                res = ffi.new(f"cublasLtMatmulHeuristicResult_t[{CANDIDATES}]")
-                count = ffi.new("int *")
-                check(lib.cublasLtMatmulAlgoGetHeuristic(self.handle, desc, b, a, c, c, pref, CANDIDATES, res, count),
+                res = ffi.new(f"cublasLtMatmulHeuristicResult_t[{count}]")
+                got = ffi.new("int *")
+                check(lib.cublasLtMatmulAlgoGetHeuristic(self.handle, desc, b, a, c, c, pref, count, res, got),
                       f"cublasLtMatmulAlgoGetHeuristic(n={n}, k={k})")
             finally:
                 lib.cublasLtMatmulPreferenceDestroy(pref)
-            for i in range(count[0]):
+            for i in range(got[0]):
                 algo = ffi.new("cublasLtMatmulAlgo_t *", res[i].algo)
                 key = bytes(ffi.buffer(algo))
                 if key in found or res[i].state != 0 or res[i].workspaceSize or \
