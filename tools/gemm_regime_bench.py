@@ -22,6 +22,8 @@ and 512 (``--algo-ms``), its weighted cost (``_cublaslt.weighted_choice``: m=64 
 ``*`` on the one load chooses: ``python tools/gemm_regime_bench.py --algos``. ``--candidates N`` asks the
 heuristic for N results at each m instead of load's 8 (``_cublaslt.CANDIDATES``), to see whether a
 tile load never considers would be faster (``(best now)`` marks the best of those shown).
+``--splitk MIB`` lists instead the candidates with any reduction scheme and up to MIB MiB of workspace
+(split-K among them), which load leaves out, with their us.
 """
 
 from __future__ import annotations
@@ -88,8 +90,8 @@ def algos(args) -> int:
     from xinfer_async.backends.cuda._cublaslt import CANDIDATES, TUNE_MS, TUNE_WEIGHTS, _config, weighted_choice
 
     count = CANDIDATES if args.candidates is None else args.candidates
-    if count < 1:
-        print(f"--candidates must be >= 1, got {count}", file=sys.stderr)
+    if count < 1 or args.splitk < 0:
+        print(f"--candidates must be >= 1 and --splitk >= 0, got {count} and {args.splitk}", file=sys.stderr)
         return 2
 
     dev = xinfer_async.open_device(args.device)
@@ -98,6 +100,8 @@ def algos(args) -> int:
             print(f"--algos needs a cuda device, got {dev.name}", file=sys.stderr)
             return 2
         lt = dev.backend.cublaslt()
+        if args.splitk:
+            return _splitk(dev, lt, args, count)
         ms = sorted({int(m) for m in args.algo_ms.split(",")} | set(TUNE_MS))
         print(f"{dev.description}: cuBLASLt candidates per (n, k), us per GEMM (median of 5); cost: "
               f"sum of {TUNE_WEIGHTS} x t / best at m = {TUNE_MS}; * the one chosen")
@@ -121,6 +125,32 @@ def algos(args) -> int:
                       f"{'  (best now)' if j == best else ''}", flush=True)
     finally:
         dev.close()
+    return 0
+
+
+def _splitk(dev, lt, args, count: int) -> int:
+    """``--algos --splitk MIB``: the candidates with any reduction scheme and up to MIB MiB of
+    workspace (split-K included), each config and its us at ``--algo-ms``: what load's split-K-free
+    rule leaves out (research; load never runs these)."""
+    from xinfer_async.backends.cuda._cublaslt import _config
+
+    ws_nbytes = args.splitk << 20
+    ws = dev.backend.alloc(ws_nbytes)
+    try:
+        ms = sorted({int(m) for m in args.algo_ms.split(",")})
+        print(f"{dev.description}: cuBLASLt candidates with up to {args.splitk} MiB of workspace, any reduction "
+              f"scheme, us per GEMM (median of 5, L2-cold weights)")
+        for n, k in ALGO_SHAPES:
+            cands = lt.candidates(n, k, ms=ms, count=count, workspace_nbytes=ws_nbytes)
+            times = lt.timings(n, k, ms, cands, workspace=(ws, ws_nbytes)) if cands else []
+            print(f"n={n} k={k}: {len(cands)} candidates")
+            for algo, t in zip(cands, times):
+                c = _config(algo)
+                cells = " ".join(f"m={m}: {t[m] * 1e3:8.1f} us" for m in ms)
+                print(f"   id {c['id']:>3} tile {c['tile']:>3} stages {c['stages']:>3} splitk {c['splitk']:>2} "
+                      f"reduction {c['reduction']}  {cells}", flush=True)
+    finally:
+        dev.backend.free(ws)  # the timings synchronized their stream
     return 0
 
 
@@ -181,6 +211,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--algos", action="store_true", help="print each cuBLASLt candidate's us per 8B (n, k) instead")
     ap.add_argument("--algo-ms", default="64,128,512", help="the m values of --algos")
+    ap.add_argument("--splitk", type=int, default=0, metavar="MIB",
+                    help="--algos: list the candidates with any reduction scheme and up to MIB MiB of workspace "
+                         "(split-K included; load never runs them) instead")
     ap.add_argument("--candidates", type=int, default=None,
                     help="--algos: the heuristic results asked for at each m (default: _cublaslt.CANDIDATES, what "
                          "load asks for); more shows whether tiles load never sees are faster")

@@ -94,6 +94,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
 CUBLASLT_MATMUL_DESC_TRANSA, CUBLASLT_MATMUL_DESC_TRANSB = 3, 4
 CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1
 CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3
+#: cublasLtReductionScheme_t: INPLACE | COMPUTE_TYPE | OUTPUT_TYPE (research listings only)
+REDUCTION_SCHEME_ANY = 7
 CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_BYTES = (5, 6, 7, 8)  # A, B, C, D
 CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 0, 1, 2
 CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, CUBLASLT_ALGO_CONFIG_STAGES_ID = 3, 6
@@ -270,10 +272,15 @@ class LtHandle:
         algo = ffi.new("cublasLtMatmulAlgo_t *", res[0].algo)
         return [algo] if _config_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1 else []
 
-    def candidates(self, n: int, k: int, ms: Sequence[int] = TUNE_MS, count: int = CANDIDATES) -> list:
+    def candidates(self, n: int, k: int, ms: Sequence[int] = TUNE_MS, count: int = CANDIDATES,
+                   workspace_nbytes: int = 0) -> list:
         """The split-K-free algorithms (``cublasLtMatmulAlgo_t *``) of ``(n, k)`` valid at every m of
         ``ms`` (default ``TUNE_MS``), among the heuristic's first ``count`` (default ``CANDIDATES``) at
         each m, in the heuristic's order at the first m, then the others' new ones.
+
+        ``workspace_nbytes`` > 0 (research: ``tools/gemm_regime_bench.py --algos --splitk``, never
+        load): any reduction scheme and up to that workspace instead, split-K algorithms included;
+        they run only with a workspace of their own (``timings(workspace=)``).
 
         Raises:
             DeviceError: a cuBLASLt call failed.
@@ -287,8 +294,10 @@ class LtHandle:
             pref = p[0]
             try:
                 set_pref = lib.cublasLtMatmulPreferenceSetAttribute
-                _attr(set_pref, pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, "uint64_t", self.workspace_nbytes)
-                _attr(set_pref, pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, "uint32_t", 0)
+                _attr(set_pref, pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, "uint64_t",
+                      workspace_nbytes or self.workspace_nbytes)
+                _attr(set_pref, pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, "uint32_t",
+                      REDUCTION_SCHEME_ANY if workspace_nbytes else 0)
                 for attr in CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_BYTES:
                     _attr(set_pref, pref, attr, "uint32_t", ALIGN)
                 res = ffi.new(f"cublasLtMatmulHeuristicResult_t[{count}]")
@@ -300,21 +309,23 @@ class LtHandle:
             for i in range(got[0]):
                 algo = ffi.new("cublasLtMatmulAlgo_t *", res[i].algo)
                 key = bytes(ffi.buffer(algo))
-                if key in found or res[i].state != 0 or res[i].workspaceSize or \
-                        _config_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1:
+                if key in found or res[i].state != 0 or res[i].workspaceSize > workspace_nbytes or \
+                        (not workspace_nbytes and _config_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1):
                     continue
                 found[key] = algo
         out = []
         check_res = ffi.new("cublasLtMatmulHeuristicResult_t *")
         for algo in found.values():
             if all(lib.cublasLtMatmulAlgoCheck(self.handle, desc, b, a, c, c, algo, check_res) == 0
-                   and check_res.workspaceSize == 0 for desc, (a, b, c) in checks):
+                   and check_res.workspaceSize <= workspace_nbytes for desc, (a, b, c) in checks):
                 out.append(algo)
         return out
 
-    def timings(self, n: int, k: int, ms: Sequence[int] = TUNE_MS, algos: Sequence | None = None) -> list[dict]:
+    def timings(self, n: int, k: int, ms: Sequence[int] = TUNE_MS, algos: Sequence | None = None,
+                workspace: tuple[int, int] = (0, 0)) -> list[dict]:
         """Device ms of each of ``algos`` (default: ``candidates(n, k)``) at each m of ``ms``:
-        ``[{m: ms, ...}, ...]`` in the order of ``algos``.
+        ``[{m: ms, ...}, ...]`` in the order of ``algos``; ``workspace``: ``(address, nbytes)`` of a
+        device buffer the launches may use (algorithms from ``candidates(workspace_nbytes=)``).
 
         Raises:
             ValueError: the handle has no timer.
@@ -324,15 +335,17 @@ class LtHandle:
             raise ValueError("timings: this LtHandle has no timer")
         algos = self.candidates(n, k) if algos is None else algos
         descs = {m: self.describe(m, n, k) for m in ms}
-        launches = [functools.partial(self._launch, descs[m], algo) for algo in algos for m in ms]
+        launches = [functools.partial(self._launch, descs[m], algo, workspace=workspace) for algo in algos for m in ms]
         t = self._timer((2 * max(ms) * k, 2 * n * k, 4 * max(ms) * n), launches)
         return [dict(zip(ms, t[i * len(ms):(i + 1) * len(ms)])) for i in range(len(algos))]
 
-    def _launch(self, described, algo, stream: int, a: int, b: int, c: int) -> None:
+    def _launch(self, described, algo, stream: int, a: int, b: int, c: int, workspace: tuple[int, int] = (0, 0)) -> None:
         desc, (la, lb, lc) = described
+        ws, ws_nbytes = workspace
         status = _lib.cublasLtMatmul(self.handle, desc, self._alpha, ffi.cast("void *", b), lb, ffi.cast("void *", a),
                                      la, self._beta, ffi.cast("void *", c), lc, ffi.cast("void *", c), lc, algo,
-                                     ffi.NULL, 0, ffi.cast("void *", stream))
+                                     ffi.cast("void *", ws) if ws_nbytes else ffi.NULL, ws_nbytes,
+                                     ffi.cast("void *", stream))
         if status:
             check(status, "cublasLtMatmul (timing a candidate)")
 
