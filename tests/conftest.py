@@ -62,12 +62,13 @@ def pytest_collection_finish(session):
     pool's cubin (the cache's lock) instead of compiling it again. Under pytest-xdist only worker
     gw0 runs the pool (every worker collects the same tests); the others' kernels wait for it the
     same way. ``XINFER_PRECOMPILE=0`` turns it off; ``$XINFER_NVRTC_LOG`` logs every compile."""
-    if os.environ.get("XINFER_PRECOMPILE", "1") == "0" or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
-        return
     if not any("cuda" in item.nodeid or item.get_closest_marker("cuda") for item in session.items):
         return
     ok, _ = cuda_status()
     if not ok:
+        return
+    _hold_primary_context()
+    if os.environ.get("XINFER_PRECOMPILE", "1") == "0" or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
         return
     from xinfer_async.backends.cuda._precompile import device_target, precompile
 
@@ -85,9 +86,27 @@ def pytest_collection_finish(session):
     _precompile["thread"].start()
 
 
+def _hold_primary_context():
+    """Retain device 0's primary context for the whole session (every xdist worker), so that the
+    tests' many ``open_device("cuda")`` / ``close()`` pairs retain and release a live context instead
+    of creating and destroying one each: on the H200 with 16 workers a creation took 23-35 s and some
+    failed with CUDA_ERROR_OUT_OF_MEMORY, which made the GPU suite setup-bound. A device's ``close``
+    still frees every block it allocated (``tests/test_device.py``), so nothing leaks across tests."""
+    from xinfer_async.backends.cuda import _driver
+
+    lib = _driver.load()
+    dev, ctx = _driver.ffi.new("CUdevice *"), _driver.ffi.new("CUcontext *")
+    if lib.cuInit(0) or lib.cuDeviceGet(dev, 0) or lib.cuDevicePrimaryCtxRetain(ctx, dev[0]):
+        return  # the tests that open the device report the error
+    _precompile["held"] = (lib, dev[0])
+
+
 def pytest_sessionfinish(session):
     if "thread" in _precompile:
         _precompile["thread"].join()
+    if "held" in _precompile:
+        lib, dev = _precompile.pop("held")
+        lib.cuDevicePrimaryCtxRelease_v2(dev)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
