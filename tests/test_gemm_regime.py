@@ -5,8 +5,9 @@
 * the operand kernels (``dequantize_f16_DT``, ``to_f16``, ``rmsnorm_f16``, ``unscale_add``,
   ``swiglu_unscale``) on each device present, against numpy models: bit for bit (weights: gguf's
   dequantized values rounded to f16; activations: the row scale rule, then f16 rounding);
-* the GEMM itself (cuda: cuBLASLt, here skipped): a row's f32 result is bit-identical for T in
-  {64, 65, 128, 512} with the other rows random, and within a printed bound of float64;
+* the GEMM itself (cuda: cuBLASLt, here skipped): a row's f32 result is bit-identical for every T of
+  a bucket of m (decode: 9, 16, 33, 64; prefill: 65, 128, 512) with the other rows random, and from
+  one run to the next, and within a printed bound of float64;
 * a tiny model through the builder with the regime forced, against the kernel path, and a score
   plan's row 0 unchanged (bit for bit) when the other rows change.
 """
@@ -269,44 +270,35 @@ async def _gemm(dev, a16, b, N, K):
 @pytest.mark.parametrize("N,K", SHAPES)
 @pytest.mark.cuda
 async def test_gemm_rows_do_not_depend_on_T_or_other_rows(cuda_usable, rng, N, K):
+    """Within each bucket of m, rows 0 and T - 1 of a launch (random other rows) equal, bit for bit,
+    the same rows of the bucket's largest launch, which is run twice (split-K reductions included)."""
     dev = xinfer_async.open_device("cuda")
     try:
         w16 = (rng.standard_normal((N, K)) * 0.05).astype(np.float16)
         b = dev.upload(w16)
-        big = (rng.standard_normal((512, K)) * 3).astype(np.float16)
-        full = await _gemm(dev, big, b, N, K)
-        ref = big[:8].astype(np.float64) @ w16.astype(np.float64).T
-        # f16 products are exact in f32; the sum: K additions of <= 2 units of 2^-24 (tensor cores may
-        # truncate where IEEE rounds)
-        bound = 2 * K * 2.0 ** -24 * (np.abs(big[:8]).astype(np.float64) @ np.abs(w16).astype(np.float64).T)
-        err = np.abs(full[:8] - ref)
-        print(f"N={N} K={K}: max |gemm - float64| {err.max():.3g}, max ratio to 2K*2^-24*sum|a||b| "
-              f"{(err / bound).max():.3g}")
-        assert (err <= bound).all()
-        for T in (64, 65, 128):
-            a = (rng.standard_normal((T, K)) * 3).astype(np.float16)
-            a[0], a[T - 1] = big[0], big[7]
-            got = await _gemm(dev, a, b, N, K)
-            np.testing.assert_array_equal(got[0].view(np.uint32), full[0].view(np.uint32), err_msg=f"T={T} row 0")
-            np.testing.assert_array_equal(got[T - 1].view(np.uint32), full[7].view(np.uint32),
-                                          err_msg=f"T={T} row {T - 1}")
+        for Ts in ((64, 9, 16, 33), (512, 65, 128)):
+            big = (rng.standard_normal((Ts[0], K)) * 3).astype(np.float16)
+            full = await _gemm(dev, big, b, N, K)
+            again = await _gemm(dev, big, b, N, K)
+            np.testing.assert_array_equal(again.view(np.uint32), full.view(np.uint32), err_msg=f"T={Ts[0]} run twice")
+            ref = big[:8].astype(np.float64) @ w16.astype(np.float64).T
+            # f16 products are exact in f32; the sum: K additions of <= 2 units of 2^-24 (tensor cores
+            # may truncate where IEEE rounds; a split-K part's sum is one more f32 addition)
+            bound = 2 * K * 2.0 ** -24 * (np.abs(big[:8]).astype(np.float64) @ np.abs(w16).astype(np.float64).T)
+            err = np.abs(full[:8] - ref)
+            cfg = dev.backend.cublaslt().config(N, K, Ts[0])
+            print(f"N={N} K={K} T={Ts[0]} ({cfg}): max |gemm - float64| {err.max():.3g}, max ratio to "
+                  f"2K*2^-24*sum|a||b| {(err / bound).max():.3g}")
+            assert (err <= bound).all()
+            for T in Ts[1:]:
+                a = (rng.standard_normal((T, K)) * 3).astype(np.float16)
+                a[0], a[T - 1] = big[0], big[7]
+                got = await _gemm(dev, a, b, N, K)
+                np.testing.assert_array_equal(got[0].view(np.uint32), full[0].view(np.uint32), err_msg=f"T={T} row 0")
+                np.testing.assert_array_equal(got[T - 1].view(np.uint32), full[7].view(np.uint32),
+                                              err_msg=f"T={T} row {T - 1}")
     finally:
         dev.close()
-
-
-def test_weighted_choice_weighs_the_decode_m_most():
-    from xinfer_async.backends.cuda._cublaslt import TUNE_MS, TUNE_WEIGHTS, weighted_choice
-
-    assert TUNE_MS == (64, 512) and TUNE_WEIGHTS == (0.75, 0.25)
-    # relative costs: 0.75 * 2 + 0.25 * 1 = 1.75; 0.75 + 0.25 * 2 = 1.25; 0.75 * 1.5 + 0.25 * 1.05 = 1.39
-    assert weighted_choice([{64: 2.0, 512: 10.0}, {64: 1.0, 512: 20.0}, {64: 1.5, 512: 10.5}]) == 1
-    # a candidate 3.5x slower at 512 loses to one 1.5x slower at 64: 0.75 + 0.875 = 1.625 > 1.125 + 0.25
-    assert weighted_choice([{64: 1.0, 512: 35.0}, {64: 1.5, 512: 10.0}]) == 1
-    assert weighted_choice([{64: 1.0, 512: 10.0}, {64: 1.0, 512: 10.0}]) == 0  # a tie: the heuristic's first
-    with pytest.raises(ValueError, match=r"^weighted_choice: no candidates$"):
-        weighted_choice([])
-    with pytest.raises(ValueError, match=r"^weighted_choice: times must be > 0"):
-        weighted_choice([{64: 0.0, 512: 1.0}])
 
 
 def test_tuning_cycles_enough_copies_of_the_weights_to_miss_l2():
@@ -330,7 +322,7 @@ def test_tuning_reads_a_different_copy_of_the_weights_each_run(cuda_usable):
     try:
         seen: list[tuple[int, int, int]] = []
         nbytes = (64 * 4096 * 2, 4096 * 4096 * 2, 64 * 4096 * 4)
-        ms = time_launches(dev.backend, nbytes, [lambda s, a, b, c: seen.append((a, b, c))], warmup=2, repeats=5)
+        ms = time_launches(dev.backend, nbytes, [lambda s, a, b, c, ws: seen.append((a, b, c))], warmup=2, repeats=5)
         assert len(ms) == 1 and ms[0] >= 0 and len(seen) == 7
         copies = b_copies(nbytes[1])
         bs = [b for _, b, _ in seen]
@@ -342,24 +334,29 @@ def test_tuning_reads_a_different_copy_of_the_weights_each_run(cuda_usable):
 
 @pytest.mark.parametrize("N,K", [(6144, 4096), (28672, 4096)])
 @pytest.mark.cuda
-def test_gemm_algorithm_is_one_object_for_every_m(cuda_usable, N, K):
-    """Every m of an (n, k) runs the one algorithm chosen for it (the bit contract of _cublaslt.py):
-    the same cublasLtMatmulAlgo_t object, split-K free, timed against the other candidates."""
-    from xinfer_async.backends.cuda._cublaslt import TUNE_MS
+def test_gemm_algorithm_is_one_object_for_every_m_of_a_bucket(cuda_usable, N, K):
+    """Every m of a bucket of an (n, k) runs the one algorithm chosen for it (the bit contract of
+    _cublaslt.py): the same cublasLtMatmulAlgo_t object, timed against the other candidates; the
+    prefill bucket's split-K free, the decode bucket's split-K only with a workspace reduction."""
+    from xinfer_async.backends.cuda._cublaslt import REDUCTION_SCHEME_WORKSPACE
 
     dev = xinfer_async.open_device("cuda")
     try:
         lt = dev.backend.cublaslt()
-        gemms = [lt.gemm_for(m, N, K) for m in (64, 65, 128, 512, 576)]
-        assert all(g.algo is gemms[0].algo for g in gemms)
-        cfg = lt.config(N, K)
-        assert cfg["splitk"] <= 1 and cfg["reduction"] == 0, cfg
-        tuning = lt.tuning.get((N, K))
-        n_cands = len(lt.candidates(N, K))
-        print(f"N={N} K={K}: {n_cands} candidates; chosen {cfg}; tuning {tuning}")
-        if n_cands > 1:
-            assert tuning is not None and tuning[0][0] == cfg and len(tuning) == n_cands
-            assert all(set(t) == set(TUNE_MS) and min(t.values()) > 0 for _, t in tuning)
+        for bucket, ms in zip(lt.buckets, ((9, 16, 33, 64), (65, 128, 512, 576))):
+            gemms = [lt.gemm_for(m, N, K) for m in ms]
+            assert all(g.algo is gemms[0].algo and g.bucket is bucket for g in gemms)
+            cfg = lt.config(N, K, ms[0])
+            if bucket.workspace_nbytes == 0:  # split-K free (a few bytes of workspace may be asked at some m)
+                assert cfg["splitk"] <= 1 and cfg["reduction"] == 0, cfg
+            elif cfg["splitk"] > 1:
+                assert cfg["reduction"] & REDUCTION_SCHEME_WORKSPACE, cfg
+            tuning = lt.tuning.get((N, K, bucket.name))
+            print(f"N={N} K={K} {bucket.name}: chosen {cfg}, workspace {[g.workspace_nbytes for g in gemms]}; "
+                  f"tuning {tuning}")
+            if tuning is not None:
+                assert tuning[0][0] == cfg and all(set(t) == set(bucket.tune_ms) and min(t.values()) > 0
+                                                   for _, t in tuning)
     finally:
         dev.close()
 
@@ -437,6 +434,39 @@ def _gguf_layout(devices, monkeypatch):
 async def test_builder_gemm_regime_matches_kernels_and_rows_stand_alone(devices, tiny_gguf, rng, monkeypatch):
     with _gguf_layout(devices, monkeypatch) as dev:
         await _gemm_regime_matches_kernels(dev, tiny_gguf, rng)
+
+
+async def test_a_slot_gives_its_gemms_one_workspace(tiny_gguf, rng, monkeypatch):
+    """Where GEMMs need workspace (here the cpu backend is asked to want 4 KiB for every GEMM), each
+    slot allocates one, counted in its private bytes, and every GEMM it records uses it; slots never
+    share one (their GEMMs may run at the same time); the logits are the workspace-free ones."""
+    from xinfer_async.llm._llama import LlamaBuilder
+    from xinfer_async.ops import _operator
+
+    V, T = tiny_gguf.config.vocab_size, 16
+    ids = rng.integers(0, V, T)
+    monkeypatch.setenv("XINFER_CPU_REPACK", "0")  # the GEMM regime's dequantizers read the GGUF layout
+    with contextlib.closing(xinfer_async.open_device("cpu")) as dev:
+        gemm = LlamaBuilder(tiny_gguf, dev, ctx=64, chunk=T, gemm_min_t=T)
+        want = await _score(gemm, gemm.prepare(1), ids)
+        plain_bytes = gemm.prepare(1).slots[0].private_bytes
+        seen = []
+        dispatch = _operator.Gemm.dispatch
+
+        def spy(op, ex):
+            seen.append(op._bound[3].address if len(op._bound) > 3 else None)
+            dispatch(op, ex)
+
+        monkeypatch.setattr(dev.backend, "gemm_workspace_nbytes", lambda g: 4096, raising=False)
+        monkeypatch.setattr(_operator.Gemm, "dispatch", spy)
+        prepared = gemm.prepare(2)
+        per_slot = [s._workspace.address for s in prepared.slots]
+        assert len(set(per_slot)) == 2 and all(s._workspace.size_in_bytes == 4096 for s in prepared.slots)
+        assert prepared.slots[0].private_bytes == plain_bytes + 4096
+        half = len(seen) // 2
+        assert half > 0 and seen[:half] == [per_slot[0]] * half and seen[half:] == [per_slot[1]] * half
+        got = await _score(gemm, prepared, ids)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 async def _gemm_regime_matches_kernels(devices, tiny_gguf, rng):

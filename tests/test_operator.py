@@ -68,3 +68,44 @@ def test_gemm_create_and_bind_errors(devices):
     with pytest.raises(TypeError, match=r"^a must be a DeviceBuffer or BufferView, got ndarray$"):
         op.bind(np.zeros((4, 16), np.float32), b, c)
     op.bind(a, b, c)
+
+
+async def test_gemm_workspace_binding(rng):
+    """Where the backend's algorithm needs workspace (cuda: a decode-bucket split-K GEMM), ``bind``
+    takes one (or allocates the operator's own), refuses one too small, and the recorded command
+    carries its address; the cpu backend, asked here to want 4 KiB, computes the same product."""
+    import xinfer_async
+    from xinfer_async.hal._commands import GemmCmd
+
+    dev = xinfer_async.open_device("cpu")
+    try:
+        dev.backend.gemm_workspace_nbytes = lambda gemm: 4096
+        with pytest.raises(ValidationError, match=r"^Gemm.bind before compile\(\)$"):
+            Gemm(dev, 4, 8, 16, "f16", trans_b=True, out_dtype="f32").bind(None, None, None)
+        op = Gemm(dev, 4, 8, 16, "f16", trans_b=True, out_dtype="f32").compile()
+        assert op.workspace_nbytes == 4096
+        a16 = rng.standard_normal((4, 16)).astype(np.float16)
+        w16 = rng.standard_normal((8, 16)).astype(np.float16)
+        a, b, c = dev.upload(a16), dev.upload(w16), dev.alloc((4, 8), "f32")
+        with pytest.raises(ValueError, match=r"^Gemm binding 'workspace' has 1024 bytes, needs 4096$"):
+            op.bind(a, b, c, dev.alloc(1024, "u8"))
+        recorded = []
+        for ws in (dev.alloc(8192, "u8"), None):
+            op.bind(a, b, c, ws)
+            ex = dev.executor()
+            real = ex.record_operator
+            ex.record_operator = lambda cmd, acc: (recorded.append((cmd, [n for _, _, n in acc])), real(cmd, acc))
+            op.dispatch(ex)
+            rb = ex.download(c)
+            await ex.submit_and_wait()
+            got = rb.numpy((4, 8), np.float32)
+            np.testing.assert_allclose(got, a16.astype(np.float64) @ w16.astype(np.float64).T, rtol=1e-5, atol=1e-5)
+            cmd, names = recorded[-1]
+            assert isinstance(cmd, GemmCmd) and names == ["a", "b", "c", "workspace"]
+            assert cmd.workspace == (ws.address if ws is not None else op._bound[3].address) != 0
+        del dev.backend.gemm_workspace_nbytes
+        plain = Gemm(dev, 4, 8, 16, "f16", trans_b=True, out_dtype="f32").compile()
+        plain.bind(a, b, c, dev.alloc(16, "u8"))  # not needed: ignored
+        assert plain.workspace_nbytes == 0 and len(plain._bound) == 3
+    finally:
+        dev.close()

@@ -16,14 +16,15 @@ weights of the smaller shapes stay in L2, which flatters ``kernel`` there), in u
 TFLOP/s (2 N K T). ``--shapes tiny`` runs small shapes (a smoke test, also on ``--device cpu``).
 
 ``--algos`` (cuda) prints instead, for each cuBLASLt GEMM ``(n, k)`` an 8B plan runs (qkv, o, gate+up
-and an output-layer chunk, down, the output layer's last chunk), every split-K-free candidate
-algorithm (``_cublaslt.LtHandle.candidates``: its id, tile, stages) with its device us at m = 64, 128
-and 512 (``--algo-ms``), its weighted cost (``_cublaslt.weighted_choice``: m=64 weighs 3/4) and a
-``*`` on the one load chooses: ``python tools/gemm_regime_bench.py --algos``. ``--candidates N`` asks the
+and an output-layer chunk, down, the output layer's last chunk) and each bucket of m
+(``_cublaslt.buckets``: decode, prefill), every candidate algorithm load considers
+(``_cublaslt.LtHandle.candidates``: its id, tile, stages, split-K, reduction) with its device us at
+the bucket's m and at ``--algo-ms``, its weighted cost (``_cublaslt.weighted_choice``) and a ``*`` on
+the one load chooses: ``python tools/gemm_regime_bench.py --algos``. ``--candidates N`` asks the
 heuristic for N results at each m instead of load's 8 (``_cublaslt.CANDIDATES``), to see whether a
 tile load never considers would be faster (``(best now)`` marks the best of those shown).
 ``--splitk MIB`` lists instead the candidates with any reduction scheme and up to MIB MiB of workspace
-(split-K among them), which load leaves out, with their us.
+(split-K among them, including the kinds load leaves out), with their us.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ async def _time(dev, steps, launches, repeats):
 
 def algos(args) -> int:
     """Print each candidate algorithm's us at ``--algo-ms`` per (n, k) of ``ALGO_SHAPES``."""
-    from xinfer_async.backends.cuda._cublaslt import CANDIDATES, TUNE_MS, TUNE_WEIGHTS, _config, weighted_choice
+    from xinfer_async.backends.cuda._cublaslt import (CANDIDATES, REDUCTION_SCHEME_WORKSPACE, _config, bucket_of,
+                                                      weighted_choice)
 
     count = CANDIDATES if args.candidates is None else args.candidates
     if count < 1 or args.splitk < 0:
@@ -102,27 +104,35 @@ def algos(args) -> int:
         lt = dev.backend.cublaslt()
         if args.splitk:
             return _splitk(dev, lt, args, count)
-        ms = sorted({int(m) for m in args.algo_ms.split(",")} | set(TUNE_MS))
-        print(f"{dev.description}: cuBLASLt candidates per (n, k), us per GEMM (median of 5); cost: "
-              f"sum of {TUNE_WEIGHTS} x t / best at m = {TUNE_MS}; * the one chosen")
-        for n, k in ALGO_SHAPES:
-            cands = lt.candidates(n, k, count=count)
-            chosen = lt.algorithm(n, k)[0]
-            fallback = not cands  # none valid at every m of TUNE_MS: load takes the heuristic's first at m = 512
-            cands = cands or [chosen]
-            times = lt.timings(n, k, ms, cands)
-            best = weighted_choice(times)  # with one candidate: it
-            fastest = {m: min(t[m] for t in times) for m in TUNE_MS}
-            print(f"n={n} k={k}: " + ("no candidate valid at every m of TUNE_MS; the heuristic's first at "
-                                     f"m = {TUNE_MS[-1]}, which load takes:" if fallback else f"{len(cands)} candidates"))
-            for j, (algo, t) in enumerate(zip(cands, times)):
-                c = _config(algo)
-                cost = sum(w * t[m] / fastest[m] for w, m in zip(TUNE_WEIGHTS, TUNE_MS))
-                mark = "*" if bytes(ffi_buffer(algo)) == bytes(ffi_buffer(chosen)) else " "
-                cells = " ".join(f"m={m}: {t[m] * 1e3:8.1f} us ({2.0 * m * n * k / (t[m] * 1e-3) / 1e12:5.1f} TF/s)"
-                                 for m in ms)
-                print(f" {mark} id {c['id']:>3} tile {c['tile']:>3} stages {c['stages']:>3}  {cells}  cost {cost:5.2f}"
-                      f"{'  (best now)' if j == best else ''}", flush=True)
+        extra = {int(m) for m in args.algo_ms.split(",")}
+        print(f"{dev.description}: cuBLASLt candidates per (n, k) and bucket of m, us per GEMM (median of 5, "
+              f"L2-cold weights); cost: sum of weight x t / best at the bucket's m; * the one chosen")
+        for bucket in lt.buckets:
+            ms = sorted(set(bucket.tune_ms) | {m for m in extra if bucket_of(m, lt.buckets) is bucket})
+            print(f"bucket {bucket.name}: m <= {bucket.m_max}, timed at {bucket.tune_ms} weighing {bucket.weights}, "
+                  f"workspace <= {bucket.workspace_nbytes >> 20} MiB")
+            for n, k in ALGO_SHAPES:
+                ws = bucket.workspace_nbytes
+                cands = lt.candidates(n, k, bucket.tune_ms, count=count, workspace_nbytes=ws,
+                                      mask=REDUCTION_SCHEME_WORKSPACE)
+                chosen = lt.algorithm(n, k, bucket.tune_ms[-1])[0]
+                fallback = not cands  # none valid at every m of tune_ms: the heuristic's first at the last
+                cands = cands or [chosen]
+                times = lt.timings(n, k, ms, cands, ws)
+                best = weighted_choice(times, bucket.weights, bucket.tune_ms)  # with one candidate: it
+                fastest = {m: min(t[m] for t in times) for m in bucket.tune_ms}
+                print(f"n={n} k={k}: " + (f"no candidate valid at every m of {bucket.tune_ms}; the heuristic's first "
+                                         f"at m = {bucket.tune_ms[-1]}, which load takes:" if fallback
+                                         else f"{len(cands)} candidates"))
+                for j, (algo, t) in enumerate(zip(cands, times)):
+                    c = _config(algo)
+                    cost = sum(w * t[m] / fastest[m] for w, m in zip(bucket.weights, bucket.tune_ms))
+                    mark = "*" if bytes(ffi_buffer(algo)) == bytes(ffi_buffer(chosen)) else " "
+                    cells = " ".join(f"m={m}: {t[m] * 1e3:7.1f} us ({2.0 * m * n * k / (t[m] * 1e-3) / 1e12:5.1f} TF/s)"
+                                     for m in ms)
+                    print(f" {mark} id {c['id']:>3} tile {c['tile']:>3} stages {c['stages']:>3} splitk {c['splitk']:>2} "
+                          f"red {c['reduction']}  {cells}  cost {cost:5.2f}{'  (best now)' if j == best else ''}",
+                          flush=True)
     finally:
         dev.close()
     return 0
@@ -130,27 +140,23 @@ def algos(args) -> int:
 
 def _splitk(dev, lt, args, count: int) -> int:
     """``--algos --splitk MIB``: the candidates with any reduction scheme and up to MIB MiB of
-    workspace (split-K included), each config and its us at ``--algo-ms``: what load's split-K-free
-    rule leaves out (research; load never runs these)."""
+    workspace (split-K included, in-place reductions and workspace fix-ups too), each config and its
+    us at ``--algo-ms``: a superset of what load considers (research)."""
     from xinfer_async.backends.cuda._cublaslt import _config
 
     ws_nbytes = args.splitk << 20
-    ws = dev.backend.alloc(ws_nbytes)
-    try:
-        ms = sorted({int(m) for m in args.algo_ms.split(",")})
-        print(f"{dev.description}: cuBLASLt candidates with up to {args.splitk} MiB of workspace, any reduction "
-              f"scheme, us per GEMM (median of 5, L2-cold weights)")
-        for n, k in ALGO_SHAPES:
-            cands = lt.candidates(n, k, ms=ms, count=count, workspace_nbytes=ws_nbytes)
-            times = lt.timings(n, k, ms, cands, workspace=(ws, ws_nbytes)) if cands else []
-            print(f"n={n} k={k}: {len(cands)} candidates")
-            for algo, t in zip(cands, times):
-                c = _config(algo)
-                cells = " ".join(f"m={m}: {t[m] * 1e3:8.1f} us" for m in ms)
-                print(f"   id {c['id']:>3} tile {c['tile']:>3} stages {c['stages']:>3} splitk {c['splitk']:>2} "
-                      f"reduction {c['reduction']}  {cells}", flush=True)
-    finally:
-        dev.backend.free(ws)  # the timings synchronized their stream
+    ms = sorted({int(m) for m in args.algo_ms.split(",")})
+    print(f"{dev.description}: cuBLASLt candidates with up to {args.splitk} MiB of workspace, any reduction "
+          f"scheme, us per GEMM (median of 5, L2-cold weights)")
+    for n, k in ALGO_SHAPES:
+        cands = lt.candidates(n, k, ms=ms, count=count, workspace_nbytes=ws_nbytes)
+        times = lt.timings(n, k, ms, cands, ws_nbytes) if cands else []
+        print(f"n={n} k={k}: {len(cands)} candidates")
+        for algo, t in zip(cands, times):
+            c = _config(algo)
+            cells = " ".join(f"m={m}: {t[m] * 1e3:8.1f} us" for m in ms)
+            print(f"   id {c['id']:>3} tile {c['tile']:>3} stages {c['stages']:>3} splitk {c['splitk']:>2} "
+                  f"reduction {c['reduction']}  {cells}", flush=True)
     return 0
 
 

@@ -127,7 +127,13 @@ class Backend(abc.ABC):
         """A GEMM handle: ``C (m, n) f32|dtype = A (m, k) @ B`` with ``B (k, n)``, or ``(n, k)``
         transposed when ``trans_b``; row-major, all three of ``dtype`` (f32, f16 or bf16), or ``C`` of
         ``out_dtype`` f32 for f16 operands with ``trans_b`` (the GEMM regime: cuda pins one
-        split-K-free algorithm per ``(n, k)``, so a row of C never depends on ``m``)."""
+        algorithm per ``(n, k)`` and bucket of m, so a row of C never depends on the other rows, nor on
+        ``m`` within a bucket)."""
+
+    def gemm_workspace_nbytes(self, gemm: Any) -> int:
+        """The device workspace bytes a ``GemmCmd`` of ``gemm`` (from ``create_gemm``) must be given
+        (``GemmCmd.workspace``); 0 (the default) where it needs none."""
+        return 0
 
     @abc.abstractmethod
     def create_timestamp(self) -> Any:

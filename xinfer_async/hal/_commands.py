@@ -76,7 +76,9 @@ class DispatchCmd:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class GemmCmd:
-    """Run ``gemm`` (from ``Backend.create_gemm``) on the matrices at ``a``, ``b``, ``c``."""
+    """Run ``gemm`` (from ``Backend.create_gemm``) on the matrices at ``a``, ``b``, ``c``, with
+    ``Backend.gemm_workspace_nbytes(gemm)`` bytes of device workspace at ``workspace`` (0: none),
+    which no command that may run at the same time uses."""
 
     kind: ClassVar[str] = "gemm"
 
@@ -84,6 +86,7 @@ class GemmCmd:
     a: int
     b: int
     c: int
+    workspace: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -22,9 +22,10 @@ activation. The weights are f16 of the exact gguf value (within 2^-11 relative; 
 times f16 scales stay far inside f16's range).
 
 Row independence (issue #15's rule): every kernel here treats rows alone, and the GEMM runs one
-cuBLASLt algorithm per ``(n, K)`` with no split-K for every T (``backends/cuda/_cublaslt.py``), so a
-row's result never depends on the other rows of its launch; ``tests/test_gemm_regime.py`` checks it
-on the GPU.
+cuBLASLt algorithm per ``(n, K)`` and bucket of T (decode steps: T <= 64, split-K with a workspace
+reduction allowed; prefill: larger T, split-K free; ``backends/cuda/_cublaslt.py``), so a row's result
+never depends on the other rows of its launch, nor on T within a bucket; ``tests/test_gemm_regime.py``
+checks it on the GPU. A split-K GEMM's workspace belongs to the slot (``model/_prepared.py``).
 
 Memory: one weight scratch per slot (a persistent allocation: every plan of a slot shares it), of
 the largest block matrix's ``N * K`` f16 values (Llama-3.1-8B: 2 x 14336 x 4096 x 2 B = 235 MB); the

@@ -77,7 +77,8 @@ class Dispatch:
 @dataclasses.dataclass(frozen=True)
 class Gemm:
     """``c (m, n) f32 = a (m, k) f16 @ b (n, k)^T f16``, row-major (the ``ops.Gemm`` operator with
-    ``out_dtype`` f32: cuBLASLt on cuda, one split-K-free algorithm per ``(n, k)``; numpy on cpu).
+    ``out_dtype`` f32: cuBLASLt on cuda, one algorithm per ``(n, k)`` and bucket of m, a split-K one
+    given the slot's workspace; numpy on cpu).
     Checked at ``fragment``: the regions are this definition's, large enough, ``c`` not a weight."""
 
     a: Region

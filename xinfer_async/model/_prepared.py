@@ -111,6 +111,13 @@ class Slot:
                     self._buffers[key] = self.device.alloc(-(-ga.nbytes // 4), "f32")
         self._last: Completion | None = None
         self._graphs: dict[str, CapturedGraph] = {}
+        self._workspace: DeviceBuffer | None = None
+        # one GEMM workspace for every plan of the slot (its runs go one after another on the
+        # model's queue, so its GEMMs never overlap); none where no GEMM needs one
+        ws = max((self._gemm(cmd).workspace_nbytes for plan in prepared.plans.values()
+                  for cmd in plan.graph.commands if type(cmd) is GraphGemm), default=0)
+        if ws:
+            self._workspace = self.device.alloc(ws, "u8")
         ex = self.device.executor(queue=prepared.queue)
         for buf in self._buffers.values():
             ex.fill(buf, 0.0)
@@ -120,6 +127,10 @@ class Slot:
             rec = self.device.executor(queue=prepared.queue)
             self._record(rec, plan)
             self._graphs[name] = rec.capture()
+
+    def _gemm(self, cmd: GraphGemm) -> Gemm:
+        """The compiled ``ops.Gemm`` of ``cmd`` (the backend caches its handle per shape)."""
+        return Gemm.create(self.device, cmd.m, cmd.n, cmd.k, "f16", trans_b=True, out_dtype="f32").compile()
 
     def _buffer(self, ga: GraphAlloc) -> DeviceBuffer:
         return self._buffers[ga.source if ga.kind == "state" else ga]
@@ -139,8 +150,8 @@ class Slot:
             elif kind is GraphCopy:
                 ex.copy(self._view(cmd.dst), self._view(cmd.src))
             elif kind is GraphGemm:  # the Operator lifecycle: create -> compile -> bind -> dispatch
-                op = Gemm.create(self.device, cmd.m, cmd.n, cmd.k, "f16", trans_b=True, out_dtype="f32").compile()
-                op.bind(self._view(cmd.a), self._view(cmd.b), self._view(cmd.c))
+                op = self._gemm(cmd)
+                op.bind(self._view(cmd.a), self._view(cmd.b), self._view(cmd.c), self._workspace)
                 op.dispatch(ex)
             else:
                 raise TypeError(f"plan {plan.name!r}: not a graph command: {cmd!r}")
@@ -150,7 +161,7 @@ class Slot:
 
     @property
     def private_bytes(self) -> int:
-        return sum(b.nbytes for b in self._buffers.values())
+        return sum(b.nbytes for b in self._buffers.values()) + (self._workspace.size_in_bytes if self._workspace else 0)
 
     def busy(self) -> bool:
         return self._last is not None and not self._last.is_complete()
@@ -310,6 +321,8 @@ class Slot:
             g.destroy()
         for buf in self._buffers.values():
             buf.free()
+        if self._workspace is not None:
+            self._workspace.free()
 
 
 class PreparedModel:

@@ -36,7 +36,12 @@ class Gemm(Operator):
     """``C (m, n) = A (m, k) @ B``, ``B`` of shape ``(k, n)`` or ``(n, k)`` when ``trans_b``;
     row-major, all three of ``dtype`` (f32; f16 and bf16 accumulate in f32), or ``C`` of ``out_dtype``
     f32 with f16 ``A`` and ``B`` and ``trans_b`` (the GEMM regime of ``llm/_gemm.py``: on cuda one
-    split-K-free cuBLASLt algorithm per ``(n, k)``, so a row of C never depends on ``m``).
+    cuBLASLt algorithm per ``(n, k)`` and bucket of m, so a row of C never depends on the other rows,
+    nor on ``m`` within a bucket).
+
+    ``workspace_nbytes`` (after ``compile``): the device workspace the backend's algorithm needs (a
+    split-K GEMM of the decode bucket on cuda; else 0). ``bind`` takes it as ``workspace`` (a slot
+    shares one among its GEMMs, which run one after another), or allocates one for this operator.
 
     Raises (create):
         ValueError: a non-positive dimension; TypeError: an unsupported dtype or dtype pair.
@@ -58,6 +63,7 @@ class Gemm(Operator):
             if int(v) <= 0:
                 raise ValueError(f"Gemm {name}={v} must be > 0")
         self.m, self.n, self.k, self.trans_b = int(m), int(n), int(k), bool(trans_b)
+        self.workspace_nbytes = 0
 
     @classmethod
     def create(cls, device: Device, m: int, n: int, k: int, dtype: Any = "f32", trans_b: bool = False,
@@ -70,18 +76,31 @@ class Gemm(Operator):
             self.handle = be.create_gemm(self.dtype, self.m, self.n, self.k, self.trans_b)
         else:
             self.handle = be.create_gemm(self.dtype, self.m, self.n, self.k, self.trans_b, out_dtype=self.out_dtype)
+        self.workspace_nbytes = int(be.gemm_workspace_nbytes(self.handle))
         return self
 
     @property
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
 
-    def bind(self, a: Any, b: Any, c: Any) -> None:
-        """Raises: ValueError: a buffer smaller than its matrix (named)."""
+    def bind(self, a: Any, b: Any, c: Any, workspace: Any = None) -> None:
+        """Bind the matrices and, where ``workspace_nbytes`` > 0, the workspace (default: one of this
+        operator's own, allocated here; ignored where none is needed).
+
+        Raises:
+            ValidationError: before ``compile()``.
+            ValueError: a buffer smaller than its matrix or than ``workspace_nbytes`` (named).
+        """
+        if self.handle is None:
+            raise ValidationError("Gemm.bind before compile()")
         isz = self.dtype.block_nbytes
-        need = {"a": self.m * self.k * isz, "b": self.k * self.n * isz, "c": self.m * self.n * self.out_dtype.block_nbytes}
+        need = {"a": self.m * self.k * isz, "b": self.k * self.n * isz, "c": self.m * self.n * self.out_dtype.block_nbytes,
+                "workspace": self.workspace_nbytes}
+        objs = [("a", a), ("b", b), ("c", c)]
+        if self.workspace_nbytes:
+            objs.append(("workspace", self.device.alloc(self.workspace_nbytes, "u8") if workspace is None else workspace))
         views = []
-        for name, obj in (("a", a), ("b", b), ("c", c)):
+        for name, obj in objs:
             v = as_view(obj, self.device, name)
             if v.nbytes < need[name]:
                 raise ValueError(f"Gemm binding {name!r} has {v.nbytes} bytes, needs {need[name]}")
@@ -93,6 +112,8 @@ class Gemm(Operator):
             raise ValidationError("Gemm.dispatch before compile()")
         if self._bound is None:
             raise ValidationError("Gemm.dispatch before bind()")
-        a, b, c = self._bound
-        executor.record_operator(GemmCmd(self.handle, a.address, b.address, c.address),
-                                 [(a, Access.READ, "a"), (b, Access.READ, "b"), (c, Access.WRITE, "c")])
+        a, b, c, *ws = self._bound
+        accesses = [(a, Access.READ, "a"), (b, Access.READ, "b"), (c, Access.WRITE, "c")]
+        accesses += [(w, Access.READ_WRITE, "workspace") for w in ws]
+        executor.record_operator(GemmCmd(self.handle, a.address, b.address, c.address, ws[0].address if ws else 0),
+                                 accesses)

@@ -217,8 +217,10 @@ class CUDABackend(Backend):
                   "cuMemcpyDtoHAsync")
         elif kind is GemmCmd:
             g = cmd.gemm
-            handle = g.handle if isinstance(g, LtGemm) else self._gemm_handle()
-            handle.gemm(int(ffi.cast("uintptr_t", stream)), g, cmd.a, cmd.b, cmd.c)
+            if isinstance(g, LtGemm):
+                g.handle.gemm(int(ffi.cast("uintptr_t", stream)), g, cmd.a, cmd.b, cmd.c, cmd.workspace)
+            else:
+                self._gemm_handle().gemm(int(ffi.cast("uintptr_t", stream)), g, cmd.a, cmd.b, cmd.c)
         elif kind is TimestampCmd:
             check(lib.cuEventRecord(cmd.ts.event, stream), "cuEventRecord")
         elif kind is ReplayCmd:
@@ -263,7 +265,7 @@ class CUDABackend(Backend):
 
     def create_gemm(self, dtype: Any, m: int, n: int, k: int, trans_b: bool, out_dtype: Any = None):
         """cuBLAS (``out_dtype`` None or ``dtype``), or, for f16 operands with ``trans_b`` and an f32
-        ``out_dtype``, cuBLASLt with one split-K-free algorithm per ``(n, k)`` (``_cublaslt.py``).
+        ``out_dtype``, cuBLASLt with one algorithm per ``(n, k)`` and bucket of m (``_cublaslt.py``).
 
         Raises:
             ValueError: another combination of dtypes.
@@ -279,6 +281,11 @@ class CUDABackend(Backend):
         g = Gemm(dtype, m, n, k, trans_b)
         self._gemm_handle()
         return g
+
+    def gemm_workspace_nbytes(self, gemm: Any) -> int:
+        """The workspace a cuBLASLt GEMM's algorithm needs at its m (a decode-bucket split-K one); 0
+        for the others."""
+        return getattr(gemm, "workspace_nbytes", 0) if isinstance(gemm, LtGemm) else 0
 
     # -- timestamps -------------------------------------------------------------------------------
     def create_timestamp(self) -> CUDATimestamp:

@@ -1,33 +1,42 @@
 """cuBLASLt through cffi in ABI mode: the GEMM regime's ``C (m, n) f32 = A (m, k) f16 @ B (n, k)^T f16``,
-fp32 accumulation, with one algorithm per ``(n, k)`` whatever ``m`` is.
+fp32 accumulation, with one algorithm per ``(n, k)`` and bucket of m.
 
 Row-major ``C = A @ B^T`` is the column-major ``C^T (n, m) = op_T(B) @ A^T``: B is stored as a
 column-major ``(k, n)`` matrix (ld k) taken transposed, A as ``(k, m)`` (ld k), C as ``(n, m)``
 (ld n); no data moves.
 
-Row independence (a row of C never depends on the other rows of its launch, nor on ``m``): the
-algorithm is chosen once per ``(n, k)`` among split-K-free candidates and reused for every ``m``
-after ``cublasLtMatmulAlgoCheck`` accepts it. The candidates: ``cublasLtMatmulAlgoGetHeuristic``'s
-first ``CANDIDATES`` at each ``m`` of ``TUNE_MS`` (the batched decode step's 64 rows, a 512-token
-prefill chunk) with ``CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 0`` (no split-K: each output
-element is summed over all of k by one CTA, in the order its tile configuration fixes) and no
-workspace (so no algorithm keeps partial sums outside C: no split-K or stream-K fix-up), a split-K
-count above 1 refused, and valid at every ``m`` of ``TUNE_MS``. The same algorithm (tile, stages,
-cluster) sums each element's k the same way for any m; ``tests/test_gemm_regime.py`` checks the
-rows bit for bit on the GPU, and that every ``m`` of an ``(n, k)`` runs the one algorithm.
+Buckets of m (``buckets()``): ``decode`` (m <= ``DECODE_M_MAX``: the batched decode steps) and
+``prefill`` (larger m: prompt chunks). Each ``(n, k)`` runs one algorithm per bucket, chosen once.
+One algorithm for every m (until 2026-12-02) cost the decode steps most: the H200's best tiles at
+m = 64 and at m = 512 differ, and the best for both was up to 1.6x slower at 64 (Llama-3.1-8B
+gate/up, n = 28672: 100 us where a small-m tile takes 64; ``tools/gemm_regime_bench.py --algos``).
 
-The choice (``LtHandle.algorithm``): with a timer (the cuda backend gives one:
-``_gemm_tune.time_launches``), each candidate is timed on the device once per ``(n, k)`` at every
-``m`` of ``TUNE_MS`` and the one with the least ``sum(TUNE_WEIGHTS[i] * t_i / best_i)`` wins (its
-time relative to the fastest candidate at that m; the decode step's m weighs 3/4, since it runs every
-step); without one, the heuristic's first at ``m = 64`` that is valid at 512 too. Picking at
-``m = 512`` alone (until issue #15's H200 profile) left the 64-row steps a poor tile: an 8B step's
-GEMMs took 9 ms where reading the f16 weights once takes 3.7 ms.
+Row independence (a row of C never depends on the other rows of its launch, nor on m within a
+bucket): the algorithm of a bucket is reused for every m of it after ``cublasLtMatmulAlgoCheck``
+accepts it, and it sums each element's k the same way for any m: its tile configuration fixes the
+order, and a split-K algorithm (``decode`` only, with up to ``workspace_nbytes`` of workspace) splits
+k into its fixed ``splitk`` parts whatever m is, writes each part's sums to the workspace and adds
+them in a separate pass (reduction scheme ``COMPUTE_TYPE`` or ``OUTPUT_TYPE``; never ``INPLACE``,
+whose parts meet in C in whatever order they finish). ``tests/test_gemm_regime.py`` checks rows bit
+for bit on the GPU across the m of each bucket and across runs. The workspace of a recorded GEMM
+belongs to the slot that runs it (``model/_prepared.py``), so GEMMs that may run at the same time
+never share one. A row's result may differ between buckets (different tiles sum in different
+orders), as it does between the GEMM and the matrix kernels of smaller T.
+
+The candidates of a bucket: ``cublasLtMatmulAlgoGetHeuristic``'s first ``CANDIDATES`` at each m of
+its ``tune_ms``, split-K free and workspace free, plus (``decode``) those with a workspace-reduced
+split-K within its workspace; all valid at every m of ``tune_ms``. The choice
+(``LtHandle.algorithm``): with a timer (the cuda backend gives one: ``_gemm_tune.time_launches``),
+each candidate is timed on the device at every m of ``tune_ms`` and the one with the least
+``sum(weights[i] * t_i / best_i)`` wins (its time relative to the fastest candidate at that m);
+without one, the heuristic's first at the bucket's last m.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import os
 import threading
 from typing import Any, Callable, Mapping, Sequence
 
@@ -96,18 +105,74 @@ CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1
 CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3
 #: cublasLtReductionScheme_t: INPLACE | COMPUTE_TYPE | OUTPUT_TYPE (research listings only)
 REDUCTION_SCHEME_ANY = 7
+#: COMPUTE_TYPE | OUTPUT_TYPE: split-K parts summed from the workspace by a separate pass, in a fixed
+#: order (the decode bucket's split-K algorithms; see the module docstring)
+REDUCTION_SCHEME_WORKSPACE = 6
+REDUCTION_SCHEME_INPLACE = 1
 CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_BYTES = (5, 6, 7, 8)  # A, B, C, D
 CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 0, 1, 2
 CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, CUBLASLT_ALGO_CONFIG_STAGES_ID = 3, 6
 CUDA_R_16F, CUDA_R_32F = 2, 0
-#: the m values the algorithm of an (n, k) is chosen at and must be valid at (any m then runs it)
-TUNE_MS = (64, 512)
-#: the weight of each m of ``TUNE_MS`` in the choice (see the module docstring)
-TUNE_WEIGHTS = (0.75, 0.25)
-#: heuristic results asked for at each m of ``TUNE_MS``
+#: the largest m of the ``decode`` bucket (batched decode steps of up to 64 streams)
+DECODE_M_MAX = 64
+#: the most workspace a decode-bucket algorithm may use, MiB (``WORKSPACE_ENV`` overrides; 0: no
+#: split-K). An 8B step's largest need at m = 64 is a few MiB (splitk x m x n x 4 B).
+WORKSPACE_MIB = 32
+WORKSPACE_ENV = "XINFER_GEMM_WORKSPACE_MIB"
+#: the workspace any chosen algorithm may be given where ``cublasLtMatmulAlgoCheck`` asks for it at its
+#: m (the H200's split-K-free prefill tiles ask 4 bytes at some m: 8B gate/up at m = 512), bytes
+WORKSPACE_ASKED_MAX = 1 << 20
+#: heuristic results asked for at each m of a bucket's ``tune_ms``
 CANDIDATES = 8
 #: the pointer alignment the chosen algorithms may assume, bytes (the regime's buffers: 256)
 ALIGN = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Bucket:
+    """A range of m whose GEMMs of one ``(n, k)`` run one algorithm.
+
+    Attributes:
+        name: ``"decode"`` or ``"prefill"``.
+        m_max: the largest m of the bucket (None: no limit); it starts above the previous bucket's.
+        tune_ms: the m values its algorithm is timed at and must be valid at.
+        weights: the weight of each m of ``tune_ms`` in the choice (``weighted_choice``).
+        workspace_nbytes: the most workspace its algorithms may use (0: split-K free, no workspace).
+    """
+
+    name: str
+    m_max: int | None
+    tune_ms: tuple[int, ...]
+    weights: tuple[float, ...]
+    workspace_nbytes: int = 0
+
+
+def buckets(environ: Mapping[str, str] = os.environ) -> tuple[Bucket, Bucket]:
+    """The buckets of m: ``decode`` (m <= ``DECODE_M_MAX``, timed at 16 and 64 equally, split-K
+    within ``$XINFER_GEMM_WORKSPACE_MIB`` MiB of workspace, default ``WORKSPACE_MIB``) and
+    ``prefill`` (timed at 128 and 512, 512 weighing 3/4; split-K free).
+
+    Raises:
+        ValueError: ``XINFER_GEMM_WORKSPACE_MIB`` is not an integer in 0..1024 (the message names it).
+    """
+    raw = environ.get(WORKSPACE_ENV, "").strip()
+    try:
+        mib = WORKSPACE_MIB if raw == "" else int(raw)
+        if not 0 <= mib <= 1024:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{WORKSPACE_ENV} must be an integer number of MiB in 0..1024, got {raw!r}") from None
+    return (Bucket("decode", DECODE_M_MAX, (16, DECODE_M_MAX), (0.5, 0.5), mib << 20),
+            Bucket("prefill", None, (128, 512), (0.25, 0.75), 0))
+
+
+def bucket_of(m: int, of: Sequence[Bucket]) -> Bucket:
+    """The bucket of ``of`` (in increasing ``m_max``) that holds ``m``."""
+    for b in of:
+        if b.m_max is None or m <= b.m_max:
+            return b
+    raise ValueError(f"no bucket holds m={m} (buckets end at {of[-1].m_max})")
+
 
 _lib = None
 _lock = threading.Lock()
@@ -153,8 +218,7 @@ def _config(algo) -> dict[str, int]:
         ("stages", CUBLASLT_ALGO_CONFIG_STAGES_ID))}
 
 
-def weighted_choice(times: Sequence[Mapping[int, float]], weights: Sequence[float] = TUNE_WEIGHTS,
-                    ms: Sequence[int] = TUNE_MS) -> int:
+def weighted_choice(times: Sequence[Mapping[int, float]], weights: Sequence[float], ms: Sequence[int]) -> int:
     """The index of the candidate with the least ``sum(weights[i] * t[ms[i]] / best[ms[i]])``:
     ``times[j][m]`` is candidate j's ms at m, ``best[m]`` the least of them (ties: the first, the
     heuristic's order).
@@ -172,10 +236,15 @@ def weighted_choice(times: Sequence[Mapping[int, float]], weights: Sequence[floa
 
 
 class LtGemm:
-    """``C (m, n) f32 = A (m, k) f16 @ B (n, k)^T f16`` (row-major) with ``algo`` (its ``(n, k)``'s).
+    """``C (m, n) f32 = A (m, k) f16 @ B (n, k)^T f16`` (row-major) with ``algo``, the algorithm of
+    ``(n, k)`` in m's bucket; ``workspace_nbytes``: the device workspace it needs at this m (0: none;
+    ``LtHandle.gemm`` must then be given that many bytes: split-K parts, or the few bytes some
+    split-K-free tiles ask for at some m).
 
     Raises:
         ValueError: a non-positive dimension.
+        DeviceError: the bucket's algorithm is not valid at this m, or needs more workspace than
+            ``max(bucket.workspace_nbytes, WORKSPACE_ASKED_MAX)``.
     """
 
     def __init__(self, handle: "LtHandle", m: int, n: int, k: int):
@@ -185,12 +254,18 @@ class LtGemm:
         self.m, self.n, self.k = m, n, k
         lib = load()
         self.desc, self.layouts = handle.describe(m, n, k)
-        self.algo, _ = handle.algorithm(n, k)
+        self.bucket = bucket_of(m, handle.buckets)
+        self.algo, _ = handle.algorithm(n, k, m)
         res = ffi.new("cublasLtMatmulHeuristicResult_t *")
         a, b, c = self.layouts
         status = lib.cublasLtMatmulAlgoCheck(handle.handle, self.desc, b, a, c, c, self.algo, res)
         if status:
-            check(status, f"cublasLtMatmulAlgoCheck (the algorithm of n={n}, k={k} at m={m})")
+            check(status, f"cublasLtMatmulAlgoCheck (the {self.bucket.name} algorithm of n={n}, k={k} at m={m})")
+        self.workspace_nbytes = int(res.workspaceSize)
+        allowed = max(self.bucket.workspace_nbytes, WORKSPACE_ASKED_MAX)
+        if self.workspace_nbytes > allowed:
+            raise DeviceError(f"the {self.bucket.name} algorithm of n={n}, k={k} needs {self.workspace_nbytes} bytes "
+                              f"of workspace at m={m}; at most {allowed} are given", "CUBLAS_STATUS_NOT_SUPPORTED")
         self.handle = handle
 
     def __repr__(self) -> str:
@@ -198,27 +273,30 @@ class LtGemm:
 
 
 class LtHandle:
-    """One cuBLASLt handle per device; algorithms chosen and cached per ``(n, k)``; no workspace (see
-    the module docstring).
+    """One cuBLASLt handle per device; algorithms chosen and cached per ``(n, k)`` and bucket of m
+    (see the module docstring).
 
     Args:
         timer: ``timer(nbytes, launches) -> ms``: the device ms of one run of each ``launch(stream,
-            a, b, c)`` on buffers of ``nbytes`` (a, b, c) (``_gemm_tune.time_launches``); None: the
-            heuristic's order decides.
+            a, b, c, workspace)`` on buffers of ``nbytes`` (a, b, c, workspace; addresses as int, a
+            workspace of 0 bytes at address 0) (``_gemm_tune.time_launches``); None: the heuristic's
+            order decides.
+        of_buckets: the buckets of m (default ``buckets()``, from the environment).
     """
 
-    def __init__(self, timer: Callable[[tuple[int, int, int], Sequence[Callable]], list[float]] | None = None):
+    def __init__(self, timer: Callable[[tuple[int, int, int, int], Sequence[Callable]], list[float]] | None = None,
+                 of_buckets: Sequence[Bucket] | None = None):
         lib = load()
         self._timer = timer
-        #: ``(n, k)`` -> [(config, {m: ms}), ...] of the candidates timed, the chosen one first
-        self.tuning: dict[tuple[int, int], list[tuple[dict, dict]]] = {}
+        self.buckets = tuple(buckets() if of_buckets is None else of_buckets)
+        #: ``(n, k, bucket name)`` -> [(config, {m: ms}), ...] of the candidates timed, the chosen one first
+        self.tuning: dict[tuple[int, int, str], list[tuple[dict, dict]]] = {}
         h = ffi.new("cublasLtHandle_t *")
         check(lib.cublasLtCreate(h), "cublasLtCreate")
         self.handle = h[0]
-        self.workspace_nbytes = 0
         self._alpha = ffi.new("float *", 1.0)
         self._beta = ffi.new("float *", 0.0)
-        self._algos: dict[tuple[int, int], tuple] = {}
+        self._algos: dict[tuple[int, int, str], tuple] = {}
         self._gemms: dict[tuple[int, int, int], LtGemm] = {}
         self._owned: list = []  # descriptors and layouts, destroyed on close
 
@@ -248,71 +326,61 @@ class LtHandle:
             layouts.append(lay[0])
         return desc, tuple(layouts)
 
-    def _first_at(self, m: int, n: int, k: int) -> list:
-        """``[the heuristic's first split-K-free algorithm of (m, n, k)]``, or ``[]``."""
+    def _heuristic(self, described, n: int, k: int, count: int, workspace_nbytes: int, mask: int):
+        """The heuristic's first ``count`` results at one described m: a cffi array and its length."""
         lib = load()
-        desc, (a, b, c) = self.describe(m, n, k)
+        desc, (a, b, c) = described
         p = ffi.new("cublasLtMatmulPreference_t *")
         check(lib.cublasLtMatmulPreferenceCreate(p), "cublasLtMatmulPreferenceCreate")
         pref = p[0]
         try:
             set_pref = lib.cublasLtMatmulPreferenceSetAttribute
-            _attr(set_pref, pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, "uint64_t", self.workspace_nbytes)
-            _attr(set_pref, pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, "uint32_t", 0)
+            _attr(set_pref, pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, "uint64_t", workspace_nbytes)
+            _attr(set_pref, pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, "uint32_t", mask)
             for attr in CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_BYTES:
                 _attr(set_pref, pref, attr, "uint32_t", ALIGN)
-            res = ffi.new("cublasLtMatmulHeuristicResult_t[1]")
-            count = ffi.new("int *")
-            check(lib.cublasLtMatmulAlgoGetHeuristic(self.handle, desc, b, a, c, c, pref, 1, res, count),
+            res = ffi.new(f"cublasLtMatmulHeuristicResult_t[{count}]")
+            got = ffi.new("int *")
+            check(lib.cublasLtMatmulAlgoGetHeuristic(self.handle, desc, b, a, c, c, pref, count, res, got),
                   f"cublasLtMatmulAlgoGetHeuristic(n={n}, k={k})")
         finally:
             lib.cublasLtMatmulPreferenceDestroy(pref)
-        if count[0] < 1:
-            return []
-        algo = ffi.new("cublasLtMatmulAlgo_t *", res[0].algo)
-        return [algo] if _config_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1 else []
+        return res, got[0]
 
-    def candidates(self, n: int, k: int, ms: Sequence[int] = TUNE_MS, count: int = CANDIDATES,
-                   workspace_nbytes: int = 0) -> list:
-        """The split-K-free algorithms (``cublasLtMatmulAlgo_t *``) of ``(n, k)`` valid at every m of
-        ``ms`` (default ``TUNE_MS``), among the heuristic's first ``count`` (default ``CANDIDATES``) at
-        each m, in the heuristic's order at the first m, then the others' new ones.
+    def candidates(self, n: int, k: int, ms: Sequence[int], count: int = CANDIDATES, workspace_nbytes: int = 0,
+                   mask: int | None = None) -> list:
+        """The algorithms (``cublasLtMatmulAlgo_t *``) of ``(n, k)`` valid at every m of ``ms``, among
+        the heuristic's first ``count`` (default ``CANDIDATES``) at each m: in the heuristic's order at
+        the first m, then the others' new ones.
 
-        ``workspace_nbytes`` > 0 (research: ``tools/gemm_regime_bench.py --algos --splitk``, never
-        load): any reduction scheme and up to that workspace instead, split-K algorithms included;
-        they run only with a workspace of their own (``timings(workspace=)``).
+        Without ``workspace_nbytes``: split-K free and workspace free. With it: also the split-K
+        algorithms needing up to that workspace, of the reduction schemes in ``mask`` (default
+        ``REDUCTION_SCHEME_ANY``: the research listing, ``tools/gemm_regime_bench.py --algos --splitk``,
+        which keeps everything; the decode bucket asks ``REDUCTION_SCHEME_WORKSPACE`` and drops a
+        split-K-free algorithm that asks for workspace anyway, a fix-up whose split may follow m).
 
         Raises:
             DeviceError: a cuBLASLt call failed.
         """
         lib = load()
+        mask = (REDUCTION_SCHEME_ANY if mask is None else mask) if workspace_nbytes else 0
         found: dict[bytes, Any] = {}
         checks = [self.describe(m, n, k) for m in ms]
-        for desc, (a, b, c) in checks:
-            p = ffi.new("cublasLtMatmulPreference_t *")
-            check(lib.cublasLtMatmulPreferenceCreate(p), "cublasLtMatmulPreferenceCreate")
-            pref = p[0]
-            try:
-                set_pref = lib.cublasLtMatmulPreferenceSetAttribute
-                _attr(set_pref, pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, "uint64_t",
-                      workspace_nbytes or self.workspace_nbytes)
-                _attr(set_pref, pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, "uint32_t",
-                      REDUCTION_SCHEME_ANY if workspace_nbytes else 0)
-                for attr in CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_BYTES:
-                    _attr(set_pref, pref, attr, "uint32_t", ALIGN)
-                res = ffi.new(f"cublasLtMatmulHeuristicResult_t[{count}]")
-                got = ffi.new("int *")
-                check(lib.cublasLtMatmulAlgoGetHeuristic(self.handle, desc, b, a, c, c, pref, count, res, got),
-                      f"cublasLtMatmulAlgoGetHeuristic(n={n}, k={k})")
-            finally:
-                lib.cublasLtMatmulPreferenceDestroy(pref)
-            for i in range(got[0]):
-                algo = ffi.new("cublasLtMatmulAlgo_t *", res[i].algo)
-                key = bytes(ffi.buffer(algo))
-                if key in found or res[i].state != 0 or res[i].workspaceSize > workspace_nbytes or \
-                        (not workspace_nbytes and _config_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1):
-                    continue
-                found[key] = algo
+        queries = [(0, 0)] + ([(workspace_nbytes, mask)] if workspace_nbytes else [])
+        for described in checks:
+            for ws, msk in queries:
+                res, got = self._heuristic(described, n, k, count, ws, msk)
+                for i in range(got):
+                    algo = ffi.new("cublasLtMatmulAlgo_t *", res[i].algo)
+                    key = bytes(ffi.buffer(algo))
+                    if key in found or res[i].state != 0 or res[i].workspaceSize > ws:
+                        continue
+                    splitk = _config_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM)
+                    if splitk > 1 and not (_config_attr(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) & msk):
+                        continue
+                    if splitk <= 1 and res[i].workspaceSize and msk != REDUCTION_SCHEME_ANY:
+                        continue  # no split-K yet a workspace: a fix-up whose split may follow m
+                    found[key] = algo
         out = []
         check_res = ffi.new("cublasLtMatmulHeuristicResult_t *")
         for algo in found.values():
@@ -321,11 +389,10 @@ class LtHandle:
                 out.append(algo)
         return out
 
-    def timings(self, n: int, k: int, ms: Sequence[int] = TUNE_MS, algos: Sequence | None = None,
-                workspace: tuple[int, int] = (0, 0)) -> list[dict]:
-        """Device ms of each of ``algos`` (default: ``candidates(n, k)``) at each m of ``ms``:
-        ``[{m: ms, ...}, ...]`` in the order of ``algos``; ``workspace``: ``(address, nbytes)`` of a
-        device buffer the launches may use (algorithms from ``candidates(workspace_nbytes=)``).
+    def timings(self, n: int, k: int, ms: Sequence[int], algos: Sequence, workspace_nbytes: int = 0) -> list[dict]:
+        """Device ms of each of ``algos`` at each m of ``ms``: ``[{m: ms, ...}, ...]`` in the order of
+        ``algos``; ``workspace_nbytes``: the workspace the timer gives the launches (algorithms from
+        ``candidates(workspace_nbytes=)``).
 
         Raises:
             ValueError: the handle has no timer.
@@ -333,15 +400,13 @@ class LtHandle:
         """
         if self._timer is None:
             raise ValueError("timings: this LtHandle has no timer")
-        algos = self.candidates(n, k) if algos is None else algos
         descs = {m: self.describe(m, n, k) for m in ms}
-        launches = [functools.partial(self._launch, descs[m], algo, workspace=workspace) for algo in algos for m in ms]
-        t = self._timer((2 * max(ms) * k, 2 * n * k, 4 * max(ms) * n), launches)
+        launches = [functools.partial(self._launch, descs[m], algo, workspace_nbytes) for algo in algos for m in ms]
+        t = self._timer((2 * max(ms) * k, 2 * n * k, 4 * max(ms) * n, workspace_nbytes), launches)
         return [dict(zip(ms, t[i * len(ms):(i + 1) * len(ms)])) for i in range(len(algos))]
 
-    def _launch(self, described, algo, stream: int, a: int, b: int, c: int, workspace: tuple[int, int] = (0, 0)) -> None:
+    def _launch(self, described, algo, ws_nbytes: int, stream: int, a: int, b: int, c: int, ws: int) -> None:
         desc, (la, lb, lc) = described
-        ws, ws_nbytes = workspace
         status = _lib.cublasLtMatmul(self.handle, desc, self._alpha, ffi.cast("void *", b), lb, ffi.cast("void *", a),
                                      la, self._beta, ffi.cast("void *", c), lc, ffi.cast("void *", c), lc, algo,
                                      ffi.cast("void *", ws) if ws_nbytes else ffi.NULL, ws_nbytes,
@@ -349,48 +414,65 @@ class LtHandle:
         if status:
             check(status, "cublasLtMatmul (timing a candidate)")
 
-    def algorithm(self, n: int, k: int):
-        """The algorithm of ``(n, k)`` and its workspace bytes (0), chosen once (see the module
-        docstring); ``tuning[(n, k)]`` keeps the candidates' times when they were timed.
+    def algorithm(self, n: int, k: int, m: int = DECODE_M_MAX):
+        """The algorithm of ``(n, k)`` in m's bucket and the workspace bytes its bucket allows, chosen
+        once (see the module docstring); ``tuning[(n, k, bucket name)]`` keeps the candidates' times
+        when they were timed.
 
         Raises:
-            DeviceError: no split-K-free algorithm valid at every m of ``TUNE_MS`` (the message names
+            DeviceError: no algorithm valid at every m of the bucket's ``tune_ms`` (the message names
                 n and k), or a cuBLASLt call failed.
         """
-        key = (n, k)
+        bucket = bucket_of(m, self.buckets)
+        key = (n, k, bucket.name)
         if key not in self._algos:
-            algos = self.candidates(n, k)
-            if not algos:  # none passes the checks at every m of TUNE_MS (8B gate/up, n=28672, on the
-                # H200): the heuristic's first at m = 512, split-K free, as chosen before the tuning
-                algos = self._first_at(TUNE_MS[-1], n, k)
+            ws = bucket.workspace_nbytes
+            algos = self.candidates(n, k, bucket.tune_ms, workspace_nbytes=ws, mask=REDUCTION_SCHEME_WORKSPACE)
+            if not algos:  # none passes the checks at every m of tune_ms (8B gate/up, n=28672, at (64, 512)
+                # on the H200): the heuristic's first at the bucket's last m, split-K free
+                algos = self._first_at(bucket.tune_ms[-1], n, k)
             if not algos:
-                raise DeviceError(f"cuBLASLt has no f16 GEMM algorithm without split-K for n={n}, k={k}",
+                raise DeviceError(f"cuBLASLt has no f16 GEMM algorithm for n={n}, k={k} at m={bucket.tune_ms}",
                                   "CUBLAS_STATUS_NOT_SUPPORTED")
             best = 0
             if self._timer is not None and len(algos) > 1:
-                times = self.timings(n, k, TUNE_MS, algos)
-                best = weighted_choice(times)
+                times = self.timings(n, k, bucket.tune_ms, algos, ws)
+                best = weighted_choice(times, bucket.weights, bucket.tune_ms)
                 order = [best] + [i for i in range(len(algos)) if i != best]
                 self.tuning[key] = [(_config(algos[i]), times[i]) for i in order]
-            self._algos[key] = (algos[best], 0)
+            self._algos[key] = (algos[best], ws)
         return self._algos[key]
 
-    def config(self, n: int, k: int) -> dict[str, int]:
-        """The chosen algorithm's id, tile, split-K, reduction scheme and stages (for reports)."""
-        return _config(self.algorithm(n, k)[0])
+    def _first_at(self, m: int, n: int, k: int) -> list:
+        """``[the heuristic's first split-K-free, workspace-free algorithm of (m, n, k)]``, or ``[]``."""
+        res, got = self._heuristic(self.describe(m, n, k), n, k, 1, 0, 0)
+        if got < 1:
+            return []
+        algo = ffi.new("cublasLtMatmulAlgo_t *", res[0].algo)
+        return [algo] if _config_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1 else []
 
-    def gemm(self, stream: int, g: LtGemm, a: int, b: int, c: int) -> None:
-        """Enqueue ``c = a @ b^T`` (see :class:`LtGemm`) on ``stream`` (a ``CUstream`` as int).
+    def config(self, n: int, k: int, m: int = DECODE_M_MAX) -> dict[str, int]:
+        """The chosen algorithm's id, tile, split-K, reduction scheme and stages in m's bucket (for reports)."""
+        return _config(self.algorithm(n, k, m)[0])
+
+    def gemm(self, stream: int, g: LtGemm, a: int, b: int, c: int, workspace: int = 0) -> None:
+        """Enqueue ``c = a @ b^T`` (see :class:`LtGemm`) on ``stream`` (a ``CUstream`` as int), with
+        ``g.workspace_nbytes`` of device workspace at ``workspace`` (no GEMM that may run at the same
+        time may use it).
 
         Raises:
-            ValueError: an address not ``ALIGN``-aligned.
+            ValueError: an address not ``ALIGN``-aligned, or no workspace for a GEMM that needs one.
         """
-        if (a | b | c) % ALIGN:
-            raise ValueError(f"gemm operands must be {ALIGN}-byte aligned, got a={a:#x}, b={b:#x}, c={c:#x}")
+        if (a | b | c | workspace) % ALIGN:
+            raise ValueError(f"gemm operands must be {ALIGN}-byte aligned, got a={a:#x}, b={b:#x}, c={c:#x}, "
+                             f"workspace={workspace:#x}")
+        if g.workspace_nbytes and not workspace:
+            raise ValueError(f"{g!r} needs {g.workspace_nbytes} bytes of workspace; none was given")
         la, lb, lc = g.layouts
         status = _lib.cublasLtMatmul(self.handle, g.desc, self._alpha, ffi.cast("void *", b), lb, ffi.cast("void *", a),
                                      la, self._beta, ffi.cast("void *", c), lc, ffi.cast("void *", c), lc, g.algo,
-                                     ffi.NULL, 0, ffi.cast("void *", stream))
+                                     ffi.cast("void *", workspace) if g.workspace_nbytes else ffi.NULL,
+                                     g.workspace_nbytes, ffi.cast("void *", stream))
         if status:
             check(status, f"cublasLtMatmul({g!r})")
 

@@ -22,9 +22,9 @@ from ._driver import check, ffi
 #: f16 0.8 twice (0x3A66): the value the A and B operands are filled with
 _FILL = 0x3A663A66
 
-#: ``launch(stream, a, b, c)``: enqueue one GEMM on ``stream`` (a ``CUstream`` as int) over the
-#: device addresses a, b, c
-Launch = Callable[[int, int, int, int], None]
+#: ``launch(stream, a, b, c, workspace)``: enqueue one GEMM on ``stream`` (a ``CUstream`` as int) over
+#: the device addresses a, b, c, with the workspace at ``workspace`` (0 where it has 0 bytes)
+Launch = Callable[[int, int, int, int, int], None]
 
 #: the bytes the copies of operand b add up to at least (about 2.5 x the H200's 50 MB L2)
 COLD_BYTES = 128 << 20
@@ -44,14 +44,16 @@ def b_copies(b_nbytes: int, cold_bytes: int = COLD_BYTES, most: int = MAX_COPIES
     return max(1, min(most, -(-cold_bytes // b_nbytes)))
 
 
-def time_launches(backend: Any, nbytes: tuple[int, int, int], launches: Sequence[Launch], warmup: int = 2,
+def time_launches(backend: Any, nbytes: tuple[int, ...], launches: Sequence[Launch], warmup: int = 2,
                   repeats: int = 5) -> list[float]:
-    """Device ms of one run of each of ``launches``, on fresh buffers of ``nbytes`` (a, b, c); run r
-    reads copy ``r % b_copies(nbytes[1])`` of b (L2-cold: see the module docstring).
+    """Device ms of one run of each of ``launches``, on fresh buffers of ``nbytes`` (a, b, c and,
+    optionally, a workspace); run r reads copy ``r % b_copies(nbytes[1])`` of b (L2-cold: see the
+    module docstring).
 
     Args:
         backend: the ``CUDABackend`` (its driver library, ``alloc`` and ``free``).
-        nbytes: bytes of the a, b and c buffers, each > 0 (a and b a multiple of 4).
+        nbytes: bytes of the a, b and c buffers, each > 0 (a and b a multiple of 4), then of the
+            workspace (>= 0; absent: 0).
 
     Raises:
         DeviceError / DeviceOutOfMemoryError: a driver call failed (the buffers are freed).
@@ -65,9 +67,11 @@ def time_launches(backend: Any, nbytes: tuple[int, int, int], launches: Sequence
     stream = s[0]
     try:
         copies = b_copies(nbytes[1])
-        for n in (nbytes[0], nbytes[2]) + (nbytes[1],) * copies:
+        ws_nbytes = nbytes[3] if len(nbytes) > 3 else 0
+        for n in (nbytes[0], nbytes[2]) + ((ws_nbytes,) if ws_nbytes else ()) + (nbytes[1],) * copies:
             addrs.append(backend.alloc(n))
-        a, c, bs = addrs[0], addrs[1], addrs[2:]
+        a, c = addrs[0], addrs[1]
+        ws, bs = (addrs[2], addrs[3:]) if ws_nbytes else (0, addrs[2:])
         for addr, n in [(a, nbytes[0])] + [(b, nbytes[1]) for b in bs]:
             check(lib.cuMemsetD32Async(addr, _FILL, n // 4, stream), "cuMemsetD32Async")
         for _ in range(2 * repeats):
@@ -78,10 +82,10 @@ def time_launches(backend: Any, nbytes: tuple[int, int, int], launches: Sequence
         out = []
         for launch in launches:
             for r in range(warmup):
-                launch(sid, a, bs[r % copies], c)
+                launch(sid, a, bs[r % copies], c, ws)
             for r in range(repeats):
                 check(lib.cuEventRecord(events[2 * r], stream), "cuEventRecord")
-                launch(sid, a, bs[(warmup + r) % copies], c)
+                launch(sid, a, bs[(warmup + r) % copies], c, ws)
                 check(lib.cuEventRecord(events[2 * r + 1], stream), "cuEventRecord")
             check(lib.cuStreamSynchronize(stream), "cuStreamSynchronize")
             ms = ffi.new("float *")
