@@ -96,9 +96,15 @@ def _hold_primary_context():
 
     lib = _driver.load()
     dev, ctx = _driver.ffi.new("CUdevice *"), _driver.ffi.new("CUcontext *")
-    if lib.cuInit(0) or lib.cuDeviceGet(dev, 0) or lib.cuDevicePrimaryCtxRetain(ctx, dev[0]):
+    if lib.cuInit(0) or lib.cuDeviceGet(dev, 0):
         return  # the tests that open the device report the error
-    _precompile["held"] = (lib, dev[0])
+    for wait in (0.5, 1, 2, 4, 8, 0):  # 16 workers creating contexts at once: one was refused (OOM)
+        status = lib.cuDevicePrimaryCtxRetain(ctx, dev[0])
+        if status == 0:
+            _precompile["held"] = (lib, dev[0])
+            return
+        time.sleep(wait)
+    _precompile["hold_failed"] = _driver.error_name(status)
 
 
 def pytest_sessionfinish(session):
@@ -112,6 +118,9 @@ def pytest_sessionfinish(session):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if "summary" in _precompile:
         terminalreporter.write_line(f"shader precompile (tests/conftest.py): {_precompile['summary']}")
+    if "hold_failed" in _precompile:
+        terminalreporter.write_line(f"the session could not hold the CUDA context ({_precompile['hold_failed']}): "
+                                    "each cuda test created its own")
     _skip_summary(terminalreporter)
 
 
