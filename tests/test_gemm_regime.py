@@ -301,6 +301,54 @@ async def test_gemm_rows_do_not_depend_on_T_or_other_rows(cuda_usable, rng, N, K
         dev.close()
 
 
+@pytest.mark.cuda
+async def test_split_k_decode_algorithms_keep_rows_independent_of_m_and_runs(cuda_usable, rng):
+    """The decode bucket may choose a split-K algorithm (parts summed from the workspace). None won
+    the tuning for the 8B shapes on the H200 (2026-12-02), so this forces up to three split-K
+    candidates of the down projection (n 4096, k 14336) in turn: rows 0 and T - 1 equal the T = 64
+    launch's bit for bit at T = 9 and 33, the T = 64 launch repeats bit for bit, and it stays within
+    the float64 bound."""
+    from xinfer_async.backends.cuda._cublaslt import REDUCTION_SCHEME_WORKSPACE, _config
+
+    N, K = 4096, 14336
+    dev = xinfer_async.open_device("cuda")
+    try:
+        lt = dev.backend.cublaslt()
+        dec = lt.buckets[0]
+        assert dec.name == "decode" and dec.workspace_nbytes > 0
+        cands = [a for a in lt.candidates(N, K, dec.tune_ms, workspace_nbytes=dec.workspace_nbytes,
+                                          mask=REDUCTION_SCHEME_WORKSPACE) if _config(a)["splitk"] > 1]
+        assert cands, "cuBLASLt offered no split-K algorithm with a workspace reduction for n=4096, k=14336"
+        w16 = (rng.standard_normal((N, K)) * 0.05).astype(np.float16)
+        b = dev.upload(w16)
+        for algo in cands[:3]:
+            cfg = _config(algo)
+            assert cfg["reduction"] & REDUCTION_SCHEME_WORKSPACE, cfg
+            lt._algos[(N, K, "decode")] = (algo, dec.workspace_nbytes)  # forced: every m of the bucket runs it
+            for m in (9, 33, 64):
+                lt._gemms.pop((m, N, K), None)
+            big = (rng.standard_normal((64, K)) * 3).astype(np.float16)
+            full = await _gemm(dev, big, b, N, K)
+            assert lt.gemm_for(64, N, K).algo is algo and lt.gemm_for(64, N, K).workspace_nbytes > 0
+            again = await _gemm(dev, big, b, N, K)
+            np.testing.assert_array_equal(again.view(np.uint32), full.view(np.uint32), err_msg=f"{cfg}: run twice")
+            ref = big[:8].astype(np.float64) @ w16.astype(np.float64).T
+            bound = 2 * K * 2.0 ** -24 * (np.abs(big[:8]).astype(np.float64) @ np.abs(w16).astype(np.float64).T)
+            err = np.abs(full[:8] - ref)
+            print(f"{cfg}: workspace {lt.gemm_for(64, N, K).workspace_nbytes} B, max |gemm - float64| {err.max():.3g}, "
+                  f"max ratio to the bound {(err / bound).max():.3g}")
+            assert (err <= bound).all()
+            for T in (9, 33):
+                a = (rng.standard_normal((T, K)) * 3).astype(np.float16)
+                a[0], a[T - 1] = big[0], big[7]
+                got = await _gemm(dev, a, b, N, K)
+                np.testing.assert_array_equal(got[0].view(np.uint32), full[0].view(np.uint32), err_msg=f"{cfg} T={T}")
+                np.testing.assert_array_equal(got[T - 1].view(np.uint32), full[7].view(np.uint32),
+                                              err_msg=f"{cfg} T={T} row {T - 1}")
+    finally:
+        dev.close()
+
+
 def test_tuning_cycles_enough_copies_of_the_weights_to_miss_l2():
     from xinfer_async.backends.cuda._gemm_tune import COLD_BYTES, MAX_COPIES, b_copies
 
