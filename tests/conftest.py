@@ -21,6 +21,7 @@ def devices(request):
         ok, reason = cuda_status()
         if not ok:
             pytest.skip(f"cuda backend not usable here: {reason}")
+        _warn_if_unheld()
     dev = xinfer_async.open_device(request.param)
     try:
         yield dev
@@ -35,6 +36,7 @@ def cuda_dev():
     ok, reason = cuda_status()
     if not ok:
         pytest.skip(f"cuda backend not usable here: {reason}")
+    _warn_if_unheld()
     dev = xinfer_async.open_device("cuda")
     try:
         yield dev
@@ -107,6 +109,17 @@ def _hold_primary_context():
     _precompile["hold_failed"] = _driver.error_name(status)
 
 
+def _warn_if_unheld():
+    """A warning in the first cuda test of a worker whose context hold failed (warnings reach the
+    summary under xdist; a terminal line written in the worker would not)."""
+    why = _precompile.pop("hold_failed", None)
+    if why is not None:
+        import warnings
+
+        warnings.warn(f"{os.environ.get('PYTEST_XDIST_WORKER', 'this process')} could not hold the CUDA context "
+                      f"for the session ({why}): each of its cuda tests creates one (slow)", stacklevel=2)
+
+
 def pytest_sessionfinish(session):
     if "thread" in _precompile:
         _precompile["thread"].join()
@@ -118,9 +131,6 @@ def pytest_sessionfinish(session):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if "summary" in _precompile:
         terminalreporter.write_line(f"shader precompile (tests/conftest.py): {_precompile['summary']}")
-    if "hold_failed" in _precompile:
-        terminalreporter.write_line(f"the session could not hold the CUDA context ({_precompile['hold_failed']}): "
-                                    "each cuda test created its own")
     _skip_summary(terminalreporter)
 
 

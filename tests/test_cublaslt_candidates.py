@@ -95,6 +95,27 @@ def test_decode_bucket_adds_workspace_reduced_split_k_only(monkeypatch):
     assert _ids(small) == [1, 5]  # 2 needs 1 MiB
 
 
+def test_decode_drops_a_split_k_free_algorithm_asking_workspace_at_any_tuning_m(monkeypatch):
+    """The heuristic gave algorithm 1 without workspace, but cublasLtMatmulAlgoCheck asks 4 bytes for it
+    at m = 16: a fix-up whose split may follow m, so the decode bucket leaves it out (a split-K one
+    asking workspace stays)."""
+    h, fake = _handle(monkeypatch)
+    monkeypatch.setattr(h, "describe", lambda m, n, k: (m, (None, None, None)))
+    check = fake.cublasLtMatmulAlgoCheck
+
+    def check_by_m(handle, desc, b, a, c, d, algo, result):
+        status = check(handle, desc, b, a, c, d, algo, result)
+        if algo.data[0] == 1 and desc == 16:
+            result.workspaceSize = 4
+        return status
+
+    fake.cublasLtMatmulAlgoCheck = check_by_m
+    got = h.candidates(4096, 4096, (16, 64), workspace_nbytes=2 << 20, mask=lt.REDUCTION_SCHEME_WORKSPACE)
+    assert _ids(got) == [2, 5, 7]
+    assert _ids(h.candidates(4096, 4096, (64,), workspace_nbytes=2 << 20, mask=lt.REDUCTION_SCHEME_WORKSPACE)) \
+        == [1, 2, 5, 7]
+
+
 def test_the_research_listing_keeps_every_scheme(monkeypatch):
     h, fake = _handle(monkeypatch)
     assert _ids(h.candidates(4096, 4096, (64,), workspace_nbytes=2 << 20)) == [1, 2, 3, 5, 6, 7]

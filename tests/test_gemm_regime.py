@@ -252,7 +252,8 @@ def cuda_usable():
         pytest.skip(f"cuda backend not usable here: {reason}")
 
 
-SHAPES = [(1024, 4096), (6144, 4096), (4096, 14336), (13568, 4096)]  # (N, K): 8B's qkv, down, a logits chunk
+# (N, K): 8B's k (or v), qkv, down, a logits chunk, gate/up (whose prefill tile asks 4 bytes of workspace)
+SHAPES = [(1024, 4096), (6144, 4096), (4096, 14336), (13568, 4096), (28672, 4096)]
 
 
 async def _gemm(dev, a16, b, N, K):
@@ -276,7 +277,7 @@ async def test_gemm_rows_do_not_depend_on_T_or_other_rows(cuda_usable, rng, N, K
     try:
         w16 = (rng.standard_normal((N, K)) * 0.05).astype(np.float16)
         b = dev.upload(w16)
-        for Ts in ((64, 9, 16, 33), (512, 65, 128)):
+        for Ts in ((64, 1, 5, 9, 16, 33, 63), (512, 65, 128, 576)):
             big = (rng.standard_normal((Ts[0], K)) * 3).astype(np.float16)
             full = await _gemm(dev, big, b, N, K)
             again = await _gemm(dev, big, b, N, K)
@@ -302,12 +303,26 @@ async def test_gemm_rows_do_not_depend_on_T_or_other_rows(cuda_usable, rng, N, K
 
 
 @pytest.mark.cuda
+def test_a_bad_workspace_setting_fails_at_open(cuda_usable, monkeypatch):
+    """XINFER_GEMM_WORKSPACE_MIB is read when the cuda device opens, before any weight is uploaded."""
+    monkeypatch.setenv("XINFER_GEMM_WORKSPACE_MIB", "lots")
+    with pytest.raises(ValueError, match=r"^XINFER_GEMM_WORKSPACE_MIB must be an integer number of MiB"):
+        xinfer_async.open_device("cuda")
+    monkeypatch.setenv("XINFER_GEMM_WORKSPACE_MIB", "0")
+    dev = xinfer_async.open_device("cuda")
+    try:
+        assert [b.workspace_nbytes for b in dev.backend.gemm_buckets] == [0, 0]
+    finally:
+        dev.close()
+
+
+@pytest.mark.cuda
 async def test_split_k_decode_algorithms_keep_rows_independent_of_m_and_runs(cuda_usable, rng):
     """The decode bucket may choose a split-K algorithm (parts summed from the workspace). None won
     the tuning for the 8B shapes on the H200 (2026-12-02), so this forces up to three split-K
     candidates of the down projection (n 4096, k 14336) in turn: rows 0 and T - 1 equal the T = 64
-    launch's bit for bit at T = 9 and 33, the T = 64 launch repeats bit for bit, and it stays within
-    the float64 bound."""
+    launch's bit for bit at T = 1, 5, 9, 16, 33 and 63, the T = 64 launch repeats bit for bit, and it
+    stays within the float64 bound."""
     from xinfer_async.backends.cuda._cublaslt import REDUCTION_SCHEME_WORKSPACE, _config
 
     N, K = 4096, 14336
@@ -325,7 +340,7 @@ async def test_split_k_decode_algorithms_keep_rows_independent_of_m_and_runs(cud
             cfg = _config(algo)
             assert cfg["reduction"] & REDUCTION_SCHEME_WORKSPACE, cfg
             lt._algos[(N, K, "decode")] = (algo, dec.workspace_nbytes)  # forced: every m of the bucket runs it
-            for m in (9, 33, 64):
+            for m in (1, 5, 9, 16, 33, 63, 64):
                 lt._gemms.pop((m, N, K), None)
             big = (rng.standard_normal((64, K)) * 3).astype(np.float16)
             full = await _gemm(dev, big, b, N, K)
@@ -338,7 +353,7 @@ async def test_split_k_decode_algorithms_keep_rows_independent_of_m_and_runs(cud
             print(f"{cfg}: workspace {lt.gemm_for(64, N, K).workspace_nbytes} B, max |gemm - float64| {err.max():.3g}, "
                   f"max ratio to the bound {(err / bound).max():.3g}")
             assert (err <= bound).all()
-            for T in (9, 33):
+            for T in (1, 5, 9, 16, 33, 63):
                 a = (rng.standard_normal((T, K)) * 3).astype(np.float16)
                 a[0], a[T - 1] = big[0], big[7]
                 got = await _gemm(dev, a, b, N, K)
@@ -391,7 +406,7 @@ def test_gemm_algorithm_is_one_object_for_every_m_of_a_bucket(cuda_usable, N, K)
     dev = xinfer_async.open_device("cuda")
     try:
         lt = dev.backend.cublaslt()
-        for bucket, ms in zip(lt.buckets, ((9, 16, 33, 64), (65, 128, 512, 576))):
+        for bucket, ms in zip(lt.buckets, ((1, 9, 16, 33, 64), (65, 128, 512, 576))):
             gemms = [lt.gemm_for(m, N, K) for m in ms]
             assert all(g.algo is gemms[0].algo and g.bucket is bucket for g in gemms)
             cfg = lt.config(N, K, ms[0])
@@ -402,9 +417,11 @@ def test_gemm_algorithm_is_one_object_for_every_m_of_a_bucket(cuda_usable, N, K)
             tuning = lt.tuning.get((N, K, bucket.name))
             print(f"N={N} K={K} {bucket.name}: chosen {cfg}, workspace {[g.workspace_nbytes for g in gemms]}; "
                   f"tuning {tuning}")
-            if tuning is not None:
-                assert tuning[0][0] == cfg and all(set(t) == set(bucket.tune_ms) and min(t.values()) > 0
-                                                   for _, t in tuning)
+            n_cands = len(lt.candidates(N, K, bucket.tune_ms, workspace_nbytes=bucket.workspace_nbytes,
+                                        mask=REDUCTION_SCHEME_WORKSPACE))
+            if n_cands > 1:  # timed: the chosen one first, every candidate at every m of the bucket
+                assert tuning is not None and tuning[0][0] == cfg and len(tuning) == n_cands
+                assert all(set(t) == set(bucket.tune_ms) and min(t.values()) > 0 for _, t in tuning)
     finally:
         dev.close()
 
@@ -486,8 +503,9 @@ async def test_builder_gemm_regime_matches_kernels_and_rows_stand_alone(devices,
 
 async def test_a_slot_gives_its_gemms_one_workspace(tiny_gguf, rng, monkeypatch):
     """Where GEMMs need workspace (here the cpu backend is asked to want 4 KiB for every GEMM), each
-    slot allocates one, counted in its private bytes, and every GEMM it records uses it; slots never
-    share one (their GEMMs may run at the same time); the logits are the workspace-free ones."""
+    slot allocates one, counted in its private bytes, and every GEMM it records uses it; slots do not
+    share one (a slot's runs may be recorded into any command list); the logits are the
+    workspace-free ones."""
     from xinfer_async.llm._llama import LlamaBuilder
     from xinfer_async.ops import _operator
 

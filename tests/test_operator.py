@@ -103,6 +103,9 @@ async def test_gemm_workspace_binding(rng):
             cmd, names = recorded[-1]
             assert isinstance(cmd, GemmCmd) and names == ["a", "b", "c", "workspace"]
             assert cmd.workspace == (ws.address if ws is not None else op._bound[3].address) != 0
+        own = op._bound[3].address
+        op.bind(a, b, c)
+        assert op._bound[3].address == own  # the operator's own workspace, allocated once
         del dev.backend.gemm_workspace_nbytes
         plain = Gemm(dev, 4, 8, 16, "f16", trans_b=True, out_dtype="f32").compile()
         plain.bind(a, b, c, dev.alloc(16, "u8"))  # not needed: ignored

@@ -112,8 +112,9 @@ class Slot:
         self._last: Completion | None = None
         self._graphs: dict[str, CapturedGraph] = {}
         self._workspace: DeviceBuffer | None = None
-        # one GEMM workspace for every plan of the slot (its runs go one after another on the
-        # model's queue, so its GEMMs never overlap); none where no GEMM needs one
+        # one GEMM workspace for every plan of the slot: its runs go one after another (the model's
+        # queue), so its GEMMs never overlap; not shared with other slots, whose runs may be
+        # recorded into any command list (record_run); none where no GEMM needs one
         ws = max((self._gemm(cmd).workspace_nbytes for plan in prepared.plans.values()
                   for cmd in plan.graph.commands if type(cmd) is GraphGemm), default=0)
         if ws:

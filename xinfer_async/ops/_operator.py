@@ -41,7 +41,8 @@ class Gemm(Operator):
 
     ``workspace_nbytes`` (after ``compile``): the device workspace the backend's algorithm needs (a
     split-K GEMM of the decode bucket on cuda; else 0). ``bind`` takes it as ``workspace`` (a slot
-    shares one among its GEMMs, which run one after another), or allocates one for this operator.
+    shares one among its GEMMs, which run one after another), or allocates one for this operator
+    (once: later binds reuse it).
 
     Raises (create):
         ValueError: a non-positive dimension; TypeError: an unsupported dtype or dtype pair.
@@ -64,6 +65,7 @@ class Gemm(Operator):
                 raise ValueError(f"Gemm {name}={v} must be > 0")
         self.m, self.n, self.k, self.trans_b = int(m), int(n), int(k), bool(trans_b)
         self.workspace_nbytes = 0
+        self._own_workspace: Any = None
 
     @classmethod
     def create(cls, device: Device, m: int, n: int, k: int, dtype: Any = "f32", trans_b: bool = False,
@@ -96,11 +98,15 @@ class Gemm(Operator):
         isz = self.dtype.block_nbytes
         need = {"a": self.m * self.k * isz, "b": self.k * self.n * isz, "c": self.m * self.n * self.out_dtype.block_nbytes,
                 "workspace": self.workspace_nbytes}
-        objs = [("a", a), ("b", b), ("c", c)]
-        if self.workspace_nbytes:
-            objs.append(("workspace", self.device.alloc(self.workspace_nbytes, "u8") if workspace is None else workspace))
         views = []
-        for name, obj in objs:
+        for name, obj in (("a", a), ("b", b), ("c", c), ("workspace", workspace)):
+            if name == "workspace":
+                if not self.workspace_nbytes:
+                    break
+                if obj is None:
+                    if self._own_workspace is None:
+                        self._own_workspace = self.device.alloc(self.workspace_nbytes, "u8")
+                    obj = self._own_workspace
             v = as_view(obj, self.device, name)
             if v.nbytes < need[name]:
                 raise ValueError(f"Gemm binding {name!r} has {v.nbytes} bytes, needs {need[name]}")

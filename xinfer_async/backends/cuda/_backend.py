@@ -46,11 +46,17 @@ class CUDABackend(Backend):
     Raises:
         DeviceError: the driver failed to initialize or the device does not exist.
         OSError: ``libcuda.so.1`` is missing.
+        ValueError: ``XINFER_GEMM_WORKSPACE_MIB`` is not an integer in 0..1024.
     """
 
     name = "cuda"
 
     def __init__(self, ordinal: int = 0):
+        from ._cublaslt import buckets
+
+        #: the GEMM regime's buckets of m (``_cublaslt.buckets``): ``XINFER_GEMM_WORKSPACE_MIB`` is
+        #: checked here, at open (before the context is retained, before any weight is uploaded)
+        self.gemm_buckets = buckets()
         self._lib = lib = _driver.load()
         check(lib.cuInit(0), "cuInit")
         dev = ffi.new("CUdevice *")
@@ -260,7 +266,8 @@ class CUDABackend(Backend):
             from ._gemm_tune import time_launches
 
             self.make_current()
-            self._cublaslt = LtHandle(timer=lambda nbytes, launches: time_launches(self, nbytes, launches))
+            self._cublaslt = LtHandle(timer=lambda nbytes, launches: time_launches(self, nbytes, launches),
+                                      of_buckets=self.gemm_buckets)
         return self._cublaslt
 
     def create_gemm(self, dtype: Any, m: int, n: int, k: int, trans_b: bool, out_dtype: Any = None):

@@ -16,12 +16,18 @@ bucket): the algorithm of a bucket is reused for every m of it after ``cublasLtM
 accepts it, and it sums each element's k the same way for any m: its tile configuration fixes the
 order, and a split-K algorithm (``decode`` only, with up to ``workspace_nbytes`` of workspace) splits
 k into its fixed ``splitk`` parts whatever m is, writes each part's sums to the workspace and adds
-them in a separate pass (reduction scheme ``COMPUTE_TYPE`` or ``OUTPUT_TYPE``; never ``INPLACE``,
-whose parts meet in C in whatever order they finish). ``tests/test_gemm_regime.py`` checks rows bit
-for bit on the GPU across the m of each bucket and across runs. The workspace of a recorded GEMM
-belongs to the slot that runs it (``model/_prepared.py``), so GEMMs that may run at the same time
-never share one. A row's result may differ between buckets (different tiles sum in different
-orders), as it does between the GEMM and the matrix kernels of smaller T.
+them in a separate pass (reduction scheme ``COMPUTE_TYPE`` or ``OUTPUT_TYPE``; ``INPLACE``, which adds
+the parts into C in a sequence its workspace counters enforce, is left out: never measured, never
+checked). A split-K-free algorithm that asks for workspace at a tuning m (a fix-up whose split might
+follow m) is left out of the decode candidates too. Some split-K-free tiles the H200 chooses for
+prefill ask 4 bytes of workspace at some m (8B gate/up, n = 28672, at every m; n = 6144's at m =
+576): they are given it (``WORKSPACE_ASKED_MAX``) rather than refused, since that gate/up has no
+other algorithm; ``tests/test_gemm_regime.py`` checks rows bit for bit on the GPU across the m of
+each bucket (that gate/up shape included) and across runs, and forces the decode bucket's split-K
+candidates through the same checks. The workspace of a recorded GEMM belongs to the slot that runs
+it (``model/_prepared.py``). A row's result may differ between buckets (different tiles sum in
+different orders), as it does between the GEMM and the matrix kernels of smaller T: a batched decode
+step that carries prompt rows (more than 64 rows) runs the prefill bucket's algorithm.
 
 The candidates of a bucket: ``cublasLtMatmulAlgoGetHeuristic``'s first ``CANDIDATES`` at each m of
 its ``tune_ms``, split-K free and workspace free, plus (``decode``) those with a workspace-reduced
@@ -384,8 +390,11 @@ class LtHandle:
         out = []
         check_res = ffi.new("cublasLtMatmulHeuristicResult_t *")
         for algo in found.values():
+            # no workspace without split-K (as above), here at every m of ms
+            free_needs_none = mask != REDUCTION_SCHEME_ANY and _config_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1
             if all(lib.cublasLtMatmulAlgoCheck(self.handle, desc, b, a, c, c, algo, check_res) == 0
-                   and check_res.workspaceSize <= workspace_nbytes for desc, (a, b, c) in checks):
+                   and check_res.workspaceSize <= (0 if free_needs_none else workspace_nbytes)
+                   for desc, (a, b, c) in checks):
                 out.append(algo)
         return out
 
