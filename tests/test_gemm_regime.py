@@ -268,6 +268,31 @@ async def _gemm(dev, a16, b, N, K):
     return rb.numpy((T, N), np.float32)
 
 
+async def _check_rows(dev, rng, w16, b, Ts, label):
+    """Rows 0 and T - 1 of a launch of each T of ``Ts[1:]`` (random other rows) equal, bit for bit,
+    rows 0 and 7 of a ``Ts[0]``-row launch, which repeats bit for bit and is within the float64 bound."""
+    N, K = w16.shape
+    big = (rng.standard_normal((Ts[0], K)) * 3).astype(np.float16)
+    full = await _gemm(dev, big, b, N, K)
+    again = await _gemm(dev, big, b, N, K)
+    np.testing.assert_array_equal(again.view(np.uint32), full.view(np.uint32), err_msg=f"{label} T={Ts[0]} run twice")
+    ref = big[:8].astype(np.float64) @ w16.astype(np.float64).T
+    # f16 products are exact in f32; the sum: K additions of <= 2 units of 2^-24 (tensor cores may
+    # truncate where IEEE rounds; a split-K part's sum is one more f32 addition)
+    bound = 2 * K * 2.0 ** -24 * (np.abs(big[:8]).astype(np.float64) @ np.abs(w16).astype(np.float64).T)
+    err = np.abs(full[:8] - ref)
+    print(f"{label} T={Ts[0]}: max |gemm - float64| {err.max():.3g}, max ratio to 2K*2^-24*sum|a||b| "
+          f"{(err / bound).max():.3g}")
+    assert (err <= bound).all()
+    for T in Ts[1:]:
+        a = (rng.standard_normal((T, K)) * 3).astype(np.float16)
+        a[0], a[T - 1] = big[0], big[7]
+        got = await _gemm(dev, a, b, N, K)
+        np.testing.assert_array_equal(got[0].view(np.uint32), full[0].view(np.uint32), err_msg=f"{label} T={T} row 0")
+        np.testing.assert_array_equal(got[T - 1].view(np.uint32), full[7].view(np.uint32),
+                                      err_msg=f"{label} T={T} row {T - 1}")
+
+
 @pytest.mark.parametrize("N,K", SHAPES)
 @pytest.mark.cuda
 async def test_gemm_rows_do_not_depend_on_T_or_other_rows(cuda_usable, rng, N, K):
@@ -278,26 +303,7 @@ async def test_gemm_rows_do_not_depend_on_T_or_other_rows(cuda_usable, rng, N, K
         w16 = (rng.standard_normal((N, K)) * 0.05).astype(np.float16)
         b = dev.upload(w16)
         for Ts in ((64, 1, 5, 9, 16, 33, 63), (512, 65, 128, 576)):
-            big = (rng.standard_normal((Ts[0], K)) * 3).astype(np.float16)
-            full = await _gemm(dev, big, b, N, K)
-            again = await _gemm(dev, big, b, N, K)
-            np.testing.assert_array_equal(again.view(np.uint32), full.view(np.uint32), err_msg=f"T={Ts[0]} run twice")
-            ref = big[:8].astype(np.float64) @ w16.astype(np.float64).T
-            # f16 products are exact in f32; the sum: K additions of <= 2 units of 2^-24 (tensor cores
-            # may truncate where IEEE rounds; a split-K part's sum is one more f32 addition)
-            bound = 2 * K * 2.0 ** -24 * (np.abs(big[:8]).astype(np.float64) @ np.abs(w16).astype(np.float64).T)
-            err = np.abs(full[:8] - ref)
-            cfg = dev.backend.cublaslt().config(N, K, Ts[0])
-            print(f"N={N} K={K} T={Ts[0]} ({cfg}): max |gemm - float64| {err.max():.3g}, max ratio to "
-                  f"2K*2^-24*sum|a||b| {(err / bound).max():.3g}")
-            assert (err <= bound).all()
-            for T in Ts[1:]:
-                a = (rng.standard_normal((T, K)) * 3).astype(np.float16)
-                a[0], a[T - 1] = big[0], big[7]
-                got = await _gemm(dev, a, b, N, K)
-                np.testing.assert_array_equal(got[0].view(np.uint32), full[0].view(np.uint32), err_msg=f"T={T} row 0")
-                np.testing.assert_array_equal(got[T - 1].view(np.uint32), full[7].view(np.uint32),
-                                              err_msg=f"T={T} row {T - 1}")
+            await _check_rows(dev, rng, w16, b, Ts, f"N={N} K={K} ({dev.backend.cublaslt().config(N, K, Ts[0])})")
     finally:
         dev.close()
 
@@ -342,24 +348,8 @@ async def test_split_k_decode_algorithms_keep_rows_independent_of_m_and_runs(cud
             lt._algos[(N, K, "decode")] = (algo, dec.workspace_nbytes)  # forced: every m of the bucket runs it
             for m in (1, 5, 9, 16, 33, 63, 64):
                 lt._gemms.pop((m, N, K), None)
-            big = (rng.standard_normal((64, K)) * 3).astype(np.float16)
-            full = await _gemm(dev, big, b, N, K)
+            await _check_rows(dev, rng, w16, b, (64, 1, 5, 9, 16, 33, 63), f"{cfg}")
             assert lt.gemm_for(64, N, K).algo is algo and lt.gemm_for(64, N, K).workspace_nbytes > 0
-            again = await _gemm(dev, big, b, N, K)
-            np.testing.assert_array_equal(again.view(np.uint32), full.view(np.uint32), err_msg=f"{cfg}: run twice")
-            ref = big[:8].astype(np.float64) @ w16.astype(np.float64).T
-            bound = 2 * K * 2.0 ** -24 * (np.abs(big[:8]).astype(np.float64) @ np.abs(w16).astype(np.float64).T)
-            err = np.abs(full[:8] - ref)
-            print(f"{cfg}: workspace {lt.gemm_for(64, N, K).workspace_nbytes} B, max |gemm - float64| {err.max():.3g}, "
-                  f"max ratio to the bound {(err / bound).max():.3g}")
-            assert (err <= bound).all()
-            for T in (1, 5, 9, 16, 33, 63):
-                a = (rng.standard_normal((T, K)) * 3).astype(np.float16)
-                a[0], a[T - 1] = big[0], big[7]
-                got = await _gemm(dev, a, b, N, K)
-                np.testing.assert_array_equal(got[0].view(np.uint32), full[0].view(np.uint32), err_msg=f"{cfg} T={T}")
-                np.testing.assert_array_equal(got[T - 1].view(np.uint32), full[7].view(np.uint32),
-                                              err_msg=f"{cfg} T={T} row {T - 1}")
     finally:
         dev.close()
 
