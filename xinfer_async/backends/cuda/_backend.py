@@ -292,7 +292,7 @@ class CUDABackend(Backend):
     def gemm_workspace_nbytes(self, gemm: Any) -> int:
         """The workspace a cuBLASLt GEMM's algorithm needs at its m (a decode-bucket split-K one); 0
         for the others."""
-        return getattr(gemm, "workspace_nbytes", 0) if isinstance(gemm, LtGemm) else 0
+        return gemm.workspace_nbytes if isinstance(gemm, LtGemm) else 0
 
     # -- timestamps -------------------------------------------------------------------------------
     def create_timestamp(self) -> CUDATimestamp:
