@@ -112,6 +112,7 @@ class Slot:
         self._last: Completion | None = None
         self._graphs: dict[str, CapturedGraph] = {}
         self._workspace: DeviceBuffer | None = None
+        self._gemm_ops: dict[tuple[int, int, int], Gemm] = {}
         # one GEMM workspace for every plan of the slot: its runs go one after another (the model's
         # queue), so its GEMMs never overlap; not shared with other slots, whose runs may be
         # recorded into any command list (record_run); none where no GEMM needs one
@@ -130,8 +131,13 @@ class Slot:
             self._graphs[name] = rec.capture()
 
     def _gemm(self, cmd: GraphGemm) -> Gemm:
-        """The compiled ``ops.Gemm`` of ``cmd`` (the backend caches its handle per shape)."""
-        return Gemm.create(self.device, cmd.m, cmd.n, cmd.k, "f16", trans_b=True, out_dtype="f32").compile()
+        """The compiled ``ops.Gemm`` of ``cmd``'s shape, made once a slot (sizing the workspace and
+        recording use the same one; each record binds it, then dispatches it)."""
+        key = (cmd.m, cmd.n, cmd.k)
+        if key not in self._gemm_ops:
+            self._gemm_ops[key] = Gemm.create(self.device, cmd.m, cmd.n, cmd.k, "f16", trans_b=True,
+                                              out_dtype="f32").compile()
+        return self._gemm_ops[key]
 
     def _buffer(self, ga: GraphAlloc) -> DeviceBuffer:
         return self._buffers[ga.source if ga.kind == "state" else ga]
