@@ -52,15 +52,17 @@ from ..ops._kernels import GEMM_WEIGHT_DTYPES
 #: the smallest T that lowers to the GEMM regime (cuda) for models narrower than ``GEMM_LARGE_DIM``;
 #: below it the matrix kernels of xi_mvq/xi_mvt
 GEMM_MIN_T = 64
-#: the smallest T that lowers for models of ``dim >= GEMM_LARGE_DIM``: every T the tiled kernels
-#: (``_t``, T > 8) took; T <= 8 keeps the integer decode kernel (``_pq``). Measured on the H200
-#: (batched decode steps, device ms, kernels / GEMM on resident f16, 2026-12-02, 64-token prompts):
-#: Llama-3.1-8B shape T = 16: 20.2 / 9.1, T = 32: 37.5 / 9.2; Llama-3.2-1B shape T = 16: 3.61 /
-#: 1.93, T = 32: 5.39 / 2.17. Above T = 8 the kernels decode every weight once per 8 tokens, so
-#: their cost grows with T, while a GEMM reads the f16 weights once at any T <= 64. At T = 8 neither
-#: wins clearly (8B: 9.2 / 8.5 there, but 9.3 / 9.9 with 512-token prompts; 1B: 2.06 / 1.93), and at
-#: T = 4 the kernel does (8B: 5.2 / 8.2).
-GEMM_MIN_T_LARGE = 9
+#: the smallest T that lowers for models of ``dim >= GEMM_LARGE_DIM``: T <= 4 keeps the integer
+#: decode kernel (``_pq``), every larger T runs the GEMM. Measured on the H200 (batched decode steps
+#: with 512-token prompts, device ms a step, ``bench model --slots 2,4,5,6,8,16 --batching`` with
+#: ``XINFER_GEMM_MIN_T`` 9 / 5, 2026-12-02, decode GEMM algorithms tuned per bucket of T):
+#: Llama-3.1-8B shape T = 4: 5.43 / 5.44 (``_pq`` both), T = 5: 9.24 / 5.81, T = 6: 9.21 / 5.66,
+#: T = 8: 9.24 / 5.79, T = 16: 5.78 / 5.84 (GEMM both); Llama-3.2-1B shape T = 4: 1.47 / 1.47,
+#: T = 5: 2.10 / 1.50, T = 8: 2.11 / 1.50, T = 16: 1.63 / 1.61. ``_pq`` reads the weights once per
+#: launch but decodes them for every token, so its step grows with T (8B T = 2: 3.4 ms, T = 4: 5.4);
+#: the GEMM reads the resident f16 weights once at any T <= 64 (about 5.8 ms on 8B), so from T = 5
+#: on it is ahead, and at T = 4 the two are even.
+GEMM_MIN_T_LARGE = 5
 #: the model width from which ``GEMM_MIN_T_LARGE`` applies. Below (SmolLM2-135M, dim 576) the
 #: kernels stay ahead up to T = 32 (T = 8: 1.21 / 1.60 ms, T = 16: 1.38 / 1.61, T = 32: 1.71 / 1.76):
 #: its matrices are too small for either to be bound by their bytes. Widths between 576 and 2048
@@ -79,7 +81,7 @@ def gemm_min_t(device_name: str, environ: Mapping[str, str] = os.environ, *, dim
     or None (never), for a model of width ``dim`` (its embedding length) whose f16 weights are
     resident or not (``f16_resident``; without them every plan call dequantizes its weights first,
     which the measurements behind ``GEMM_MIN_T_LARGE`` did not pay). cpu: None (its kernels stay);
-    cuda: ``XINFER_GEMM_MIN_T`` if set, else ``GEMM_MIN_T_LARGE`` (9) where ``dim >= GEMM_LARGE_DIM``
+    cuda: ``XINFER_GEMM_MIN_T`` if set, else ``GEMM_MIN_T_LARGE`` (5) where ``dim >= GEMM_LARGE_DIM``
     (2048) and ``f16_resident``, else ``GEMM_MIN_T`` (64).
 
     Raises:

@@ -285,7 +285,7 @@ class LlamaBuilder:
                 blk.bv_cache = s.scratch(rows_bytes, persistent=True, name=f"{p}bv_cache")
             self.blocks.append(blk)
         self._keep_f16(f16_weights, slots + batch_seqs, kv_bytes)
-        if policy_min_t and not self.f16_weight_bytes:  # T >= 9 pays only on resident f16 weights
+        if policy_min_t and not self.f16_weight_bytes:  # the GEMM at small T pays only on resident f16 weights
             self.gemm_min_t = _policy_min_t(device.name, dim=cfg.dim, f16_resident=False)
         self._gemm = self._gemm_lowering()
         self._layouts = {T: self._layout(T) for T in self.plan_sizes}
