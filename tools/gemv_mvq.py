@@ -1,6 +1,6 @@
 """The integer decode matrix kernel (shaders/xi_mvq.cuh, entry ``_pq``) timed beside the f32 pipelined
 ``_p`` and the read ceiling: ``python tools/gemv_variants.py --mvq [--dt q4_1,q6_k] [--t 1,8] [--quick]
-[--json PATH]`` (or ``python tools/gemv_mvq.py ...``).
+[--occupancy N] [--json PATH]`` (or ``python tools/gemv_mvq.py ...``).
 
 For each shape of MVQ_SHAPES (Llama-3.1-8B's and Llama-3.2-1B's products of a q4_1 file with its q8_0
 output, and the 8B shapes in q4_k and q6_k, a Q4_K_M file's types) and T of MVQ_T: the ``_pq`` entry as
@@ -12,7 +12,9 @@ First every variant is checked: bit for bit against the ``_pq`` entry (all rows:
 depend on R, S, CG or TT) and the entry against the numpy model (tests/_mmq_model.py ``mvq_matmul``, on
 128 sampled rows; SwiGLU to 2e-6 for the device's expf), accumulate 1 where the kind has it. Timing is
 L2-cold in one CUDA graph (tools/gemv_variants.py ``graph_replay_ms``), us a launch and GB/s of the
-weight bytes; ``*`` marks the backend's choice. JSON to ``--json PATH`` (default $OUT/gemv_mvq.json).
+weight bytes; ``*`` marks the backend's choice. ``--occupancy N`` compiles the variants for N CTAs an
+SM (``__launch_bounds__(256, N)``: 65536 / (256 N) registers a thread) and launches up to N an SM where
+their shared bytes fit (the entries keep 2). JSON to ``--json PATH`` (default $OUT/gemv_mvq.json).
 Exit status 1 on any mismatch. A research tool (the cuda backend's private modules), run from the
 repository root with ``PYTHONPATH=$PWD``."""
 
@@ -69,9 +71,9 @@ def label(r, s, cg):
     return f"R{r}S{s}C{cg}"
 
 
-def mvq_source(kind, dt, quick=False) -> str:
+def mvq_source(kind, dt, quick=False, occupancy=2) -> str:
     """CUDA C of the module of (kind, dt): ``read_source(dt)`` and an entry ``mvq_<kind>_<dt>_<label>``
-    a variant of ``mvq_variants``."""
+    a variant of ``mvq_variants``, each compiled for ``occupancy`` CTAs an SM."""
     glu, norm = kind == "rmsnorm_matmul_swiglu", kind != "matmul"
     src = ['#include "xi_mvq.cuh"', read_source(dt)]
     cstruct = {"matmul": "xi_matmul_c", "rmsnorm_matmul": "xi_rmsnorm_matmul_c",
@@ -80,19 +82,21 @@ def mvq_source(kind, dt, quick=False) -> str:
               ("const float *__restrict__ norm, " if norm else "") + f"float *__restrict__ y, {cstruct} c")
     acc = "c.accumulate" if not glu else "0"
     for r, s, cg in mvq_variants(dt, glu, quick, norm):
-        src.append(f'extern "C" __global__ void __launch_bounds__(256, 2) mvq_{kind}_{dt}_{label(r, s, cg)}({params}) {{ '
+        src.append(f'extern "C" __global__ void __launch_bounds__(256, {occupancy}) mvq_{kind}_{dt}_{label(r, s, cg)}({params}) {{ '
                    f'const XiMvcArgs a{{w, x, {"norm" if norm else "nullptr"}, y, c.T, c.N, c.K, {acc}, '
                    f'{"c.eps" if norm else "0.0f"}}}; xi_mvq_kernel<{MVP_ENUM[dt]}, {r}, {s}, {cg}, '
                    f'{"true" if norm else "false"}, {"true" if glu else "false"}>(a); }}')
     return "\n".join(src)
 
 
-def selection(argv) -> tuple[list, tuple, bool, str | None]:
-    """(shapes, token counts, quick, json path) from ``argv``: ``--dt A,B`` keeps the MVQ_SHAPES of
-    those types (and q4_1's of the same (kind, N, K)), ``--t 1,8`` those token counts of MVQ_T, ``--quick`` no variants, ``--json PATH``.
+def selection(argv) -> tuple[list, tuple, bool, str | None, int]:
+    """(shapes, token counts, quick, json path, occupancy) from ``argv``: ``--dt A,B`` keeps the
+    MVQ_SHAPES of those types (and q4_1's of the same (kind, N, K)), ``--t 1,8`` those token counts of
+    MVQ_T, ``--quick`` no variants, ``--json PATH``, ``--occupancy N`` (1..8, default 2).
 
     Raises:
-        ValueError: a type or a token count that the table does not have, or --json without a path."""
+        ValueError: a type or a token count that the table does not have, --json without a path, or
+            an occupancy outside 1..8."""
     def opt(name):
         if name not in argv:
             return None
@@ -115,12 +119,15 @@ def selection(argv) -> tuple[list, tuple, bool, str | None]:
         if not set(ts) <= set(MVQ_T):
             raise ValueError(f"--t {ts} not within MVQ_T {MVQ_T}")
     path = opt("--json") or (os.path.join(os.environ["OUT"], "gemv_mvq.json") if os.environ.get("OUT") else None)
-    return shapes, ts, "--quick" in argv, path
+    occupancy = int(opt("--occupancy") or 2)
+    if not 1 <= occupancy <= 8:
+        raise ValueError(f"--occupancy {occupancy} not within 1..8 (CTAs of 256 threads an SM)")
+    return shapes, ts, "--quick" in argv, path, occupancy
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    shapes, ts, quick, path = selection(argv)
+    shapes, ts, quick, path, occupancy = selection(argv)
     from _mmq_model import mvq_matmul, mvq_swiglu, rmsnorm_h, rmsnorm_inv_cta
 
     from xinfer_async.backends.cuda import CUDABackend, _launch
@@ -137,8 +144,8 @@ def main(argv=None) -> int:
     sms, cc, smax = be.multiprocessors, be.compute_capability, be.stage_max
     optin = be.pq_stage_max  # _pq's limit as the backend sets it (the opt-in less 1 KB), not stage_max
     print(f"device: {sms} SMs, cc {cc}, stage_max {smax}, opt-in {optin}; PQ_MAX_T {_launch.PQ_MAX_T}; "
-          f"XINFER_MVQ={os.environ.get('XINFER_MVQ', '')!r}")
-    loaded = variant_modules(be, {kd: mvq_source(*kd, quick) for kd in combos}, "mvq")
+          f"XINFER_MVQ={os.environ.get('XINFER_MVQ', '')!r}; variants for {occupancy} CTAs an SM")
+    loaded = variant_modules(be, {kd: mvq_source(*kd, quick, occupancy) for kd in combos}, f"mvq{occupancy}")
     mods = {}
     for kind, dt in combos:
         mod, glu = loaded[(kind, dt)], kind == "rmsnorm_matmul_swiglu"
@@ -165,7 +172,8 @@ def main(argv=None) -> int:
             for tt in TTS:
                 if tt > 1 and tt >= 2 * T:
                     continue
-                grid, block, shared, _ = _launch.mvq_launch(c, dt, glu, sms, cc, optin, params=v, tt=tt, norm=norm)
+                grid, block, shared, _ = _launch.mvq_launch(c, dt, glu, sms, cc, optin, params=v, tt=tt, norm=norm,
+                                                            ctas_per_sm=occupancy)
                 if shared <= optin:
                     out.append((f"{label(*v)}T{tt}", LaunchGrid(grid, block, shared, fn)))
         chosen = k.launch_grid(c).function

@@ -408,13 +408,15 @@ def mvq_tokens(dt: str, k: int, t: int, glu: bool, stage_max: int, params: tuple
 
 def mvq_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 0), stage_max: int = PQ_STAGE_MAX,
                params: tuple[int, int, int] | None = None,
-               tt: int | None = None, norm: bool = True) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+               tt: int | None = None, norm: bool = True,
+               ctas_per_sm: int | None = None) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, shared bytes, entry suffix) of the integer decode kernel: 256 threads, tiles of
     R rows a warp, at most one wave of CTAs a token tile (the warps stride over the tiles; CTAs an
-    SM from the shared bytes, ``mvp_ctas_per_sm``), ceil(T / TT) token tiles (``mvq_tokens``, or
-    ``tt`` where given: tools/gemv_variants.py sweeps it) within ``stage_max`` (``_pq``'s limit, as
-    ``matmul_launch``'s ``pq_max``). ``norm``: the kind has the fused rmsnorm (rmsnorm_matmul, SwiGLU);
-    False for matmul (its parameters differ: ``mvq_params``).
+    SM from the shared bytes, ``mvp_ctas_per_sm``, or at most ``ctas_per_sm`` where given: a variant
+    compiled for that many, tools/gemv_mvq.py ``--occupancy``), ceil(T / TT) token tiles
+    (``mvq_tokens``, or ``tt`` where given: tools/gemv_variants.py sweeps it) within ``stage_max``
+    (``_pq``'s limit, as ``matmul_launch``'s ``pq_max``). ``norm``: the kind has the fused rmsnorm
+    (rmsnorm_matmul, SwiGLU); False for matmul (its parameters differ: ``mvq_params``).
 
     Raises:
         ValueError: one token's shared bytes exceed ``stage_max`` (``mvq_weight`` is False there)."""
@@ -424,7 +426,9 @@ def mvq_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 
         raise ValueError(f"_pq of {dt} with K={c['K']}: one token needs {mvq_shared(dt, c['K'], 1, glu, (r, s, cg))} "
                          f"shared bytes, over stage_max={stage_max}")
     shared = mvq_shared(dt, c["K"], tt, glu, (r, s, cg), norm)
-    ctas = min(_cdiv(_cdiv(c["N"], r), _MVQ_WARPS), sms * mvp_ctas_per_sm(shared, cc))
+    per_sm = mvp_ctas_per_sm(shared, cc) if ctas_per_sm is None else max(
+        1, min(ctas_per_sm, _SMEM_PER_SM.get(cc[0], 100 * 1024) // (shared + 1024)))
+    ctas = min(_cdiv(_cdiv(c["N"], r), _MVQ_WARPS), sms * per_sm)
     return (ctas, _cdiv(c["T"], tt), 1), (256, 1, 1), shared, "_pq"
 
 
