@@ -6,6 +6,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -228,7 +232,6 @@ def test_gemv_tools_outside_the_package_import_without_a_gpu(monkeypatch):
     """tools/gemv_variants.py and tools/gemv_probes.py import (cuda is touched only in ``main``), and
     the variants' q8_0 weights dequantize to d * q (the reference every variant is checked against)."""
     import pathlib
-    import sys
 
     tools = pathlib.Path(__file__).resolve().parent.parent / "tools"
     monkeypatch.syspath_prepend(str(tools))
@@ -249,9 +252,6 @@ def test_gemv_tools_outside_the_package_import_without_a_gpu(monkeypatch):
 # -- help texts and plots (issue #20, items 7 and 8) -----------------------------------------------
 
 def _run_bench(*argv: str) -> tuple[int, str, str]:
-    import subprocess
-    import sys
-    from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-m", "xinfer_async.cli", "bench", *argv], capture_output=True,
@@ -391,3 +391,16 @@ def test_native_isa_table_times_every_path_this_cpu_runs(capsys):
             assert (cell != "-") == _isa.supported(p), (r, p)
             assert cell == "-" or float(cell) > 0
     assert _isa.selected() == before
+
+
+@pytest.mark.parametrize("tool", sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "tools").glob("*.py")))
+def test_every_research_tool_prints_its_help_without_a_gpu(tool):
+    """``python tools/NAME.py --help`` exits 0 with text and touches no driver: a newcomer without a
+    GPU can read what each tool does (gemv_variants, gemv_mvq and gemv_probes loaded libcuda first)."""
+    root = Path(__file__).resolve().parents[1]
+    env = child_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "tools"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, str(root / "tools" / f"{tool}.py"), "--help"], capture_output=True,
+                          text=True, timeout=60, cwd=root, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(proc.stdout.split()) > 10 and "Traceback" not in proc.stderr, proc.stdout[:300]

@@ -127,6 +127,9 @@ def selection(argv) -> tuple[list, tuple, bool, str | None, int]:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:  # before any driver call
+        print(__doc__)
+        return 0
     shapes, ts, quick, path, occupancy = selection(argv)
     from _mmq_model import mvq_matmul, mvq_swiglu, rmsnorm_h, rmsnorm_inv_cta
 

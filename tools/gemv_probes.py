@@ -227,6 +227,10 @@ SHAPES = [(4096, 4096), (2048, 2048), (2048, 8192)]
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:  # before any driver call
+        print(__doc__)
+        return 0
     from xinfer_async.backends.cuda import CUDABackend, _driver, _nvrtc
     from xinfer_async.backends.cuda._backend import CUDAKernel, LaunchGrid, shader_dir
 

@@ -505,6 +505,9 @@ def mvp_main(argv) -> int:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:  # before any driver call: a machine without a GPU gets the text
+        print(__doc__)
+        return 0
     if "--mvp" in argv:
         return mvp_main(argv)
     if "--mvq" in argv:  # the integer decode kernel `_pq` (tools/gemv_mvq.py)
