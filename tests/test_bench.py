@@ -404,3 +404,28 @@ def test_every_research_tool_prints_its_help_without_a_gpu(tool):
                           text=True, timeout=60, cwd=root, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(proc.stdout.split()) > 10 and "Traceback" not in proc.stderr, proc.stdout[:300]
+
+
+def test_mvq_ablations_still_apply_to_the_kernel(tmp_path):
+    """tools/mvq_ablate.py patches shaders/xi_mvq.cuh by text: every ablation finds its text in
+    today's header (a kernel change that breaks one fails here, not on the GPU machine), changes it,
+    and an unknown name or a changed header is refused."""
+    import importlib.util as iu
+
+    root = Path(__file__).resolve().parents[1]
+    spec = iu.spec_from_file_location("mvq_ablate", root / "tools" / "mvq_ablate.py")
+    mod = iu.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = (root / "shaders" / "xi_mvq.cuh").read_text()
+    for name in mod.NAMES:
+        out = mod.ablate(text, [name])
+        assert out != text and len(out.splitlines()) > 300, name
+    assert "xi_mmq_quant<NORM" not in mod.ablate(text, ["noquant"])
+    assert mod.ablate(text, ["qouter", "unroll2"]).count("#pragma unroll 2\n") == 1
+    with pytest.raises(ValueError, match="unknown ablation 'fast'"):
+        mod.ablate(text, ["fast"])
+    with pytest.raises(ValueError, match=r"noquant: xi_mvq.cuh no longer has"):
+        mod.ablate(text.replace("xi_mvq_inv<TT>(a, tg0, tn, inv);", "xi_mvq_inv<TT>(a, tg0, tn, inv); "), ["noquant"])
+    assert mod.main([str(tmp_path / "sh"), "noquant+unroll2"]) == 0
+    assert (tmp_path / "sh" / "matmul_q4_1.cu").exists()
+    assert "#pragma unroll 2" in (tmp_path / "sh" / "xi_mvq.cuh").read_text()
