@@ -297,10 +297,10 @@ def mvp_shared(dt: str, k: int, t: int, glu: bool, params: tuple[int, int, int] 
     return _MVP_WARPS * s * r * (2 if glu else 1) * cg * _MVP_GROUP[dt] + (k * 4 + k // 2 if t == 1 and k <= _MVP_XK else 0)
 
 
-def mvp_ctas_per_sm(shared: int, cc: tuple[int, int]) -> int:
-    """CTAs of ``_p`` an SM holds: 2 (``__launch_bounds__(256, 2)``: registers), fewer where the
-    shared bytes (plus 1 KB the CTA reserves) do not fit the SM's."""
-    return max(1, min(2, _SMEM_PER_SM.get(cc[0], 100 * 1024) // (shared + 1024)))
+def mvp_ctas_per_sm(shared: int, cc: tuple[int, int], most: int = 2) -> int:
+    """CTAs of ``_p`` (and ``_pq``) an SM holds: ``most`` (2: ``__launch_bounds__(256, 2)``,
+    registers), fewer where the shared bytes (plus 1 KB the CTA reserves) do not fit the SM's."""
+    return max(1, min(most, _SMEM_PER_SM.get(cc[0], 100 * 1024) // (shared + 1024)))
 
 
 def mvp_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 0),
@@ -426,9 +426,7 @@ def mvq_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 
         raise ValueError(f"_pq of {dt} with K={c['K']}: one token needs {mvq_shared(dt, c['K'], 1, glu, (r, s, cg))} "
                          f"shared bytes, over stage_max={stage_max}")
     shared = mvq_shared(dt, c["K"], tt, glu, (r, s, cg), norm)
-    per_sm = mvp_ctas_per_sm(shared, cc) if ctas_per_sm is None else max(
-        1, min(ctas_per_sm, _SMEM_PER_SM.get(cc[0], 100 * 1024) // (shared + 1024)))
-    ctas = min(_cdiv(_cdiv(c["N"], r), _MVQ_WARPS), sms * per_sm)
+    ctas = min(_cdiv(_cdiv(c["N"], r), _MVQ_WARPS), sms * mvp_ctas_per_sm(shared, cc, ctas_per_sm or 2))
     return (ctas, _cdiv(c["T"], tt), 1), (256, 1, 1), shared, "_pq"
 
 
