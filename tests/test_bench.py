@@ -417,9 +417,14 @@ def test_mvq_ablations_still_apply_to_the_kernel(tmp_path):
     mod = iu.module_from_spec(spec)
     spec.loader.exec_module(mod)
     text = (root / "shaders" / "xi_mvq.cuh").read_text()
+    mmq = (root / "shaders" / "xi_mmq.cuh").read_text()
     for name in mod.NAMES:
-        out = mod.ablate(text, [name])
-        assert out != text and len(out.splitlines()) > 300, name
+        out, out_mmq = mod.ablate(text, [name], mmq)
+        assert (out, out_mmq) != (text, mmq) and len(out.splitlines()) > 300, name
+    assert "xi_mmq_quant<NORM, 16, true>" in mod.ablate(text, ["uq16"])
+    assert "#pragma unroll 4" in mod.ablate(text, ["qunroll"], mmq)[1]
+    with pytest.raises(ValueError, match="qunroll: xi_mmq.cuh no longer has"):
+        mod.ablate(text, ["qunroll"])
     assert "xi_mmq_quant<NORM" not in mod.ablate(text, ["noquant"])
     assert mod.ablate(text, ["qouter", "unroll2"]).count("#pragma unroll 2\n") == 1
     with pytest.raises(ValueError, match="unknown ablation 'fast'"):

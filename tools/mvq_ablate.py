@@ -12,6 +12,14 @@ NAME:
 - ``unroll2``: the block loop unrolled twice (same sums, same order: the bits do not change).
 - ``qouter``: a row's block decoded and multiplied before the next row's (one decoded block live
   instead of R; same sums, same order).
+- ``uq8``, ``uq16``: the token quantization (``xi_mmq_quant``) with 8 / 16 loads of 4 floats in
+  flight a thread instead of 4 (K = 14336: 448 blocks, 4 round trips at 4, 1 at 16); same bits.
+- ``qunroll``: ``xi_mmq_quant``'s per-block code unrolled 4 times (its shuffles, divisions and
+  roundings of 4 blocks interleave instead of running one block after another; shaders/xi_mmq.cuh,
+  so the tiled integer kernels get it too); same bits.
+- ``invunroll``: the rmsnorm pass (``xi_mvq_inv``) unrolled 4 times, so a thread's loads of x are
+  in flight together; same bits (each thread adds in the same order).
+The last four keep every result: ``gemv_mvq.py`` checks them against the model like the entry.
 
 Measured on the H200 (2026-12-02, ``--dt q4_1,q6_k --t 1``, us a launch, L2-cold, ``_pq`` / ``noquant``):
 matmul 4096x4096 6.8 / 5.3, rmsnorm_matmul 6144x4096 11.4 / 6.9, matmul 4096x14336 19.8 / 14.6,
@@ -75,29 +83,47 @@ QOUTER = LOOP_HEAD + """            const int o = b - cb0;  // block within the 
             }
         }
 """
-NAMES = ("noquant", "nocompute", "unroll2", "qouter")
+UQ4 = "xi_mmq_quant<NORM, 4, true>(a, inv, tg0, tn, 0, nb, xq, a.K, ds, XI_MVQ_WARPS * 32);"
+INV_LOOP = "    for (int i = tid; i < (a.K >> 2); i += XI_MVQ_WARPS * 32) {\n"
+QUANT_LOOP = """#pragma unroll 1
+        for (int u = 0; u < UQ; u++) {
+            const float4 w = v[0];"""
+NAMES = ("noquant", "nocompute", "unroll2", "qouter", "uq8", "uq16", "qunroll", "invunroll")
 
 
-def ablate(text: str, names: list[str]) -> str:
-    """``xi_mvq.cuh``'s text with the ablations ``names`` applied in order.
+def ablate(text: str, names: list[str], mmq_text: str | None = None) -> str | tuple[str, str]:
+    """``xi_mvq.cuh``'s text with the ablations ``names`` applied in order; with ``mmq_text``
+    (``xi_mmq.cuh``'s, which ``qunroll`` patches) the pair of both.
 
     Raises:
         ValueError: an unknown name, or a text a patch needs is missing (the header changed)."""
+    mmq = mmq_text
     for n in names:
         if n not in NAMES:
             raise ValueError(f"unknown ablation {n!r}; one of {', '.join(NAMES)}")
-        need = {"noquant": [QUANT], "unroll2": [LOOP_HEAD]}.get(n, [BODY_START, TERM])
+        if n == "qunroll":
+            if mmq is None or QUANT_LOOP not in mmq:
+                raise ValueError("qunroll: xi_mmq.cuh no longer has xi_mmq_quant's '#pragma unroll 1' loop "
+                                 "(update tools/mvq_ablate.py)")
+            mmq = mmq.replace(QUANT_LOOP, QUANT_LOOP.replace("unroll 1", "unroll 4"))
+            continue
+        need = {"noquant": [QUANT], "unroll2": [LOOP_HEAD], "uq8": [UQ4], "uq16": [UQ4],
+                "invunroll": [INV_LOOP]}.get(n, [BODY_START, TERM])
         missing = [t.strip().splitlines()[0] for t in need if t not in text]
         if missing:
             raise ValueError(f"{n}: xi_mvq.cuh no longer has {missing[0]!r} (update tools/mvq_ablate.py)")
         if n == "noquant":
             text = text.replace(QUANT, "")
+        elif n in ("uq8", "uq16"):
+            text = text.replace(UQ4, UQ4.replace("NORM, 4,", f"NORM, {n[2:]},"))
+        elif n == "invunroll":
+            text = text.replace(INV_LOOP, "#pragma unroll 4\n" + INV_LOOP)
         elif n == "unroll2":
             text = text.replace(LOOP_HEAD, "#pragma unroll 2\n" + LOOP_HEAD)
         else:
             i, j = text.index(BODY_START), text.index(TERM) + len(TERM)
             text = text[:i] + (NOCOMPUTE if n == "nocompute" else QOUTER) + text[j:]
-    return text
+    return text if mmq_text is None else (text, mmq)
 
 
 def main(argv=None) -> int:
@@ -108,14 +134,16 @@ def main(argv=None) -> int:
     out, names = argv[0], argv[1].split("+")
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shaders")
     try:
-        text = ablate(open(os.path.join(src, "xi_mvq.cuh")).read(), names)
+        texts = ablate(open(os.path.join(src, "xi_mvq.cuh")).read(), names,
+                       open(os.path.join(src, "xi_mmq.cuh")).read())
     except ValueError as e:
         print(f"mvq_ablate: {e}", file=sys.stderr)
         return 2
     shutil.copytree(src, out, dirs_exist_ok=True)
-    with open(os.path.join(out, "xi_mvq.cuh"), "w") as f:
-        f.write(text)
-    print(f"{out}: shaders/ with xi_mvq.cuh ablated ({'+'.join(names)}); XINFER_SHADERS={out}")
+    for name, text in zip(("xi_mvq.cuh", "xi_mmq.cuh"), texts):
+        with open(os.path.join(out, name), "w") as f:
+            f.write(text)
+    print(f"{out}: shaders/ with xi_mvq.cuh / xi_mmq.cuh patched ({'+'.join(names)}); XINFER_SHADERS={out}")
     return 0
 
 
