@@ -231,9 +231,7 @@ def test_every_subcommand_names_a_module_function_of_the_package():
 def test_gemv_tools_outside_the_package_import_without_a_gpu(monkeypatch):
     """tools/gemv_variants.py and tools/gemv_probes.py import (cuda is touched only in ``main``), and
     the variants' q8_0 weights dequantize to d * q (the reference every variant is checked against)."""
-    import pathlib
-
-    tools = pathlib.Path(__file__).resolve().parent.parent / "tools"
+    tools = Path(__file__).resolve().parent.parent / "tools"
     monkeypatch.syspath_prepend(str(tools))
     import gemv_probes
     import gemv_variants
@@ -252,7 +250,6 @@ def test_gemv_tools_outside_the_package_import_without_a_gpu(monkeypatch):
 # -- help texts and plots (issue #20, items 7 and 8) -----------------------------------------------
 
 def _run_bench(*argv: str) -> tuple[int, str, str]:
-
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-m", "xinfer_async.cli", "bench", *argv], capture_output=True,
                           text=True, timeout=120, cwd=root, env=child_env())
@@ -410,11 +407,9 @@ def test_mvq_ablations_still_apply_to_the_kernel(tmp_path):
     """tools/mvq_ablate.py patches shaders/xi_mvq.cuh by text: every ablation finds its text in
     today's header (a kernel change that breaks one fails here, not on the GPU machine), changes it,
     and an unknown name or a changed header is refused."""
-    import importlib.util as iu
-
     root = Path(__file__).resolve().parents[1]
-    spec = iu.spec_from_file_location("mvq_ablate", root / "tools" / "mvq_ablate.py")
-    mod = iu.module_from_spec(spec)
+    spec = importlib.util.spec_from_file_location("mvq_ablate", root / "tools" / "mvq_ablate.py")
+    mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     text = (root / "shaders" / "xi_mvq.cuh").read_text()
     mmq = (root / "shaders" / "xi_mmq.cuh").read_text()
