@@ -421,6 +421,12 @@ def test_mvq_ablations_still_apply_to_the_kernel(tmp_path):
     with pytest.raises(ValueError, match="qunroll: xi_mmq.cuh no longer has"):
         mod.ablate(text, ["qunroll"])
     assert "xi_mmq_quant<NORM" not in mod.ablate(text, ["noquant"])
+    q1, q1r = mod.ablate(text, ["quant1"]), mod.ablate(text, ["quant1roll"])
+    for q in (q1, q1r):  # the one-pass function, declared before the body that calls it for one token
+        assert q.index("void xi_mvq_quant1(") < q.index("xi_mvq_quant1<NORM, XI_MVQ_Q1(NORM)>(a, tg0, xq, ds);")
+        assert "QUANT_LOOP" not in q and q.count("xi_mmq_quant<NORM, 4, true>") == 1
+    assert "const float4 w = v[u];" in q1 and "for (int j = 0; j + 1 < U; j++) v[j] = v[j + 1];" in q1r
+    assert "xi_mmq_quant<NORM, 16, true>" in mod.ablate(text, ["quant1", "uq16"])  # uq16: the T > 1 path
     assert mod.ablate(text, ["qouter", "unroll2"]).count("#pragma unroll 2\n") == 1
     with pytest.raises(ValueError, match="unknown ablation 'fast'"):
         mod.ablate(text, ["fast"])
