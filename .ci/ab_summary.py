@@ -1,7 +1,7 @@
 """Summarize an A/B of `bench model` runs: python .ci/ab_summary.py DIR
 
 DIR holds JSON files named TREE-CONFIG-REP.json (bench model --json), e.g. base-b1-0.json,
-head-b64-2.json. Prints, per config, each tree's median (and range) of the step ms p50, the steady
+head-llama318bb64-2.json (.ci/h200's ab stage: the shape without '-' and '.', then b and the slots). Prints, per config, each tree's median (and range) of the step ms p50, the steady
 tok/s and the GPU ms of one step, and head / base."""
 import collections
 import json
@@ -16,8 +16,10 @@ for path in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
     runs[config, tree].append(row)
 keys = [("step_ms_p50", "step ms p50"), ("steady_tok_per_s", "steady tok/s"), ("agg_tok_per_s", "agg tok/s"),
         ("gpu_ms_per_step", "gpu ms/step")]
-print(f"{'config':<8} {'figure':<14} {'base median (range)':>28} {'head median (range)':>28} {'head/base':>9}")
-for config in sorted({c for c, _ in runs}):
+configs = sorted({c for c, _ in runs})
+w = max([6] + [len(c) for c in configs])
+print(f"{'config':<{w}} {'figure':<14} {'base median (range)':>28} {'head median (range)':>28} {'head/base':>9}")
+for config in configs:
     for key, label in keys:
         cells, meds = [], []
         for tree in ("base", "head"):
@@ -28,4 +30,4 @@ for config in sorted({c for c, _ in runs}):
             meds.append(m)
             cells.append(f"{m:>12.3f} ({min(vals):.3f}-{max(vals):.3f})".rjust(28))
         ratio = f"{meds[1] / meds[0]:>9.3f}" if None not in meds and meds[0] else f"{'-':>9}"
-        print(f"{config:<8} {label:<14} {cells[0]} {cells[1]} {ratio}")
+        print(f"{config:<{w}} {label:<14} {cells[0]} {cells[1]} {ratio}")
