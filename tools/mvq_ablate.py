@@ -56,6 +56,8 @@ import os
 import shutil
 import sys
 
+SHADERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shaders")
+
 QUANT = """    if (NORM) xi_mvq_inv<TT>(a, tg0, tn, inv);
     xi_mmq_quant<NORM, 4, true>(a, inv, tg0, tn, 0, nb, xq, a.K, ds, XI_MVQ_WARPS * 32);
 """
@@ -162,17 +164,7 @@ QUANT_LOOP_PRAGMA
         const int i = tid + u * XI_MVQ_WARPS * 32;
         if (u * XI_MVQ_WARPS * 32 < n4) {  // uniform over the CTA (n4 is a multiple of 64)
 QUANT_LOOP_TAKE
-            float am = fmaxf(fmaxf(fabsf(w.x), fabsf(w.y)), fmaxf(fabsf(w.z), fabsf(w.w)));
-            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
-            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
-            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
-            const float d = __fdiv_rn(am, 127.0f), id = d > 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-            const int q0 = (int)roundf(__fmul_rn(w.x, id)), q1 = (int)roundf(__fmul_rn(w.y, id));
-            const int q2 = (int)roundf(__fmul_rn(w.z, id)), q3 = (int)roundf(__fmul_rn(w.w, id));
-            int qs = (q0 + q1) + (q2 + q3);
-            qs += __shfl_xor_sync(0xffffffffu, qs, 1);
-            qs += __shfl_xor_sync(0xffffffffu, qs, 2);
-            qs += __shfl_xor_sync(0xffffffffu, qs, 4);
+QUANT_BLOCK_CODE
             if (i < n4) {
                 reinterpret_cast<uint32_t *>(xq)[i] =
                     (uint32_t)(q0 & 255) | ((uint32_t)(q1 & 255) << 8) | ((uint32_t)(q2 & 255) << 16) | ((uint32_t)(q3 & 255) << 24);
@@ -184,6 +176,21 @@ QUANT_LOOP_TAKE
 
 """
 QUANT1_AT = "// The vector body (see the top)"
+#: the first and last lines of xi_mmq_quant's code for one float4 w (the block's amax, d, codes and their
+#: sum), which quant1 reuses as it stands in shaders/xi_mmq.cuh
+BLOCK_FIRST = "            float am = fmaxf(fmaxf(fabsf(w.x), fabsf(w.y)), fmaxf(fabsf(w.z), fabsf(w.w)));\n"
+BLOCK_LAST = "            qs += __shfl_xor_sync(0xffffffffu, qs, 4);\n"
+
+
+def block_code(mmq: str) -> str:
+    """xi_mmq_quant's lines from BLOCK_FIRST through BLOCK_LAST in ``mmq`` (xi_mmq.cuh's text).
+
+    Raises:
+        ValueError: either line is missing (the quantization changed: update tools/mvq_ablate.py)."""
+    if BLOCK_FIRST not in mmq or BLOCK_LAST not in mmq:
+        raise ValueError("quant1: xi_mmq.cuh no longer has xi_mmq_quant's block code (update tools/mvq_ablate.py)")
+    i = mmq.index(BLOCK_FIRST)
+    return mmq[i:mmq.index(BLOCK_LAST, i) + len(BLOCK_LAST)]
 QUANT1_CALL = """    if (TT == 1 && a.K <= 1024 * XI_MVQ_Q1(NORM)) {
         xi_mvq_quant1<NORM, XI_MVQ_Q1(NORM)>(a, tg0, xq, ds);
     } else {
@@ -233,7 +240,10 @@ def ablate(text: str, names: list[str], mmq_text: str | None = None) -> str | tu
             text = text.replace(INV_LOOP, "#pragma unroll 4\n" + INV_LOOP)
         elif n in QUANT1_LOOPS:
             pragma, take = QUANT1_LOOPS[n]
+            # the block code of the xi_mmq.cuh given, else of the repository's
+            code = block_code(mmq if mmq is not None else open(os.path.join(SHADERS, "xi_mmq.cuh")).read())
             fn = QUANT1_FN.replace("QUANT_LOOP_PRAGMA", pragma).replace("QUANT_LOOP_TAKE", take)
+            fn = fn.replace("QUANT_BLOCK_CODE\n", code)
             text = text.replace(QUANT1_AT, fn + QUANT1_AT, 1).replace(QUANT, QUANT1_CALL)
         elif n == "unroll2":
             text = text.replace(LOOP_HEAD, "#pragma unroll 2\n" + LOOP_HEAD)
@@ -249,7 +259,7 @@ def main(argv=None) -> int:
         print(__doc__)
         return 0 if argv and argv[0] in ("-h", "--help") else 1
     out, names = argv[0], argv[1].split("+")
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shaders")
+    src = SHADERS
     try:
         texts = ablate(open(os.path.join(src, "xi_mvq.cuh")).read(), names,
                        open(os.path.join(src, "xi_mmq.cuh")).read())
