@@ -69,9 +69,13 @@ def pytest_collection_finish(session):
     ok, _ = cuda_status()
     if not ok:
         return
+    if os.environ.get("XINFER_PRECOMPILE", "1") != "0" and os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":
+        _start_precompile()  # first: the context hold below may retry for a minute
     _hold_primary_context()
-    if os.environ.get("XINFER_PRECOMPILE", "1") == "0" or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
-        return
+
+
+def _start_precompile():
+    """Every shader on ``precompile``'s pool, from a background thread (``pytest_collection_finish``)."""
     from xinfer_async.backends.cuda._precompile import device_target, precompile
 
     def run():
@@ -100,7 +104,9 @@ def _hold_primary_context():
     dev, ctx = _driver.ffi.new("CUdevice *"), _driver.ffi.new("CUcontext *")
     if lib.cuInit(0) or lib.cuDeviceGet(dev, 0):
         return  # the tests that open the device report the error
-    for wait in (0.5, 1, 2, 4, 8, 0):  # 16 workers creating contexts at once: one was refused (OOM)
+    # 16 workers creating contexts at once: one was refused (OOM) through a 15 s window of retries
+    # (H200), then its first test's own open failed the same way: retry for ~60 s
+    for wait in (0.5, 1, 2, 4, 8, 15, 30, 0):
         status = lib.cuDevicePrimaryCtxRetain(ctx, dev[0])
         if status == 0:
             _precompile["held"] = (lib, dev[0])
