@@ -76,9 +76,35 @@ __device__ __forceinline__ float xi_block_max(float v, float *scratch /* [32] */
 // griddepcontrol.launch_dependents then lets the next kernel's blocks be scheduled (to run their own
 // prologue up to their wait) while this one works. Launched without the attribute, both are no-ops.
 // (CUDA C++ Programming Guide, "Programmatic Dependent Launch"; PTX ISA, griddepcontrol.)
+//
+// XI_TIMELINE (defined by the backend under XINFER_TIMELINE=1: backends/cuda/_timeline.py): thread 0
+// of block (0, 0, 0) also reads the global nanosecond timer before the wait (arrive) and after it
+// (go: the previous kernel has completed), takes the next slot of the buffer the host points xi_tl
+// at (u64 [0]: slots taken, [1]: slots held, then (arrive, go) pairs) and writes the pair there. The
+// slots are taken in launch order (a kernel passes its wait only after the one before it has ended).
+#ifdef XI_TIMELINE
+__device__ unsigned long long *xi_tl;  // set by the host in every module it loads (cuModuleGetGlobal)
+__device__ __forceinline__ unsigned long long xi_globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
 __device__ __forceinline__ void xi_grid_begin() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#ifdef XI_TIMELINE
+    const unsigned long long arrive = xi_globaltimer();  // every thread: one value live across the wait
+#endif
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#ifdef XI_TIMELINE
+    if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0 && xi_tl != nullptr) {
+        const unsigned long long go = xi_globaltimer(), i = atomicAdd(xi_tl, 1ull);
+        if (i < xi_tl[1]) {
+            xi_tl[2 + 2 * i] = arrive;
+            xi_tl[3 + 2 * i] = go;
+        }
+    }
+#endif
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

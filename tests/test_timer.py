@@ -86,3 +86,99 @@ def test_command_label_names_the_entry_point():
     assert command_label(DispatchCmd(Kernel, (1, 1, 1), [], b"")) == "matmul_q4_1"
     assert command_label(CopyCmd(1, 2, 3)) == "copy"
     assert command_label(ReplayCmd(None)) == "graph"
+
+
+def test_timeline_step_rows_from_known_launches():
+    """backends/cuda/_timeline.py step_rows: in-situ time = the next launch's go minus this one's (the
+    step's last kernel: the next step's first go), lead = go - arrive; medians over the full steps."""
+    from xinfer_async.backends.cuda._timeline import step_rows
+
+    labels = ["a", "b", "a", "c"]
+    busy = {0: [10.0, 20.0, 30.0, 40.0], 1: [12.0, 22.0, 32.0, 44.0], 2: [11.0, 21.0, 31.0, 90.0]}  # us, step -> kernel
+    lead = [1.0, 0.0, 2.5, 0.5]
+    go, t = [], 1_000_000.0
+    for s in range(3):
+        for i in range(4):
+            go.append(t)
+            t += busy[s][i] * 1e3
+    go.append(t)  # a 4th step's first launch: steps 0..2 are full
+    go += [t + 5e3, t + 6e3, t + 7e3]
+    arrive = [g - 1e3 * lead[j % 4] for j, g in enumerate(go)]
+    rec = np.array([arrive, go], dtype=np.int64).T
+    r = step_rows(rec, labels)
+    assert r["steps"] == 3
+    assert r["step_us"] == pytest.approx(np.median([sum(busy[s]) for s in range(3)]))
+    rows = {k["label"]: k for k in r["kernels"]}
+    assert {k: v["calls"] for k, v in rows.items()} == {"a": 2, "b": 1, "c": 1}
+    assert rows["a"]["us"] == pytest.approx(np.median([busy[s][0] + busy[s][2] for s in range(3)]))
+    assert rows["c"]["us"] == pytest.approx(44.0) and rows["b"]["us"] == pytest.approx(21.0)
+    assert rows["a"]["lead_us"] == pytest.approx(np.median([1.0, 2.5] * 3)) and rows["b"]["lead_us"] == pytest.approx(0.0)
+    assert [k["label"] for k in r["kernels"]] == ["c", "a", "b"]  # largest first: 44, 42, 21
+    assert [(o["label"], o["us"]) for o in r["order"]] == [("a", 11.0), ("b", 21.0), ("a", 31.0), ("c", 44.0)]
+    with pytest.raises(ValueError, match=r"15 launches recorded for a plan of 4 kernels"):
+        step_rows(rec[:15], labels)
+    with pytest.raises(ValueError, match=r"4 launches recorded .* at least 2 steps"):
+        step_rows(rec[:4], labels)
+    with pytest.raises(ValueError, match="no kernels"):
+        step_rows(rec, [])
+
+
+_TIMELINE_CHILD = """
+import json, sys
+import numpy as np
+import trio
+import xinfer_async
+
+async def main():
+    dev = xinfer_async.open_device("cuda")
+    tl = dev.backend.timeline
+    n = 1 << 20
+    x = dev.upload(np.random.default_rng(int(sys.argv[1])).standard_normal(n).astype(np.float32))
+    y = dev.alloc((n,), "f32")
+    ex = dev.executor()
+    ex.dispatch("affine", [x, y], {"n": n, "a": 2.0, "b": 1.0})
+    ex.dispatch("add", [y, x, y], {"n": n})
+    ex.dispatch("affine", [x, y], {"n": n, "a": 3.0, "b": 0.0})
+    graph = ex.capture()
+    tl.reset()
+    ex2 = dev.executor()
+    for _ in range(5):
+        ex2.replay(graph)
+    await ex2.submit_and_wait()
+    print(json.dumps(dict(records=tl.read().tolist(), slots=tl.slots)))
+    graph.destroy()
+    dev.close()
+
+trio.run(main)
+"""
+
+
+@pytest.mark.cuda
+def test_timeline_records_each_launch_once_in_order(rng):
+    """Under XINFER_TIMELINE=1 (a child process: the variable is read when the backend opens and when
+    each shader compiles) 5 replays of a 3-kernel graph record 15 launches, in launch order (go rising),
+    each go after its arrive and after the previous kernel's go."""
+    from xinfer_async._open import cuda_status
+
+    ok, reason = cuda_status()
+    if not ok:
+        pytest.skip(f"cuda backend not usable here: {reason}")
+    import json
+    import subprocess
+    import sys
+
+    from _child_env import child_env
+
+    proc = subprocess.run([sys.executable, "-c", _TIMELINE_CHILD, str(int(rng.integers(1 << 30)))], capture_output=True,
+                          text=True, timeout=300, env=child_env(XINFER_TIMELINE="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    rec = np.array(out["records"], dtype=np.int64)
+    assert rec.shape == (15, 2), rec.shape
+    arrive, go = rec[:, 0], rec[:, 1]
+    assert (go >= arrive).all() and (np.diff(go) > 0).all()
+    assert (go - arrive < 1_000_000_000).all()  # under a second: readings of one clock
+    from xinfer_async.backends.cuda._timeline import step_rows
+
+    r = step_rows(rec, ["affine", "add", "affine"])
+    assert r["steps"] == 4 and r["step_us"] > 0

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from ...hal import Backend, DeviceError
 from ...hal._commands import Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, GemmCmd, ReplayCmd, TimestampCmd, UploadCmd
-from . import _driver
+from . import _driver, _timeline
 from ._driver import check, ffi
 from ._cublaslt import LtGemm
 from ._graph import CUDAGraph, GraphCapture
@@ -24,6 +24,7 @@ from ._kernel import CUDAKernel, LaunchGrid, load_kernel, shader_dir
 from ._launch import pq_stage_max_for, stage_max_for
 from ._pinned import MappedCounter, PinnedPool
 from ._queue import CUDAQueue, fence_signal_fn
+from ._timeline import Timeline
 
 _CUBLAS_WORKSPACE = 32 << 20
 #: importable from here too (bench/ and tests/ did): the kernel loader's names
@@ -109,6 +110,9 @@ class CUDABackend(Backend):
         self._pdl_attr = ffi.new("CUlaunchAttribute[1]")
         self._pdl_attr[0].id = _driver.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
         self._pdl_attr[0].value[0] = 1  # programmaticStreamSerializationAllowed
+        #: the launch timeline's buffer (``_timeline.py``) under XINFER_TIMELINE=1 on compute capability
+        #: 9.0+ (each kernel module loaded is pointed at it), else None
+        self.timeline = Timeline(self) if _timeline.enabled() and self.compute_capability >= (9, 0) else None
 
     # -- availability -----------------------------------------------------------------------------
     @staticmethod
@@ -348,6 +352,8 @@ class CUDABackend(Backend):
             lib.cuMemFree_v2(self._cublas_ws)
         for k in self._kernels.values():
             lib.cuModuleUnload(k.module)
+        if self.timeline is not None:
+            self.timeline.close()
         self._kernels.clear()
         self._graphs.close()
         self._pinned.close()

@@ -83,6 +83,7 @@ CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
 CUresult cuModuleLoadData(CUmodule *module, const void *image);
 CUresult cuModuleUnload(CUmodule hmod);
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
+CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 CUresult cuFuncSetAttribute(CUfunction hfunc, int attrib, int value);
 typedef struct {
     int id;
@@ -104,6 +105,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NOT_FOUND = 500
 CUDA_ERROR_NOT_READY = 600
 CU_STREAM_NON_BLOCKING = 1
 CU_EVENT_DISABLE_TIMING = 2

@@ -10,7 +10,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ...ops import KernelSpec, kernel_spec
-from . import _driver, _nvrtc
+from . import _driver, _nvrtc, _timeline
 from ._driver import check, ffi
 from ._launch import FAMILIES
 
@@ -92,15 +92,15 @@ def _shader_inputs(source_name: str, stage_max: int) -> tuple[str, str, dict[str
         if h.endswith(".cuh"):
             with open(os.path.join(d, h)) as f:
                 headers[h] = f.read()
-    return source, f"{source_name}.cu", headers, (f"-DXI_MVT_STAGE_MAX={stage_max}",)
+    return source, f"{source_name}.cu", headers, (f"-DXI_MVT_STAGE_MAX={stage_max}",) + _timeline.compile_options()
 
 
 def compile_shader(source_name: str, arch: str, stage_max: int, driver_version: int = 0) -> bytes:
     """The cubin of ``shaders/<source_name>.cu`` (with every ``.cuh`` beside it) for ``arch``
     (``"sm_90"``), ``XI_MVT_STAGE_MAX`` = ``stage_max`` bytes (``CUDABackend.stage_max``), from
     ``_nvrtc.compile_cubin`` (its disk cache; ``driver_version`` is part of the key). The only
-    compile-time constants of a shader are these: shapes are launch constants, so one cubin a
-    shader serves every shape.
+    compile-time constants of a shader are these (and ``XI_TIMELINE`` under ``XINFER_TIMELINE=1``:
+    ``_timeline.py``): shapes are launch constants, so one cubin a shader serves every shape.
 
     Raises:
         KernelCompileError: NVRTC rejected the source (``.log`` has the log).
@@ -165,6 +165,8 @@ def load_kernel(backend: "CUDABackend", spec: KernelSpec | str) -> CUDAKernel:
     mod, fn = ffi.new("CUmodule *"), ffi.new("CUfunction *")
     check(lib.cuModuleLoadData(mod, cubin), f"cuModuleLoadData({spec.source_name}.cu)")
     check(lib.cuModuleGetFunction(fn, mod[0], name.encode()), f"cuModuleGetFunction({name})")
+    if backend.timeline is not None:
+        backend.timeline.attach(mod[0])
     if not launch.family:
         return CUDAKernel(name, mod[0], fn[0], launch.block,
                           functools.partial(launch.grid, sms=backend.multiprocessors), pdl=True)
