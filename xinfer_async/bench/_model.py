@@ -29,7 +29,7 @@ left out; every time is taken after the fence is awaited (a token reaches the ca
 
 Usage: ``xinfer-async bench model [--model NAME|PATH] [--device cpu|cuda] [--slots 1,4,8]
 [--batching] [--max-tokens 64] [--json FILE] [--plot FILE.png] [--compare torch]
-[--compare llama.cpp --llama-bench PATH [--repeats 3]]``
+[--compare llama.cpp --llama-bench PATH [--repeats 3]] [--kernels] [--timeline]``
 
 ``--compare torch`` (where PyTorch sees a CUDA device) times ``_torch_ref``'s hand-written decode step of
 the model's shape, captured in a CUDA graph, at batch 1, 8 and 64 in the same process, and prints ms a
@@ -49,6 +49,14 @@ has more than one slot, are checked before anything runs.
 
 ``--kernels`` times each kernel of the last row's decode step alone (``runtime/_profile.py``) and
 prints the device time a step spends in each kernel name.
+
+``--timeline`` (cuda, compute capability 9.0+) compiles every shader with the launch timeline
+(``XINFER_TIMELINE=1``: backends/cuda/_timeline.py) and, after the rows, replays the last row's decode
+step 8 times back to back: each kernel's device time in situ (from passing its wait for the previous
+kernel to the next kernel's), its lead (how long its first block waited for the previous kernel: a
+hidden launch), the step's first launches in order, and beside them the time alone when ``--kernels``
+is given. The instrumented build differs a little from the plain one (a timer read and, in one block,
+an atomic a kernel; register allocation may shift): hold its figures against each other.
 """
 
 from __future__ import annotations
@@ -60,7 +68,7 @@ import numpy as np
 import trio
 
 from .._omp import physical_cores
-from ..runtime._profile import by_label, profile_graph
+from ..runtime._profile import by_label, command_label, profile_graph
 from . import _llamacpp, _torch_ref
 from ._report import add_output_args, check_plot, plot_concurrency, write_json
 from . import parser as bench_parser
@@ -182,6 +190,43 @@ async def _kernel_profile(model, n: int) -> dict:
     return dict(plan=plan, slots=n, kernels=by_label(rows), total_us=sum(r["us"] for r in rows))
 
 
+async def _timeline_profile(model, n: int, reps: int = 8) -> dict:
+    """In-situ device us of each kernel of the plan ``_gpu_step_ms`` times, from the launch timeline
+    (backends/cuda/_timeline.py ``step_rows``) of ``reps`` back-to-back replays; run last, like
+    ``_kernel_profile``."""
+    from ..backends.cuda._timeline import step_rows
+    from ..hal._commands import DispatchCmd
+
+    timeline = model.device.backend.timeline
+    plan = _step_plan(model, n)
+    prepared = model.batched if model.batching else model.prepared
+    await prepared.wait_idle()
+    graph = prepared.slots[0]._graphs[plan]
+    labels = [command_label(c) for c in graph.commands if isinstance(c, DispatchCmd)]
+    timeline.reset()
+    await _gpu_step_ms(model, n, reps)
+    return dict(plan=plan, slots=n, **step_rows(timeline.read(), labels))
+
+
+def _render_timeline(t: dict, alone: dict | None, first: int = 14) -> str:
+    """``_timeline_profile``'s table by kernel (with each kernel's time alone from ``--kernels``
+    beside it), then the step's first ``first`` launches in order."""
+    alone_us = {k["label"]: k["us"] for k in alone["kernels"]} if alone else {}
+    lines = [f"\nin-situ device time a step by kernel ({t['plan']}, {t['slots']} requests; launch timeline of "
+             f"{t['steps']} back-to-back steps, medians: {t['step_us'] / 1e3:.3f} ms a step; lead: how long a "
+             f"kernel's first block waited for the one before)",
+             f"{'kernel':<34} {'calls':>5} {'us':>9} {'%':>6} {'lead us':>8}" + (f" {'alone us':>9}" if alone else "")]
+    for k in t["kernels"]:
+        line = (f"{k['label']:<34} {k['calls']:>5} {k['us']:>9.1f} {100 * k['us'] / t['step_us']:>5.1f}% "
+                f"{k['lead_us']:>8.2f}")
+        if alone:
+            line += f" {alone_us.get(k['label'], float('nan')):>9.1f}"
+        lines.append(line)
+    lines.append(f"the step's first {min(first, len(t['order']))} launches (us in situ, lead us):")
+    lines += [f"  {i:>3} {o['label']:<34} {o['us']:>8.2f} {o['lead_us']:>8.2f}" for i, o in enumerate(t["order"][:first])]
+    return "\n".join(lines)
+
+
 def _render_profile(p: dict, gpu_ms: float) -> str:
     lines = [f"\ndevice time a step by kernel ({p['plan']}, {p['slots']} requests; each kernel timed alone, "
              f"{p['total_us'] / 1e3:.3f} ms in all vs {gpu_ms:.3f} ms for the whole step)",
@@ -220,6 +265,10 @@ async def _main(args) -> dict:
         load_s = time.perf_counter() - t
         if not rows:
             dev = model.device
+            if args.timeline and getattr(dev.backend, "timeline", None) is None:
+                await model.aclose()
+                raise SystemExit(f"bench model: --timeline needs the cuda backend on compute capability 9.0+ "
+                                 f"(the device is {getattr(dev, 'description', dev.name)})")
             peak = args.peak_gbs if args.peak_gbs is not None else (H200_GBS if dev.name.startswith("cuda") else None)
             weight_bytes = model.builder.weight_bytes()
             f16_bytes = model.builder.f16_weight_bytes
@@ -280,6 +329,7 @@ async def _main(args) -> dict:
                        prefill_tok_per_s_min=min(rates), prefill_tok_per_s_max=max(rates))
         peer_rows.append(dict(batch=None, prompt_tokens=prefill["prompt_tokens"], ours=rates,
                               theirs=[t["avg_ts"] for t in theirs], raw=theirs))
+    timeline = await _timeline_profile(model, rows[-1]["slots"]) if args.timeline else None
     profile = await _kernel_profile(model, rows[-1]["slots"]) if args.kernels else None
     await model.aclose()
 
@@ -309,6 +359,8 @@ async def _main(args) -> dict:
           f"(median of {args.repeats}; {prefill['prefill_tok_per_s_min']:.1f}-{prefill['prefill_tok_per_s_max']:.1f})")
     if profile is not None:
         print(_render_profile(profile, rows[-1]["gpu_ms_per_step"]))
+    if timeline is not None:
+        print(_render_timeline(timeline, profile))
     llamacpp = None
     if peer is not None:
         build = next((t.get("build_commit") for r in peer_rows for t in r["raw"] if t.get("build_commit")), None)
@@ -318,7 +370,7 @@ async def _main(args) -> dict:
     return dict(model=str(args.model), device=dev.name, weight_bytes=weight_bytes, f16_weight_bytes=f16_bytes,
                 chunk=model.chunk, batching=args.batching,
                 max_tokens=args.max_tokens, peak_gb_per_s=peak, decode=rows, prefill=prefill, config=model.config,
-                kernel_profile=profile, llamacpp=llamacpp)
+                kernel_profile=profile, timeline=timeline, llamacpp=llamacpp)
 
 
 def _decode_rate(row: dict) -> float:
@@ -431,8 +483,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare-batches", default="1,8,64", help="PyTorch batch sizes (default: 1,8,64)")
     p.add_argument("--kernels", action="store_true",
                    help="after the rows, time each kernel of the last row's decode step alone and print the device us by kernel")
+    p.add_argument("--timeline", action="store_true",
+                   help="cuda, compute capability 9.0+: compile the kernels with the launch timeline (XINFER_TIMELINE=1) and, "
+                        "after the rows, print each kernel's device time in situ in the last row's decode step")
     add_output_args(p)
     args = p.parse_args(argv)
+    if args.timeline:
+        if (args.device or "").startswith("cpu"):
+            p.error("--timeline needs a cuda device")
+        os.environ["XINFER_TIMELINE"] = "1"  # read when the backend opens and when each shader compiles
     try:
         check_plot(args.plot)
     except RuntimeError as exc:
