@@ -78,34 +78,40 @@ __device__ __forceinline__ float xi_block_max(float v, float *scratch /* [32] */
 // (CUDA C++ Programming Guide, "Programmatic Dependent Launch"; PTX ISA, griddepcontrol.)
 //
 // XI_TIMELINE (defined by the backend under XINFER_TIMELINE=1: backends/cuda/_timeline.py): thread 0
-// of block (0, 0, 0) also reads the global nanosecond timer before the wait (arrive) and after it
-// (go: the previous kernel has completed), takes the next slot of the buffer the host points xi_tl
-// at (u64 [0]: slots taken, [1]: slots held, then (arrive, go) pairs) and writes the pair there. The
-// slots are taken in launch order (a kernel passes its wait only after the one before it has ended).
+// of block (0, 0, 0) also reads the global nanosecond timer before the wait (arrive) and right after
+// it (go: the previous kernel has completed), lets the next kernel launch, then takes the next slot of
+// the buffer the host points xi_tl at (u64 [0]: slots taken, [1]: unused, then (arrive, go) pairs,
+// XI_TL_SLOTS of them) and writes the pair there; the other threads only read the timer. The slots
+// are taken in launch order (a kernel passes its wait only after the one before it has ended).
 #ifdef XI_TIMELINE
+#define XI_TL_SLOTS 65536  // backends/cuda/_timeline.py SLOTS repeats it
 __device__ unsigned long long *xi_tl;  // set by the host in every module it loads (cuModuleGetGlobal)
 __device__ __forceinline__ unsigned long long xi_globaltimer() {
     unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
     return t;
 }
 #endif
 __device__ __forceinline__ void xi_grid_begin() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #ifdef XI_TIMELINE
-    const unsigned long long arrive = xi_globaltimer();  // every thread: one value live across the wait
+    const bool first = (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0;
+    const unsigned long long arrive = xi_globaltimer();
 #endif
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #ifdef XI_TIMELINE
-    if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0 && xi_tl != nullptr) {
-        const unsigned long long go = xi_globaltimer(), i = atomicAdd(xi_tl, 1ull);
-        if (i < xi_tl[1]) {
-            xi_tl[2 + 2 * i] = arrive;
-            xi_tl[3 + 2 * i] = go;
+    const unsigned long long go = xi_globaltimer();
+#endif
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#ifdef XI_TIMELINE
+    if (first) {
+        unsigned long long *tl = *(unsigned long long *volatile *)&xi_tl;  // one load, in this thread only
+        if (tl != nullptr) {
+            const unsigned long long i = atomicAdd(tl, 1ull);
+            if (i < XI_TL_SLOTS) *reinterpret_cast<ulonglong2 *>(tl + 2 + 2 * i) = make_ulonglong2(arrive, go);
         }
     }
 #endif
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 

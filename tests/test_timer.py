@@ -106,21 +106,45 @@ def test_timeline_step_rows_from_known_launches():
     arrive = [g - 1e3 * lead[j % 4] for j, g in enumerate(go)]
     rec = np.array([arrive, go], dtype=np.int64).T
     r = step_rows(rec, labels)
-    assert r["steps"] == 3
-    assert r["step_us"] == pytest.approx(np.median([sum(busy[s]) for s in range(3)]))
+    assert r["steps"] == 3 and r["resolution_ns"] == 500.0  # the smallest nonzero gap: c's lead
+    assert r["step_us"] == pytest.approx(np.mean([sum(busy[s]) for s in range(3)]))
     rows = {k["label"]: k for k in r["kernels"]}
     assert {k: v["calls"] for k, v in rows.items()} == {"a": 2, "b": 1, "c": 1}
-    assert rows["a"]["us"] == pytest.approx(np.median([busy[s][0] + busy[s][2] for s in range(3)]))
-    assert rows["c"]["us"] == pytest.approx(44.0) and rows["b"]["us"] == pytest.approx(21.0)
-    assert rows["a"]["lead_us"] == pytest.approx(np.median([1.0, 2.5] * 3)) and rows["b"]["lead_us"] == pytest.approx(0.0)
-    assert [k["label"] for k in r["kernels"]] == ["c", "a", "b"]  # largest first: 44, 42, 21
-    assert [(o["label"], o["us"]) for o in r["order"]] == [("a", 11.0), ("b", 21.0), ("a", 31.0), ("c", 44.0)]
+    assert rows["a"]["us"] == pytest.approx(np.mean([busy[s][0] + busy[s][2] for s in range(3)]))
+    assert rows["c"]["us"] == pytest.approx(58.0) and rows["b"]["us"] == pytest.approx(21.0)
+    assert rows["a"]["lead_us"] == pytest.approx(1.75) and rows["b"]["lead_us"] == pytest.approx(0.0)
+    assert [k["label"] for k in r["kernels"]] == ["c", "a", "b"]  # largest first: 58, 42, 21
+    assert [(o["label"], o["us"]) for o in r["order"]] == [("a", 11.0), ("b", 21.0), ("a", 31.0), ("c", 58.0)]
     with pytest.raises(ValueError, match=r"15 launches recorded for a plan of 4 kernels"):
         step_rows(rec[:15], labels)
-    with pytest.raises(ValueError, match=r"4 launches recorded .* at least 2 steps"):
+    with pytest.raises(ValueError, match=r"4 launches recorded .* at least 2 replays"):
         step_rows(rec[:4], labels)
     with pytest.raises(ValueError, match="no kernels"):
         step_rows(rec, [])
+    swapped = rec.copy()
+    swapped[[5, 6]] = swapped[[6, 5]]
+    with pytest.raises(ValueError, match="fall back at launch 6"):
+        step_rows(swapped, labels)
+
+
+def test_timeline_build_is_its_own_cubin_and_repeats_the_header(monkeypatch):
+    """XINFER_TIMELINE=1 adds -DXI_TIMELINE to every shader's compile (its own cache entry; unset: the
+    options of before), and _timeline.SLOTS is shaders/xi_common.cuh's XI_TL_SLOTS."""
+    import os
+    import re
+
+    from xinfer_async.backends.cuda import _kernel, _timeline
+
+    assert _timeline.compile_options({}) == () and _timeline.compile_options({"XINFER_TIMELINE": "0"}) == ()
+    assert _timeline.compile_options({"XINFER_TIMELINE": "1"}) == ("-DXI_TIMELINE",)
+    monkeypatch.delenv("XINFER_TIMELINE", raising=False)
+    plain = _kernel.shader_cache_path("rope_kv_store", "sm_90", 102400)
+    monkeypatch.setenv("XINFER_TIMELINE", "1")
+    timed = _kernel.shader_cache_path("rope_kv_store", "sm_90", 102400)
+    monkeypatch.delenv("XINFER_TIMELINE")
+    assert timed != plain and _kernel.shader_cache_path("rope_kv_store", "sm_90", 102400) == plain
+    text = open(os.path.join(_kernel.shader_dir(), "xi_common.cuh")).read()
+    assert int(re.search(r"^#define XI_TL_SLOTS (\d+)", text, re.M).group(1)) == _timeline.SLOTS
 
 
 _TIMELINE_CHILD = """

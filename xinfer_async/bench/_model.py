@@ -52,7 +52,7 @@ prints the device time a step spends in each kernel name.
 
 ``--timeline`` (cuda, compute capability 9.0+) compiles every shader with the launch timeline
 (``XINFER_TIMELINE=1``: backends/cuda/_timeline.py) and, after the rows, replays the last row's decode
-step 8 times back to back: each kernel's device time in situ (from passing its wait for the previous
+step 8 times back to back: each kernel's mean device time in situ (from passing its wait for the previous
 kernel to the next kernel's), its lead (how long its first block waited for the previous kernel: a
 hidden launch), the step's first launches in order, and beside them the time alone when ``--kernels``
 is given. The instrumented build differs a little from the plain one (a timer read and, in one block,
@@ -192,7 +192,8 @@ async def _kernel_profile(model, n: int) -> dict:
 
 async def _timeline_profile(model, n: int, reps: int = 8) -> dict:
     """In-situ device us of each kernel of the plan ``_gpu_step_ms`` times, from the launch timeline
-    (backends/cuda/_timeline.py ``step_rows``) of ``reps`` back-to-back replays; run last, like
+    (backends/cuda/_timeline.py ``step_rows``) of ``reps`` back-to-back replays (labelled from slot 0's
+    graph: every slot records the plan's same commands, only addresses differ); run last, like
     ``_kernel_profile``."""
     from ..backends.cuda._timeline import step_rows
     from ..hal._commands import DispatchCmd
@@ -212,9 +213,10 @@ def _render_timeline(t: dict, alone: dict | None, first: int = 14) -> str:
     """``_timeline_profile``'s table by kernel (with each kernel's time alone from ``--kernels``
     beside it), then the step's first ``first`` launches in order."""
     alone_us = {k["label"]: k["us"] for k in alone["kernels"]} if alone else {}
+    res = f"{t['resolution_ns']:.0f} ns" if t["resolution_ns"] else "not seen"
     lines = [f"\nin-situ device time a step by kernel ({t['plan']}, {t['slots']} requests; launch timeline of "
-             f"{t['steps']} back-to-back steps, medians: {t['step_us'] / 1e3:.3f} ms a step; lead: how long a "
-             f"kernel's first block waited for the one before)",
+             f"{t['steps']} back-to-back steps, means: {t['step_us'] / 1e3:.3f} ms a step; lead: how long a "
+             f"kernel's first block waited for the one before; timer steps {res})",
              f"{'kernel':<34} {'calls':>5} {'us':>9} {'%':>6} {'lead us':>8}" + (f" {'alone us':>9}" if alone else "")]
     for k in t["kernels"]:
         line = (f"{k['label']:<34} {k['calls']:>5} {k['us']:>9.1f} {100 * k['us'] / t['step_us']:>5.1f}% "
@@ -269,6 +271,8 @@ async def _main(args) -> dict:
                 await model.aclose()
                 raise SystemExit(f"bench model: --timeline needs the cuda backend on compute capability 9.0+ "
                                  f"(the device is {getattr(dev, 'description', dev.name)})")
+            if getattr(dev.backend, "timeline", None) is not None:
+                print("note: XINFER_TIMELINE=1: every kernel records its launch; all rows ran the instrumented build")
             peak = args.peak_gbs if args.peak_gbs is not None else (H200_GBS if dev.name.startswith("cuda") else None)
             weight_bytes = model.builder.weight_bytes()
             f16_bytes = model.builder.f16_weight_bytes

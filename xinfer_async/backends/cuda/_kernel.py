@@ -165,8 +165,9 @@ def load_kernel(backend: "CUDABackend", spec: KernelSpec | str) -> CUDAKernel:
     mod, fn = ffi.new("CUmodule *"), ffi.new("CUfunction *")
     check(lib.cuModuleLoadData(mod, cubin), f"cuModuleLoadData({spec.source_name}.cu)")
     check(lib.cuModuleGetFunction(fn, mod[0], name.encode()), f"cuModuleGetFunction({name})")
-    if backend.timeline is not None:
-        backend.timeline.attach(mod[0])
+    if backend.timeline is not None and not backend.timeline.attach(mod[0]):
+        raise RuntimeError(f"{spec.source_name}.cu has no xi_tl under XINFER_TIMELINE=1 "
+                           f"(every shader includes shaders/xi_common.cuh's)")
     if not launch.family:
         return CUDAKernel(name, mod[0], fn[0], launch.block,
                           functools.partial(launch.grid, sms=backend.multiprocessors), pdl=True)

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from ._backend import CUDABackend
 
 ENV = "XINFER_TIMELINE"
-#: launches the buffer holds (16 bytes each; launches past it are counted, not recorded)
+#: launches the buffer holds (16 bytes each; launches past it are counted, not recorded): XI_TL_SLOTS
+#: of shaders/xi_common.cuh
 SLOTS = 1 << 16
 
 
@@ -51,17 +52,17 @@ def compile_options(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
 
 
 class Timeline:
-    """The device buffer the kernels record into: u64 ``[0]`` launches counted, ``[1]`` slots held,
-    then ``slots`` (arrive, go) pairs of u64 nanoseconds.
+    """The device buffer the kernels record into: u64 ``[0]`` launches counted, ``[1]`` unused, then
+    ``SLOTS`` (arrive, go) pairs of u64 nanoseconds (16-byte aligned: one store a pair).
 
     Raises (constructor): DeviceError: the allocation failed.
     """
 
-    def __init__(self, backend: "CUDABackend", slots: int = SLOTS):
-        if slots < 1:
-            raise ValueError(f"slots must be >= 1, got {slots}")
-        self._backend, self.slots = backend, slots
-        self.address = backend.alloc(16 * (slots + 1))
+    slots = SLOTS
+
+    def __init__(self, backend: "CUDABackend"):
+        self._backend = backend
+        self.address = backend.alloc(16 * (SLOTS + 1))
         self.reset()
 
     def attach(self, module) -> bool:
@@ -76,12 +77,18 @@ class Timeline:
         if status == CUDA_ERROR_NOT_FOUND:
             return False
         check(status, "cuModuleGetGlobal(xi_tl)")
-        be.write(int(dptr[0]), np.array([self.address], np.uint64))
+        self._write(int(dptr[0]), np.array([self.address], np.uint64))
         return True
 
     def reset(self) -> None:
-        """Forget what was recorded (synchronous: call it with no kernel in flight)."""
-        self._backend.write(self.address, np.array([0, self.slots], np.uint64))
+        """Forget what was recorded (call it with no kernel in flight)."""
+        self._write(self.address, np.array([0, 0], np.uint64))
+
+    def _write(self, address: int, data: np.ndarray) -> None:
+        # a pageable host-to-device copy may return before it lands, and the queues' streams do not
+        # wait for it (non-blocking): the context's synchronize does
+        self._backend.write(address, data)
+        self._backend.synchronize()
 
     def read(self) -> np.ndarray:
         """The recorded launches since ``reset``, in launch order: ``(n, 2)`` int64 (arrive, go) ns.
@@ -105,36 +112,42 @@ class Timeline:
 
 def step_rows(records: np.ndarray, labels: list[str]) -> dict:
     """Per kernel of a plan replayed back to back: ``records`` ((n, 2) arrive, go ns, as ``read``
-    returns them) of ``n = steps * len(labels)`` launches, ``labels`` the plan's kernels in launch
-    order (``runtime/_profile.command_label`` of its dispatches).
+    returns them) of ``n`` launches, a whole number of replays of the plan, ``labels`` the plan's
+    kernels in launch order (``runtime/_profile.command_label`` of its dispatches).
 
-    Each full step (all but the last, whose end no later launch marks) gives every kernel its in-situ
-    time (the next launch's go minus its go; the step's last kernel: the next step's first go, so the
-    gap between replays is counted there) and its lead (go - arrive). Returns ``{"steps", "step_us"
-    (median over the full steps of their length), "kernels": [{"label", "calls" (a step), "us" (median
-    over the steps of the label's sum), "lead_us" (median over its launches)}] largest first,
-    "order": [{"label", "us", "lead_us"}] one per launch of a step, medians over the steps}``.
+    Each full step (every replay but the last, whose end no later launch marks) gives every kernel its
+    in-situ time (the next launch's go minus its go; the step's last kernel: the next step's first go,
+    so the gap between replays is counted there) and its lead (go - arrive). Means, not medians: the
+    timer ticks in steps (about 1 us on some GPUs, ``resolution_ns``) and a mean of ticked readings
+    is not biased by them. Returns ``{"steps" (full steps), "step_us" (their mean length),
+    "resolution_ns" (the smallest nonzero difference of two readings), "kernels": [{"label", "calls"
+    (a step), "us" (the label's sum a step), "lead_us" (a launch)}] largest first, "order": [{"label",
+    "us", "lead_us"}] one per launch of a step}``.
 
     Raises:
-        ValueError: no labels, or a count of records that is not a whole number (>= 2) of steps
-            (a kernel that records twice or not at all: the counts say which).
+        ValueError: no labels; a count of records that is not a whole number (>= 2) of replays (a
+            kernel recorded twice or not at all); go readings that are not in launch order.
     """
     k, n = len(labels), len(records)
     if k == 0:
         raise ValueError("step_rows: the plan has no kernels")
     if n % k or n < 2 * k:
         raise ValueError(f"step_rows: {n} launches recorded for a plan of {k} kernels "
-                         f"({n / k:.2f} steps; every kernel must record once a step, at least 2 steps)")
+                         f"({n / k:.2f} replays; every kernel must record once a replay, at least 2 replays)")
     arrive, go = records[:, 0].astype(np.float64), records[:, 1].astype(np.float64)
+    if (np.diff(go) < 0).any():
+        raise ValueError(f"step_rows: the go readings fall back at launch {int(np.argmax(np.diff(go) < 0)) + 1}")
     steps = n // k - 1  # full steps
     busy = (go[1:k * steps + 1] - go[:k * steps]).reshape(steps, k) / 1e3
     lead = (go - arrive)[:k * steps].reshape(steps, k) / 1e3
-    order = [dict(label=labels[i], us=float(np.median(busy[:, i])), lead_us=float(np.median(lead[:, i])))
-             for i in range(k)]
+    order = [dict(label=labels[i], us=float(busy[:, i].mean()), lead_us=float(lead[:, i].mean())) for i in range(k)]
     kernels = []
     for label in dict.fromkeys(labels):
         cols = [i for i in range(k) if labels[i] == label]
-        kernels.append(dict(label=label, calls=len(cols), us=float(np.median(busy[:, cols].sum(axis=1))),
-                            lead_us=float(np.median(lead[:, cols]))))
+        kernels.append(dict(label=label, calls=len(cols), us=float(busy[:, cols].sum(axis=1).mean()),
+                            lead_us=float(lead[:, cols].mean())))
     kernels.sort(key=lambda r: -r["us"])
-    return dict(steps=steps, step_us=float(np.median(busy.sum(axis=1))), kernels=kernels, order=order)
+    ticks = np.concatenate([np.diff(go), go - arrive])
+    ticks = ticks[ticks > 0]
+    return dict(steps=steps, step_us=float(busy.sum(axis=1).mean()),
+                resolution_ns=float(ticks.min()) if len(ticks) else None, kernels=kernels, order=order)
