@@ -1,4 +1,4 @@
-"""The integer decode matrix kernel (shaders/xi_mvq.cuh, entry ``_pq`` of matmul_DT, rmsnorm_matmul_DT and
+"""The integer decode matrix kernel (shaders/xi_mvq.cuh, entries ``_pq`` and ``_pq1`` of matmul_DT, rmsnorm_matmul_DT and
 rmsnorm_matmul_swiglu_DT; llama.cpp's numerics: activations quantized to q8_1, dp4a, scales after): on
 cpu its numpy model (tests/_mmq_model.py ``mvq_matmul``; the K-quants' codes against gguf's dequantize,
 the lane order against a plain loop, the distance from float64 within its bound) and its launch rule;
@@ -250,11 +250,35 @@ def test_xinfer_mvq_switch(monkeypatch):
 
 def test_entries():
     for dt in TYPES:
-        assert "_pq" in _launch.matmul_entries(dt)
+        assert "_pq" in _launch.matmul_entries(dt) and "_pq1" in _launch.matmul_entries(dt)
     for dt in ("f32", "f16", "q5_1", "q2_k", "iq4_xs"):
-        assert "_pq" not in _launch.matmul_entries(dt)
+        assert "_pq" not in _launch.matmul_entries(dt) and "_pq1" not in _launch.matmul_entries(dt)
     fam = _launch.FAMILIES["matmul"]({"dt": "q6_k", "kind": "matmul"}, sms=132, stage_max=100 * 1024, cc=(9, 0))
-    assert fam.opt_in["_pq"] == _launch.PQ_STAGE_MAX and "_pq" in fam.entries  # the H200's opt-in, not stage_max
+    assert fam.opt_in["_pq"] == fam.opt_in["_pq1"] == _launch.PQ_STAGE_MAX  # the H200's opt-in, not stage_max
+    assert "_pq" in fam.entries and "_pq1" in fam.entries
+
+
+def test_xinfer_mvq1_switch(monkeypatch):
+    """XINFER_MVQ1=1: a launch of one token a CTA takes `_pq1` (the one-token body alone), others `_pq`;
+    unset or 0 (the default): `_pq` always."""
+    assert not _launch.mvq1_enabled({}) and not _launch.mvq1_enabled({"XINFER_MVQ1": "0"})
+    assert _launch.mvq1_enabled({"XINFER_MVQ1": "1"})
+    with pytest.raises(ValueError, match="XINFER_MVQ1='yes' is not one of '', '0', '1'"):
+        _launch.mvq1_enabled({"XINFER_MVQ1": "yes"})
+    for env, want in (("", ["_pq"] * 8), ("0", ["_pq"] * 8), ("1", ["_pq1"] + ["_pq"] * 7)):
+        monkeypatch.setenv("XINFER_MVQ1", env)
+        for kind in KINDS:
+            fam = _launch.FAMILIES["matmul"]({"dt": "q4_k", "kind": kind}, sms=132, stage_max=100 * 1024, cc=(9, 0),
+                                             pq_max=_launch.PQ_STAGE_MAX)
+            got = [fam.launch(dict(T=T, N=4096, K=4096, accumulate=0, eps=EPS))[3] for T in range(1, 9)]
+            assert got == want, (env, kind)
+    # several tokens, one a CTA (each CTA row's tt = ceil(T / grid.y) = 1): `_pq1` too, with the same grid
+    one = _launch.mvq_launch(dict(T=3, N=4096, K=4096), "q4_1", False, 132, tt=1, one=True)
+    assert one[3] == "_pq1" and one[:3] == _launch.mvq_launch(dict(T=3, N=4096, K=4096), "q4_1", False, 132, tt=1)[:3]
+    assert _launch.mvq_launch(dict(T=3, N=4096, K=4096), "q4_1", False, 132, tt=2, one=True)[3] == "_pq"
+    monkeypatch.setenv("XINFER_MVQ1", "2")
+    with pytest.raises(ValueError, match="XINFER_MVQ1"):
+        _launch.FAMILIES["matmul"]({"dt": "q4_1", "kind": "matmul"}, sms=132, stage_max=100 * 1024, cc=(9, 0))
     assert _launch.pq_stage_max_for(227 * 1024) == _launch.PQ_STAGE_MAX
 
 
@@ -320,6 +344,26 @@ async def test_mvq_equals_the_model_alone_and_float64(cuda_dev, monkeypatch, rng
             alone = await launch_matrix_kind(cuda_dev, kind, dt, wq, xs[t:t + 1], norm, N)
             assert np.array_equal(alone[0].view(np.uint32), full[t].view(np.uint32)), f"{kind}_{dt} N={N} K={K} token {t}"
     print(f"{kind}_{dt}: max |kernel - float64| / bound {worst:.3f}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dt", TYPES)
+async def test_one_token_entry_equals_the_model(cuda_dev, monkeypatch, rng, dt, kind):
+    """`_pq1` (XINFER_MVQ1=1: the one-token body compiled alone) gives one token the model's bits, as
+    `_pq` does (test above), accumulate off and on, on the 8B's widths and an odd N."""
+    _force(monkeypatch)
+    monkeypatch.setenv("XINFER_MVQ1", "1")
+    glu = kind == "rmsnorm_matmul_swiglu"
+    for N, K in ((37, 2048), (300, 4096), (64, 14336)):
+        assert _launch.matmul_launch(dict(T=1, N=N, K=K, accumulate=0, eps=EPS), dt, kind, mvq1=True)[3] == "_pq1"
+        wq, _ = weights(rng, dt, 2 * N if glu else N, K)
+        norm = (rng.standard_normal(K) * 0.5 + 1).astype(F32)
+        x = tokens(rng, 1, K)
+        for y0 in [None] + ([] if glu else [rng.standard_normal((1, N)).astype(F32)]):
+            got = await launch_matrix_kind(cuda_dev, kind, dt, wq, x, norm, N, y0)
+            check_against_model(kind, got, _model(kind, dt, wq, x, norm, N, y0)[0],
+                                f"_pq1 {kind}_{dt} N={N} K={K} accumulate={y0 is not None}")
 
 
 @pytest.mark.cuda

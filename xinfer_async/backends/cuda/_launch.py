@@ -409,14 +409,17 @@ def mvq_tokens(dt: str, k: int, t: int, glu: bool, stage_max: int, params: tuple
 def mvq_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 0), stage_max: int = PQ_STAGE_MAX,
                params: tuple[int, int, int] | None = None,
                tt: int | None = None, norm: bool = True,
-               ctas_per_sm: int | None = None) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+               ctas_per_sm: int | None = None,
+               one: bool = False) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, shared bytes, entry suffix) of the integer decode kernel: 256 threads, tiles of
     R rows a warp, at most one wave of CTAs a token tile (the warps stride over the tiles; CTAs an
     SM from the shared bytes, ``mvp_ctas_per_sm``, or at most ``ctas_per_sm`` where given: a variant
     compiled for that many, tools/gemv_mvq.py ``--occupancy``), ceil(T / TT) token tiles
     (``mvq_tokens``, or ``tt`` where given: tools/gemv_variants.py sweeps it) within ``stage_max``
     (``_pq``'s limit, as ``matmul_launch``'s ``pq_max``). ``norm``: the kind has the fused rmsnorm
-    (rmsnorm_matmul, SwiGLU); False for matmul (its parameters differ: ``mvq_params``).
+    (rmsnorm_matmul, SwiGLU); False for matmul (its parameters differ: ``mvq_params``). ``one``: the
+    entry ``_pq1`` where a CTA has one token (TT == 1: the one-token body alone, fewer registers, the
+    same bits), else ``_pq``.
 
     Raises:
         ValueError: one token's shared bytes exceed ``stage_max`` (``mvq_weight`` is False there)."""
@@ -427,7 +430,7 @@ def mvq_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 
                          f"shared bytes, over stage_max={stage_max}")
     shared = mvq_shared(dt, c["K"], tt, glu, (r, s, cg), norm)
     ctas = min(_cdiv(_cdiv(c["N"], r), _MVQ_WARPS), sms * mvp_ctas_per_sm(shared, cc, ctas_per_sm or 2))
-    return (ctas, _cdiv(c["T"], tt), 1), (256, 1, 1), shared, "_pq"
+    return (ctas, _cdiv(c["T"], tt), 1), (256, 1, 1), shared, "_pq1" if one and tt == 1 else "_pq"
 
 
 def mvq_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: tuple[int, int],
@@ -453,6 +456,21 @@ def mvq_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     return _switch(environ, "XINFER_MVQ")
 
 
+def mvq1_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether a ``_pq`` launch of one token a CTA takes the entry ``_pq1`` (the one-token body alone:
+    NVRTC 13.5 for sm_90 gives matmul q4_1's 61 registers a thread against ``_pq``'s 128, the rmsnorm
+    kinds' 55 against 87; the same bits): ``XINFER_MVQ1=1``; unset or ``0``: ``_pq`` (the default until
+    the H200 measures the decode step with it).
+
+    Raises:
+        ValueError: XINFER_MVQ1 is set to something else.
+    """
+    v = environ.get("XINFER_MVQ1", "").strip()
+    if v not in ("", "0", "1"):
+        raise ValueError(f"XINFER_MVQ1={v!r} is not one of '', '0', '1'")
+    return v == "1"
+
+
 def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
     """Tokens above which the ``STAGED1_TYPES`` run the tiled ``_t`` entry (xi_mvt.cuh: each weight
     decoded once for 8 tokens) instead of the staged one (xi_mvc.cuh: decoded once a token): 8, as
@@ -474,7 +492,8 @@ def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
 def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
                   cc: tuple[int, int] = (9, 0), mmq: str = "", mvp: bool = True,
                   kq_min_t: int = _MVT_MIN_T, mvq: bool = True,
-                  pq_max: int = PQ_STAGE_MAX) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+                  pq_max: int = PQ_STAGE_MAX,
+                  mvq1: bool = False) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, dynamic shared bytes, entry suffix) of a matrix kernel (``kind``: ``matmul``,
     ``rmsnorm_matmul`` or ``rmsnorm_matmul_swiglu``) of type ``dt`` for the constants:
 
@@ -486,7 +505,8 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
     - ``mvq`` (``mvq_enabled``: XINFER_MVQ unset or 1) and ``mvq_weight`` (1 <= T <= PQ_MAX_T, its
       shared bytes within ``pq_max``, the device's opt-in: ``pq_stage_max_for``):
       ``_pq``, the integer decode kernel (shaders/xi_mvq.cuh, ``mvq_launch``; llama.cpp's numerics:
-      its rows' bits differ from the f32 entries', which take T > PQ_MAX_T);
+      its rows' bits differ from the f32 entries', which take T > PQ_MAX_T); with ``mvq1``
+      (``mvq1_enabled``: XINFER_MVQ1=1) ``_pq1`` where a CTA has one token (the same bits);
     - ``mvp`` (``mvp_enabled``: XINFER_MVP unset or 1) and ``mvp_weight`` (T <= MVP_MAX_T, large
       weights): ``_p``, the pipelined kernel (shaders/xi_mvp.cuh, ``mvp_launch``);
     - else T > 8 (for ``STAGED1_TYPES``: T > ``kq_min_t``, ``kq_tiled_min_t``): ``_t``, the
@@ -499,7 +519,7 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
     if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
     if mvq and mvq_weight(dt, c["N"], c["K"], t, glu, pq_max, cc, norm=kind != "matmul"):
-        return mvq_launch(c, dt, glu, sms, cc, pq_max, norm=kind != "matmul")
+        return mvq_launch(c, dt, glu, sms, cc, pq_max, norm=kind != "matmul", one=mvq1)
     if mvp and mvp_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
         return mvp_launch(c, dt, glu, sms, cc)
     if t > (kq_min_t if dt in STAGED1_TYPES else _MVT_MIN_T):
@@ -563,9 +583,9 @@ def attention_launch(c: dict, sms: int) -> tuple[tuple[int, int, int], tuple[int
 
 def matmul_entries(dt: str) -> tuple[str, ...]:
     """The entry suffixes of a matrix kernel's shader: ``""``, ``"_t"`` (and ``"_tc"``, ``"_tct"``;
-    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``; ``"_p"``; ``"_pq"``)."""
+    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``; ``"_p"``; ``"_pq"``, ``"_pq1"``)."""
     return ("", "_t") + (("_tc", "_tct") if dt in TC_TYPES else ()) + (("_mmq", "_mmqs", "_q1") if dt in MMQ_TYPES else ()) \
-        + (("_p",) if dt in MVP_TYPES else ()) + (("_pq",) if dt in MVQ_TYPES else ())
+        + (("_p",) if dt in MVP_TYPES else ()) + (("_pq", "_pq1") if dt in MVQ_TYPES else ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -602,11 +622,11 @@ def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], 
     if dt in MVP_TYPES and stage_max > 48 * 1024:
         opt_in["_p"] = stage_max  # mvp_weight keeps its shared bytes within stage_max
     if dt in MVQ_TYPES and pq_max > 48 * 1024:
-        opt_in["_pq"] = pq_max  # mvq_tokens keeps its shared bytes within pq_max
+        opt_in["_pq"] = opt_in["_pq1"] = pq_max  # mvq_tokens keeps their shared bytes within pq_max
     return Family(matmul_entries(dt),
                   functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc,
                                     mmq=mmq_mode(), mvp=mvp_enabled(), kq_min_t=kq_tiled_min_t(),
-                                    mvq=mvq_enabled(), pq_max=pq_max),
+                                    mvq=mvq_enabled(), pq_max=pq_max, mvq1=mvq1_enabled()),
                   opt_in)
 
 
