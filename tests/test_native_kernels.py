@@ -240,6 +240,12 @@ def test_attention(rng, T, nh, nkv, hd, ctx, qextra):
         for h in range(nh):
             g = h // (nh // nkv)
             kk = k[pick, g].astype(np.float64)
+            # key j scores 1e4 (k_j . kk) / (kk . kk): negate any other key within half of the pick's
+            # score, so that no key nearly ties it (a near tie blends two keys, and float32 scores
+            # ~1e4 carry errors ~1e-3 that move such a blend past the tolerance: ~2e-4 of seeds did)
+            for j in range(p + 1):
+                if j != pick and k[j, g].astype(np.float64) @ kk > 0.5 * (kk @ kk):
+                    k[j, g] = -k[j, g]
             q[t * qs + h * hd: t * qs + (h + 1) * hd] = kk * (1e4 / scale / (kk @ kk))
     out = poison(T, nh, hd)
     consts = {"T": T, "n_head": nh, "n_kv": nkv, "head_dim": hd, "ctx": ctx, "q_stride": qs, "scale": scale, "window": 0}
