@@ -128,8 +128,9 @@ def test_timeline_step_rows_from_known_launches():
 
 
 def test_timeline_build_is_its_own_cubin_and_repeats_the_header(monkeypatch):
-    """XINFER_TIMELINE=1 adds -DXI_TIMELINE to every shader's compile (its own cache entry; unset: the
-    options of before), and _timeline.SLOTS is shaders/xi_common.cuh's XI_TL_SLOTS."""
+    """XINFER_TIMELINE=1 adds -DXI_TIMELINE to every shader's compile options (part of the cubin cache's
+    key: its own cubins; unset: the options of before), and _timeline.SLOTS is shaders/xi_common.cuh's
+    XI_TL_SLOTS."""
     import os
     import re
 
@@ -138,11 +139,12 @@ def test_timeline_build_is_its_own_cubin_and_repeats_the_header(monkeypatch):
     assert _timeline.compile_options({}) == () and _timeline.compile_options({"XINFER_TIMELINE": "0"}) == ()
     assert _timeline.compile_options({"XINFER_TIMELINE": "1"}) == ("-DXI_TIMELINE",)
     monkeypatch.delenv("XINFER_TIMELINE", raising=False)
-    plain = _kernel.shader_cache_path("rope_kv_store", "sm_90", 102400)
+    plain = _kernel._shader_inputs("rope_kv_store", 102400)[3]
     monkeypatch.setenv("XINFER_TIMELINE", "1")
-    timed = _kernel.shader_cache_path("rope_kv_store", "sm_90", 102400)
+    timed = _kernel._shader_inputs("rope_kv_store", 102400)[3]
     monkeypatch.delenv("XINFER_TIMELINE")
-    assert timed != plain and _kernel.shader_cache_path("rope_kv_store", "sm_90", 102400) == plain
+    assert plain == ("-DXI_MVT_STAGE_MAX=102400",) and timed == plain + ("-DXI_TIMELINE",)
+    assert _kernel._shader_inputs("rope_kv_store", 102400)[3] == plain
     text = open(os.path.join(_kernel.shader_dir(), "xi_common.cuh")).read()
     assert int(re.search(r"^#define XI_TL_SLOTS (\d+)", text, re.M).group(1)) == _timeline.SLOTS
 
