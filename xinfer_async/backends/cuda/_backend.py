@@ -24,7 +24,6 @@ from ._kernel import CUDAKernel, LaunchGrid, load_kernel, shader_dir
 from ._launch import pq_stage_max_for, stage_max_for
 from ._pinned import MappedCounter, PinnedPool
 from ._queue import CUDAQueue, fence_signal_fn
-from ._timeline import Timeline
 
 _CUBLAS_WORKSPACE = 32 << 20
 #: importable from here too (bench/ and tests/ did): the kernel loader's names
@@ -112,7 +111,7 @@ class CUDABackend(Backend):
         self._pdl_attr[0].value[0] = 1  # programmaticStreamSerializationAllowed
         #: the launch timeline's buffer (``_timeline.py``) under XINFER_TIMELINE=1 on compute capability
         #: 9.0+ (each kernel module loaded is pointed at it), else None
-        self.timeline = Timeline(self) if _timeline.enabled() and self.compute_capability >= (9, 0) else None
+        self.timeline = _timeline.Timeline(self) if _timeline.enabled() and self.compute_capability >= (9, 0) else None
 
     # -- availability -----------------------------------------------------------------------------
     @staticmethod

@@ -150,6 +150,8 @@ def load_kernel(backend: "CUDABackend", spec: KernelSpec | str) -> CUDAKernel:
         KernelCompileError: NVRTC rejected the source (``.log`` has the log).
         ValueError: an unknown kernel name, no cuda launch geometry in the declaration, or no
             shader file for it.
+        RuntimeError: under the launch timeline (``backend.timeline``), a module without its
+            ``xi_tl`` (``_timeline.Timeline.attach``).
     """
     if isinstance(spec, str):
         spec = kernel_spec(spec)
@@ -166,6 +168,7 @@ def load_kernel(backend: "CUDABackend", spec: KernelSpec | str) -> CUDAKernel:
     check(lib.cuModuleLoadData(mod, cubin), f"cuModuleLoadData({spec.source_name}.cu)")
     check(lib.cuModuleGetFunction(fn, mod[0], name.encode()), f"cuModuleGetFunction({name})")
     if backend.timeline is not None and not backend.timeline.attach(mod[0]):
+        lib.cuModuleUnload(mod[0])
         raise RuntimeError(f"{spec.source_name}.cu has no xi_tl under XINFER_TIMELINE=1 "
                            f"(every shader includes shaders/xi_common.cuh's)")
     if not launch.family:
