@@ -279,6 +279,23 @@ def test_xinfer_mvq1_switch(monkeypatch):
     monkeypatch.setenv("XINFER_MVQ1", "2")
     with pytest.raises(ValueError, match="XINFER_MVQ1"):
         _launch.FAMILIES["matmul"]({"dt": "q4_1", "kind": "matmul"}, sms=132, stage_max=100 * 1024, cc=(9, 0))
+
+
+def test_xinfer_mvq_ctas_knob(monkeypatch):
+    """XINFER_MVQ_CTAS=1: `_pq` grids of at most one CTA an SM (the 8B's SwiGLU: 132 against 264), the
+    same entry and shared bytes; unset: 2."""
+    assert _launch.mvq_ctas({}) == 2 and _launch.mvq_ctas({"XINFER_MVQ_CTAS": "1"}) == 1
+    with pytest.raises(ValueError, match="XINFER_MVQ_CTAS='4' is not one of '', '1', '2'"):
+        _launch.mvq_ctas({"XINFER_MVQ_CTAS": "4"})
+    c = dict(T=1, N=14336, K=4096, accumulate=0, eps=EPS)
+    launches = {}
+    for env in ("", "1", "2"):
+        monkeypatch.setenv("XINFER_MVQ_CTAS", env)
+        fam = _launch.FAMILIES["matmul"]({"dt": "q4_1", "kind": "rmsnorm_matmul_swiglu"}, sms=132, stage_max=100 * 1024,
+                                         cc=(9, 0), pq_max=_launch.PQ_STAGE_MAX)
+        launches[env] = fam.launch(c)
+    assert launches[""] == launches["2"] and launches[""][0] == (264, 1, 1) and launches["1"][0] == (132, 1, 1)
+    assert launches["1"][1:] == launches[""][1:]  # block, shared bytes, entry
     assert _launch.pq_stage_max_for(227 * 1024) == _launch.PQ_STAGE_MAX
 
 

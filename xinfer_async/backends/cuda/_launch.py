@@ -471,6 +471,22 @@ def mvq1_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     return v == "1"
 
 
+def mvq_ctas(environ: Mapping[str, str] = os.environ) -> int:
+    """CTAs an SM a ``_pq`` / ``_pq1`` launch fills at most (its grid: ``mvq_launch``'s
+    ``ctas_per_sm``): ``XINFER_MVQ_CTAS`` 1 or 2, default 2 (``__launch_bounds__(256, 2)``). One CTA an
+    SM halves a launch's shared memory and registers on each SM, room for the next kernel's blocks to
+    start beside it (programmatic dependent launch), for half the bytes in flight: an A/B knob for the
+    H200 (the warps stride over the tiles either way: the same bits).
+
+    Raises:
+        ValueError: XINFER_MVQ_CTAS is set to something else.
+    """
+    v = environ.get("XINFER_MVQ_CTAS", "").strip()
+    if v not in ("", "1", "2"):
+        raise ValueError(f"XINFER_MVQ_CTAS={v!r} is not one of '', '1', '2'")
+    return int(v or 2)
+
+
 def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
     """Tokens above which the ``STAGED1_TYPES`` run the tiled ``_t`` entry (xi_mvt.cuh: each weight
     decoded once for 8 tokens) instead of the staged one (xi_mvc.cuh: decoded once a token): 8, as
@@ -492,8 +508,8 @@ def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
 def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
                   cc: tuple[int, int] = (9, 0), mmq: str = "", mvp: bool = True,
                   kq_min_t: int = _MVT_MIN_T, mvq: bool = True,
-                  pq_max: int = PQ_STAGE_MAX,
-                  mvq1: bool = False) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+                  pq_max: int = PQ_STAGE_MAX, mvq1: bool = False,
+                  mvq_ctas: int = 2) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, dynamic shared bytes, entry suffix) of a matrix kernel (``kind``: ``matmul``,
     ``rmsnorm_matmul`` or ``rmsnorm_matmul_swiglu``) of type ``dt`` for the constants:
 
@@ -506,7 +522,8 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
       shared bytes within ``pq_max``, the device's opt-in: ``pq_stage_max_for``):
       ``_pq``, the integer decode kernel (shaders/xi_mvq.cuh, ``mvq_launch``; llama.cpp's numerics:
       its rows' bits differ from the f32 entries', which take T > PQ_MAX_T); with ``mvq1``
-      (``mvq1_enabled``: XINFER_MVQ1=1) ``_pq1`` where a CTA has one token (the same bits);
+      (``mvq1_enabled``: XINFER_MVQ1=1) ``_pq1`` where a CTA has one token (the same bits); at most
+      ``mvq_ctas`` CTAs an SM (``mvq_ctas``: XINFER_MVQ_CTAS);
     - ``mvp`` (``mvp_enabled``: XINFER_MVP unset or 1) and ``mvp_weight`` (T <= MVP_MAX_T, large
       weights): ``_p``, the pipelined kernel (shaders/xi_mvp.cuh, ``mvp_launch``);
     - else T > 8 (for ``STAGED1_TYPES``: T > ``kq_min_t``, ``kq_tiled_min_t``): ``_t``, the
@@ -519,7 +536,7 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
     if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
     if mvq and mvq_weight(dt, c["N"], c["K"], t, glu, pq_max, cc, norm=kind != "matmul"):
-        return mvq_launch(c, dt, glu, sms, cc, pq_max, norm=kind != "matmul", one=mvq1)
+        return mvq_launch(c, dt, glu, sms, cc, pq_max, norm=kind != "matmul", one=mvq1, ctas_per_sm=mvq_ctas)
     if mvp and mvp_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
         return mvp_launch(c, dt, glu, sms, cc)
     if t > (kq_min_t if dt in STAGED1_TYPES else _MVT_MIN_T):
@@ -626,7 +643,7 @@ def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], 
     return Family(matmul_entries(dt),
                   functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc,
                                     mmq=mmq_mode(), mvp=mvp_enabled(), kq_min_t=kq_tiled_min_t(),
-                                    mvq=mvq_enabled(), pq_max=pq_max, mvq1=mvq1_enabled()),
+                                    mvq=mvq_enabled(), pq_max=pq_max, mvq1=mvq1_enabled(), mvq_ctas=mvq_ctas()),
                   opt_in)
 
 
