@@ -1,7 +1,7 @@
 // The integer decode matrix kernel, T <= ~8 tokens (entries `_pq` of matmul_DT, rmsnorm_matmul_DT and
-// rmsnorm_matmul_swiglu_DT for q4_0, q4_1, q5_0, q8_0, q4_k, q5_k, q6_k, and `_pq1`, the same for one
-// token a CTA alone; backends/cuda/_launch.py's mvq_weight picks it): y (T, N) from w (N, K) GGUF blocks (2N rows with GLU: gate rows, then up
-// rows) and x (T, K) f32, NORM and GLU as in xi_mvc.cuh, with llama.cpp's integer numerics (#15):
+// rmsnorm_matmul_swiglu_DT for q4_0, q4_1, q5_0, q8_0, q4_k, q5_k, q6_k, and under XINFER_MVQ1=1 `_pq1`,
+// the same for one token a CTA alone; backends/cuda/_launch.py's mvq_weight picks it): y (T, N) from
+// w (N, K) GGUF blocks (2N rows with GLU: gate rows, then up rows) and x (T, K) f32, NORM and GLU as in xi_mvc.cuh, with llama.cpp's integer numerics (#15):
 // activations quantized to q8_1 per block of 32, exact int8 dot products (dp4a), scales after.
 //
 // Why: the f32 entry `_p` (xi_mvp.cuh) decodes every 4-bit code to a float and multiplies it in f32;
@@ -320,6 +320,7 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
 // sm_90: matmul q4_1 61 against 128, the rmsnorm kinds 55 against 87; _launch.mvq1_enabled).
 template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, int MAXTT = XI_MVQ_TT>
 __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
+    static_assert(MAXTT == 1 || MAXTT == XI_MVQ_TT, "the one-token body alone, or every body");
     extern __shared__ uint4 xi_mvq_dyn[];
     if (blockIdx.y == 0) xi_prefetch_rows<TYPE, GLU>(a, (long long)blockIdx.x * XI_MVQ_WARPS * R, XI_MVQ_WARPS * R);
     xi_grid_begin();
@@ -354,8 +355,9 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
 #define XI_MVQ_S(TYPE, NORM, GLU) (!(NORM) && !(GLU) ? ((TYPE) == XI_Q8_0 ? 3 : 2) : (TYPE) == XI_Q6_K || (TYPE) == XI_Q5_K || (TYPE) == XI_Q5_0 ? 2 : 3)
 #define XI_MVQ_CG(TYPE) ((TYPE) == XI_Q8_0 ? 4 : 8)
 
-// the `_pq` and `_pq1` entries of matmul_DT, rmsnorm_matmul_DT and rmsnorm_matmul_swiglu_DT (SUF: the
-// suffix, MAXTT: xi_mvq_kernel's)
+// the `_pq` (and under XI_MVQ1 `_pq1`) entries of matmul_DT, rmsnorm_matmul_DT and
+// rmsnorm_matmul_swiglu_DT (SUF: the suffix, MAXTT: xi_mvq_kernel's); without XI_MVQ1 the cubins are
+// those of before `_pq1` existed, byte for byte
 #define XI_MVQ_ENTRY(DT, TYPE, SUF, MAXTT)                                                                            \
     extern "C" __global__ void __launch_bounds__(256, 2) matmul_##DT##SUF(XI_MVP_PARAMS) {                            \
         const XiMvcArgs a{w, x, nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};                                       \
@@ -372,6 +374,12 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
         const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, 0, c.eps};                                                    \
         xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1, 1), XI_MVQ_S(TYPE, 1, 1), XI_MVQ_CG(TYPE), true, true, MAXTT>(a);       \
     }
+#ifdef XI_MVQ1  // the backend defines it under XINFER_MVQ1=1 (_launch.mvq1_enabled): `_pq1` beside `_pq`
 #define XI_MVQ_ENTRIES(DT, TYPE) XI_MVQ_ENTRY(DT, TYPE, _pq, XI_MVQ_TT) XI_MVQ_ENTRY(DT, TYPE, _pq1, 1)
 #define XI_MVQ_NORM_ENTRIES(DT, TYPE) XI_MVQ_NORM_ENTRY(DT, TYPE, _pq, XI_MVQ_TT) XI_MVQ_NORM_ENTRY(DT, TYPE, _pq1, 1)
 #define XI_MVQ_SWIGLU_ENTRIES(DT, TYPE) XI_MVQ_SWIGLU_ENTRY(DT, TYPE, _pq, XI_MVQ_TT) XI_MVQ_SWIGLU_ENTRY(DT, TYPE, _pq1, 1)
+#else
+#define XI_MVQ_ENTRIES(DT, TYPE) XI_MVQ_ENTRY(DT, TYPE, _pq, XI_MVQ_TT)
+#define XI_MVQ_NORM_ENTRIES(DT, TYPE) XI_MVQ_NORM_ENTRY(DT, TYPE, _pq, XI_MVQ_TT)
+#define XI_MVQ_SWIGLU_ENTRIES(DT, TYPE) XI_MVQ_SWIGLU_ENTRY(DT, TYPE, _pq, XI_MVQ_TT)
+#endif

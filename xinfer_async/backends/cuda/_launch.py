@@ -471,6 +471,15 @@ def mvq1_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     return v == "1"
 
 
+def mvq1_compile_options(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """The NVRTC options that add the ``_pq1`` entries (shaders/xi_mvq.cuh ``XI_MVQ1``): under
+    ``XINFER_MVQ1=1`` only, so the default cubins stay those of before them (their own cache entries).
+
+    Raises:
+        ValueError: XINFER_MVQ1 is set to something other than '', '0' or '1'."""
+    return ("-DXI_MVQ1",) if mvq1_enabled(environ) else ()
+
+
 def mvq_ctas(environ: Mapping[str, str] = os.environ) -> int:
     """CTAs an SM a ``_pq`` / ``_pq1`` launch fills at most (its grid: ``mvq_launch``'s
     ``ctas_per_sm``): ``XINFER_MVQ_CTAS`` 1 or 2, default 2 (``__launch_bounds__(256, 2)``). One CTA an
@@ -600,9 +609,14 @@ def attention_launch(c: dict, sms: int) -> tuple[tuple[int, int, int], tuple[int
 
 def matmul_entries(dt: str) -> tuple[str, ...]:
     """The entry suffixes of a matrix kernel's shader: ``""``, ``"_t"`` (and ``"_tc"``, ``"_tct"``;
-    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``; ``"_p"``; ``"_pq"``, ``"_pq1"``)."""
+    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``; ``"_p"``; ``"_pq"``, and ``"_pq1"`` under XINFER_MVQ1=1, which
+    also compiles it: ``mvq1_compile_options``).
+
+    Raises:
+        ValueError: XINFER_MVQ1 is set to something other than '', '0' or '1'."""
+    pq = (("_pq", "_pq1") if mvq1_enabled() else ("_pq",)) if dt in MVQ_TYPES else ()
     return ("", "_t") + (("_tc", "_tct") if dt in TC_TYPES else ()) + (("_mmq", "_mmqs", "_q1") if dt in MMQ_TYPES else ()) \
-        + (("_p",) if dt in MVP_TYPES else ()) + (("_pq", "_pq1") if dt in MVQ_TYPES else ())
+        + (("_p",) if dt in MVP_TYPES else ()) + pq
 
 
 @dataclasses.dataclass(frozen=True)
@@ -624,23 +638,28 @@ class Family:
 def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = PQ_STAGE_MAX) -> Family:
     """matmul_DT, rmsnorm_matmul_DT, rmsnorm_matmul_swiglu_DT (``params``: ``dt``, ``kind``):
     ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ), ``mvp_enabled()`` (XINFER_MVP),
-    ``mvq_enabled()`` (XINFER_MVQ) and ``kq_tiled_min_t()`` (XINFER_KQ_TILED_MIN_T), read when the
+    ``mvq_enabled()`` (XINFER_MVQ), ``kq_tiled_min_t()`` (XINFER_KQ_TILED_MIN_T), ``mvq1_enabled()``
+    (XINFER_MVQ1) and ``mvq_ctas()`` (XINFER_MVQ_CTAS), read when the
     kernel is loaded; the ``_t`` entry stages tokens in up to ``stage_max`` dynamic shared bytes, the
     tiled integer entries opt in to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
     them directly), ``_p`` (MVP_TYPES) to ``stage_max`` (``mvp_weight`` keeps it within) and ``_pq``
-    (MVQ_TYPES) to ``pq_max`` (``mvq_tokens`` keeps it within).
+    (and ``_pq1``; MVQ_TYPES) to ``pq_max`` (``mvq_tokens`` keeps it within).
 
     Raises:
-        ValueError: XINFER_MMQ, XINFER_MVP, XINFER_MVQ or XINFER_KQ_TILED_MIN_T is set to an unknown value."""
+        ValueError: XINFER_MMQ, XINFER_MVP, XINFER_MVQ, XINFER_KQ_TILED_MIN_T, XINFER_MVQ1 or
+            XINFER_MVQ_CTAS is set to an unknown value."""
     dt, kind = params["dt"], params["kind"]
+    entries = matmul_entries(dt)
     opt_in = {"_t": stage_max} if stage_max > 48 * 1024 else {}
     if mmq_usable(dt, stage_max, cc):
         opt_in.update({"_mmq": mmq_shared(dt, MMQ_TN), "_mmqs": mmq_shared(dt, MMQ_TN_SMALL)})
     if dt in MVP_TYPES and stage_max > 48 * 1024:
         opt_in["_p"] = stage_max  # mvp_weight keeps its shared bytes within stage_max
     if dt in MVQ_TYPES and pq_max > 48 * 1024:
-        opt_in["_pq"] = opt_in["_pq1"] = pq_max  # mvq_tokens keeps their shared bytes within pq_max
-    return Family(matmul_entries(dt),
+        for suffix in ("_pq", "_pq1"):  # mvq_tokens keeps their shared bytes within pq_max
+            if suffix in entries:
+                opt_in[suffix] = pq_max
+    return Family(entries,
                   functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc,
                                     mmq=mmq_mode(), mvp=mvp_enabled(), kq_min_t=kq_tiled_min_t(),
                                     mvq=mvq_enabled(), pq_max=pq_max, mvq1=mvq1_enabled(), mvq_ctas=mvq_ctas()),
