@@ -208,3 +208,69 @@ def test_timeline_records_each_launch_once_in_order(rng):
 
     r = step_rows(rec, ["affine", "add", "affine"])
     assert r["steps"] == 4 and r["step_us"] > 0
+
+
+class _HostMemory:
+    """A stand-in for the cuda backend's memory calls (alloc, write, read, synchronize) over host bytes."""
+
+    def __init__(self):
+        self.mem, self.syncs = {}, 0
+
+    def alloc(self, n):
+        base = 4096 * (len(self.mem) + 1) << 20
+        self.mem[base] = bytearray(n)
+        return base
+
+    def _at(self, address):
+        base = max(b for b in self.mem if b <= address)
+        return self.mem[base], address - base
+
+    def write(self, address, data):
+        buf, off = self._at(address)
+        raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        buf[off:off + raw.size] = raw.tobytes()
+
+    def read(self, address, out):
+        buf, off = self._at(address)
+        raw = out.view(np.uint8).reshape(-1)
+        raw[:] = np.frombuffer(bytes(buf[off:off + raw.size]), np.uint8)
+
+    def synchronize(self):
+        self.syncs += 1
+
+
+def test_timeline_buffer_reset_read_and_overflow():
+    """_timeline.Timeline over host bytes: reset zeroes the count (and synchronizes: a pageable copy may
+    land late), read returns the recorded (arrive, go) pairs in order, and a count past SLOTS is refused."""
+    from xinfer_async.backends.cuda._timeline import SLOTS, Timeline
+
+    mem = _HostMemory()
+    tl = Timeline(mem)
+    assert tl.read().shape == (0, 2) and mem.syncs == 1
+    pairs = np.array([[10, 15], [14, 40], [39, 41]], np.uint64)
+    mem.write(tl.address, np.array([3, 0], np.uint64))  # what three kernels' first threads leave
+    mem.write(tl.address + 16, pairs)
+    got = tl.read()
+    assert got.dtype == np.int64 and np.array_equal(got, pairs.astype(np.int64))
+    tl.reset()
+    assert tl.read().shape == (0, 2) and mem.syncs == 2
+    mem.write(tl.address, np.array([SLOTS + 1, 0], np.uint64))
+    with pytest.raises(RuntimeError, match=f"counted {SLOTS + 1} launches; its buffer holds {SLOTS}"):
+        tl.read()
+
+
+def test_render_timeline_names_every_kernel_and_the_first_launches():
+    from xinfer_async.bench._model import _render_timeline
+
+    t = dict(plan="decode", slots=1, steps=7, step_us=2900.0, resolution_ns=32.0,
+             kernels=[dict(label="rmsnorm_matmul_swiglu_q4_1/pq", calls=32, us=900.0, lead_us=0.5),
+                      dict(label="attention/d4", calls=32, us=280.0, lead_us=2.25)],
+             order=[dict(label="get_rows_q4_1", us=3.0, lead_us=0.0), dict(label="attention/d4", us=8.75, lead_us=2.25)])
+    text = _render_timeline(t, dict(kernels=[dict(label="attention/d4", calls=32, us=265.0)]), first=1)
+    lines = text.strip().splitlines()
+    assert "2.900 ms a step" in lines[0] and "timer steps 32 ns" in lines[0]
+    swiglu = next(ln for ln in lines if ln.startswith("rmsnorm_matmul_swiglu_q4_1/pq"))
+    assert swiglu.split()[1:5] == ["32", "900.0", "31.0%", "0.50"] and swiglu.split()[5] == "nan"  # not timed alone
+    att = next(ln for ln in lines if ln.startswith("attention/d4"))
+    assert att.split()[-1] == "265.0"
+    assert lines[-2] == "the step's first 1 launches (us in situ, lead us):" and "get_rows_q4_1" in lines[-1]
