@@ -5,6 +5,7 @@ import os
 import struct
 
 import pytest
+from _nvrtc_marks import needs_nvrtc
 
 from xinfer_async import _native
 from xinfer_async.backends.cuda import _nvrtc
@@ -72,14 +73,9 @@ def test_a_constant_kind_is_checked():
         KernelSpec("toy", (), (("n", "d"),))
 
 
-try:
-    _nvrtc.load()
-    HAVE_NVRTC = True
-except OSError:
-    HAVE_NVRTC = False
 
 
-@pytest.mark.skipif(not HAVE_NVRTC, reason="NVRTC not installed (pip install -e '.[cuda]')")
+@needs_nvrtc
 def test_cuda_struct_layout_is_the_declared_one(tmp_path, monkeypatch):
     """Each CUDA struct compiled by NVRTC: a static_assert of its size and of every field's offset."""
     monkeypatch.setenv("XINFER_CACHE_DIR", str(tmp_path))

@@ -17,15 +17,10 @@ import pytest
 from _kernel_refs import KQUANT_BLOCKS, encode_weights, launch_matrix_kind, random_blocks
 from _mmq_model import (block_codes, block_terms, check_against_model, check_within_bound, dequantize, error_bound,
                         mvq_matmul, mvq_swiglu, rmsnorm_h, rmsnorm_inv_cta, rows_of, warp_sum)
+from _nvrtc_marks import needs_nvrtc
 
-from xinfer_async.backends.cuda import _launch, _nvrtc
+from xinfer_async.backends.cuda import _launch
 from xinfer_async.backends.cuda._kernel import shader_dir
-
-try:
-    _nvrtc.load()
-    HAVE_NVRTC = True
-except OSError:
-    HAVE_NVRTC = False
 
 F32 = np.float32
 EPS = 1e-5
@@ -299,7 +294,7 @@ def test_xinfer_mvq1_switch(monkeypatch):
         _launch.FAMILIES["matmul"]({"dt": "q4_1", "kind": "matmul"}, sms=132, stage_max=100 * 1024, cc=(9, 0))
 
 
-@pytest.mark.skipif(not HAVE_NVRTC, reason="NVRTC not installed (pip install -e '.[cuda]')")
+@needs_nvrtc
 @pytest.mark.parametrize("kind", KINDS)
 def test_one_token_entry_is_the_small_one(monkeypatch, tmp_path, kind):
     """NVRTC (no GPU): without XINFER_MVQ1 the shader has no `_pq1`; with it, `_pq1` beside `_pq`, with

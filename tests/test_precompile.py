@@ -2,6 +2,7 @@
 fresh cache (NVRTC for sm_90, no GPU needed)."""
 
 import pytest
+from _nvrtc_marks import needs_nvrtc
 
 from xinfer_async.backends.cuda import _nvrtc
 from xinfer_async.backends.cuda._kernel import compile_shader, shader_cache_path
@@ -9,12 +10,6 @@ from xinfer_async.backends.cuda._launch import FAMILIES
 from xinfer_async.backends.cuda._precompile import ShaderTarget, precompile, shader_names
 from xinfer_async.ops._kernels import KERNELS
 
-try:
-    _nvrtc.load()
-    HAVE_NVRTC = True
-except OSError:
-    HAVE_NVRTC = False
-needs_nvrtc = pytest.mark.skipif(not HAVE_NVRTC, reason="NVRTC not installed (pip install -e '.[cuda]')")
 H200 = ShaderTarget("sm_90", 102400)
 
 

@@ -13,16 +13,12 @@ import os
 import re
 
 import pytest
+from _nvrtc_marks import needs_nvrtc
 
-from xinfer_async.backends.cuda import CUDABackend, _nvrtc
+from xinfer_async.backends.cuda import CUDABackend
 from xinfer_async.backends.cuda._kernel import compile_shader, shader_dir, shader_ptx
 from xinfer_async.backends.cuda._precompile import ShaderTarget, device_target
 
-try:
-    _nvrtc.load()
-    HAVE_NVRTC = True
-except OSError:
-    HAVE_NVRTC = False
 
 SHADERS = sorted(f for f in os.listdir(shader_dir()) if f.endswith(".cu"))
 
@@ -33,7 +29,7 @@ def target() -> ShaderTarget:
     return device_target() if CUDABackend.is_available()[0] else ShaderTarget("sm_90", 100 * 1024)
 
 
-@pytest.mark.skipif(not HAVE_NVRTC, reason="NVRTC not installed (pip install -e '.[cuda]')")
+@needs_nvrtc
 @pytest.mark.parametrize("name", SHADERS)
 def test_shader_compiles_for_sm90(name, target):
     cubin = compile_shader(name[:-3], target.arch, target.stage_max, target.driver_version)
@@ -110,7 +106,7 @@ def test_unwaited_ops_sees_every_path():
     assert unwaited_ops(early_return) == {"ret;"}
 
 
-@pytest.mark.skipif(not HAVE_NVRTC, reason="NVRTC not installed (pip install -e '.[cuda]')")
+@needs_nvrtc
 @pytest.mark.parametrize("name", SHADERS)
 def test_every_entry_waits_for_the_previous_kernel(name, target):
     """The backend launches every kernel with programmatic dependent launch on sm_90 (it may start

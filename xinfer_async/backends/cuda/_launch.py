@@ -325,8 +325,8 @@ def mvp_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: t
     return wbytes >= MVP_MIN_BYTES and mvp_shared(dt, k, t, glu) <= stage_max
 
 
-def _switch(environ: Mapping[str, str], name: str) -> bool:
-    """An on/off A/B switch: ``name`` unset or ``1`` is on, ``0`` off.
+def _switch(environ: Mapping[str, str], name: str, default: bool = True) -> bool:
+    """An on/off A/B switch: ``name`` ``1`` is on, ``0`` off, unset ``default``.
 
     Raises:
         ValueError: ``name`` is set to something else.
@@ -334,7 +334,7 @@ def _switch(environ: Mapping[str, str], name: str) -> bool:
     v = environ.get(name, "").strip()
     if v not in ("", "0", "1"):
         raise ValueError(f"{name}={v!r} is not one of '', '0', '1'")
-    return v != "0"
+    return default if v == "" else v == "1"
 
 
 def mvp_enabled(environ: Mapping[str, str] = os.environ) -> bool:
@@ -465,10 +465,7 @@ def mvq1_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     Raises:
         ValueError: XINFER_MVQ1 is set to something else.
     """
-    v = environ.get("XINFER_MVQ1", "").strip()
-    if v not in ("", "0", "1"):
-        raise ValueError(f"XINFER_MVQ1={v!r} is not one of '', '0', '1'")
-    return v == "1"
+    return _switch(environ, "XINFER_MVQ1", default=False)
 
 
 def mvq1_compile_options(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
