@@ -191,6 +191,26 @@ __device__ __forceinline__ void xi_att_segment(const KV *__restrict__ kb, const 
     __syncthreads();  // the next segment (or run) rewrites the shared state
 }
 
+// Ask L2 for the k and v rows of keys [0, n) (key j at kb / vb + j * kv_row, hd values each): this
+// block's share of the 128-byte lines (share z of nz: the blocks of the same kv head and segment split
+// them), each thread a line in turn (prefetch.L2: a hint, no value changes; xi_common.cuh). Why: a lane
+// reads its key's k row in dependent groups of 4 float4 loads and a warp its chunk's v rows in groups
+// of 8, ~12 round trips a chunk; from DRAM each is ~1 us, so a 512-key segment took ~8 us alone and
+// ~13 in a decode step (H200, Llama-3.1-8B shape, launch timeline). With the segment's 0.5 MB (f32,
+// head_dim 128) asked for at once, the rows stream from DRAM at its bandwidth and the round trips
+// hit L2.
+template <typename KV>
+__device__ __forceinline__ void xi_att_prefetch(const KV *kb, const KV *vb, size_t_ kv_row, int n, int hd, int z,
+                                                int nz) {
+    const int lines = (hd * (int)sizeof(KV) + 127) >> 7;  // a row's lines (the first at the row's start)
+    const int all = 2 * n * lines;
+    for (int e = z * (int)blockDim.x + (int)threadIdx.x; e < all; e += nz * (int)blockDim.x) {
+        const int row = e / lines, l = e - row * lines, j = row >> 1;
+        const KV *r = ((row & 1) ? vb : kb) + (size_t_)j * kv_row;
+        asm volatile("prefetch.L2 [%0];" ::"l"(reinterpret_cast<const uint8_t *>(r) + 128 * l));
+    }
+}
+
 // The block's kv head and share of its query heads: grid.y = n_kv * S (S split-K blocks a kv head,
 // *s gets this block's index among them), gridDim.z blocks split the group of n_head / n_kv heads into
 // runs of ceil(group / gridDim.z); *h0 gets the first head, the result is how many (0: none).
@@ -231,6 +251,9 @@ __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV
     // time; else one at a time, the same sums
     const bool vec = (hd & 3) == 0 && ((size_t_)kb & (4 * sizeof(KV) - 1)) == 0;
     const int idx = threadIdx.x;  // (head idx / hd of the run, dim idx % hd)
+    // the first segment's rows now, each next one's as the one before starts (the first run of heads)
+    xi_att_prefetch(kb + (size_t_)s * seg * kv_row, vb + (size_t_)s * seg * kv_row, kv_row, min(seg, p + 1 - s * seg), hd,
+                    (int)blockIdx.z, (int)gridDim.z);
     for (int g = 0; g < gn; g += G) {
         const int gr = min(G, gn - g);
         for (int i = idx; i < gr * hd; i += blockDim.x) sm.q[i / hd][i % hd] = qv[(size_t_)g * hd + i];
@@ -238,6 +261,9 @@ __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV
         float M = -XI_INF, L = 0.0f, R = 0.0f;
         for (int i = s; i < nseg; i += parts) {
             const size_t_ k0 = (size_t_)i * seg;
+            if (g == 0 && i + parts < nseg)
+                xi_att_prefetch(kb + (k0 + (size_t_)parts * seg) * kv_row, vb + (k0 + (size_t_)parts * seg) * kv_row, kv_row,
+                                min(seg, p + 1 - (i + parts) * seg), hd, (int)blockIdx.z, (int)gridDim.z);
             float pm = 0.0f, pl = 0.0f, pr = 0.0f;
             xi_att_segment<D, G, KV>(kb + k0 * kv_row, vb + k0 * kv_row, kv_row, min(seg, p + 1 - i * seg), hd, gr,
                                      scale, vec, sm, pm, pl, pr);
