@@ -1,7 +1,7 @@
 // The integer decode matrix kernel, T <= ~8 tokens (entries `_pq` of matmul_DT, rmsnorm_matmul_DT and
-// rmsnorm_matmul_swiglu_DT for q4_0, q4_1, q5_0, q8_0, q4_k, q5_k, q6_k, and under XINFER_MVQ1=1 `_pq1`,
-// the same for one token a CTA alone; backends/cuda/_launch.py's mvq_weight picks it): y (T, N) from
-// w (N, K) GGUF blocks (2N rows with GLU: gate rows, then up rows) and x (T, K) f32, NORM and GLU as in xi_mvc.cuh, with llama.cpp's integer numerics (#15):
+// rmsnorm_matmul_swiglu_DT for q4_0, q4_1, q5_0, q8_0, q4_k, q5_k, q6_k; backends/cuda/_launch.py's
+// mvq_weight picks it): y (T, N) from w (N, K) GGUF blocks (2N rows with GLU: gate rows, then up
+// rows) and x (T, K) f32, NORM and GLU as in xi_mvc.cuh, with llama.cpp's integer numerics (#15):
 // activations quantized to q8_1 per block of 32, exact int8 dot products (dp4a), scales after.
 //
 // Why: the f32 entry `_p` (xi_mvp.cuh) decodes every 4-bit code to a float and multiplies it in f32;
@@ -313,14 +313,10 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
 
 // The kernel body (256 threads; grid (at most a wave, ceil(T / TT)), xi_mvq_shared(TYPE, K, TT, ...)
 // dynamic shared bytes: backends/cuda/_launch.py's mvq_launch). A CTA's tokens: tt = ceil(T /
-// gridDim.y) from blockIdx.y tt, its accumulators sized for the next of 1, 2, 4, 8 (tt > MAXTT, a
+// gridDim.y) from blockIdx.y tt, its accumulators sized for the next of 1, 2, 4, 8 (tt > 8, a
 // launch that breaks the rule, and the shapes the vector body does not take: NaN rows).
-// MAXTT: XI_MVQ_TT for the `_pq` entries (every body), 1 for `_pq1` (the one-token body alone, the
-// same code and bits at tt == 1: its registers are that body's, not the 8-token body's; NVRTC 13.5,
-// sm_90: matmul q4_1 61 against 128, the rmsnorm kinds 55 against 87; _launch.mvq1_enabled).
-template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, int MAXTT = XI_MVQ_TT>
+template <int TYPE, int R, int S, int CG, bool NORM, bool GLU>
 __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
-    static_assert(MAXTT == 1 || MAXTT == XI_MVQ_TT, "the one-token body alone, or every body");
     extern __shared__ uint4 xi_mvq_dyn[];
     if (blockIdx.y == 0) xi_prefetch_rows<TYPE, GLU>(a, (long long)blockIdx.x * XI_MVQ_WARPS * R, XI_MVQ_WARPS * R);
     xi_grid_begin();
@@ -329,20 +325,16 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
     const int tn = a.T - tg0 < tt ? a.T - tg0 : tt;
     uint8_t *smem = reinterpret_cast<uint8_t *>(xi_mvq_dyn);
     const bool ok = (a.K & 255) == 0 && (xi_row_bytes_of(TYPE, a.K) & 15) == 0 && (((size_t_)a.w) & 15) == 0;
-    if (!ok || tt > MAXTT) {  // not a launch of mvq_launch: poison this CTA's rows
+    if (!ok || tt > XI_MVQ_TT) {  // not a launch of mvq_launch: poison this CTA's rows
         for (int t = tg0; t < tg0 + tn; t++)
             for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < a.N; n += gridDim.x * blockDim.x)
                 a.y[(size_t_)t * a.N + n] = XI_NAN;
         return;
     }
-    if constexpr (MAXTT == 1) {
-        xi_mvq<TYPE, R, S, CG, NORM, GLU, 1>(a, smem, tg0, tn);
-    } else {
-        if (tt == 1) xi_mvq<TYPE, R, S, CG, NORM, GLU, 1>(a, smem, tg0, tn);
-        else if (tt == 2) xi_mvq<TYPE, R, S, CG, NORM, GLU, 2>(a, smem, tg0, tn);
-        else if (tt <= 4) xi_mvq<TYPE, R, S, CG, NORM, GLU, 4>(a, smem, tg0, tn);
-        else xi_mvq<TYPE, R, S, CG, NORM, GLU, 8>(a, smem, tg0, tn);
-    }
+    if (tt == 1) xi_mvq<TYPE, R, S, CG, NORM, GLU, 1>(a, smem, tg0, tn);
+    else if (tt == 2) xi_mvq<TYPE, R, S, CG, NORM, GLU, 2>(a, smem, tg0, tn);
+    else if (tt <= 4) xi_mvq<TYPE, R, S, CG, NORM, GLU, 4>(a, smem, tg0, tn);
+    else xi_mvq<TYPE, R, S, CG, NORM, GLU, 8>(a, smem, tg0, tn);
 }
 
 // (R, S, CG) by type and kind (NORM: rmsnorm_matmul and SwiGLU; else matmul), from the H200 sweep of
@@ -355,31 +347,20 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
 #define XI_MVQ_S(TYPE, NORM, GLU) (!(NORM) && !(GLU) ? ((TYPE) == XI_Q8_0 ? 3 : 2) : (TYPE) == XI_Q6_K || (TYPE) == XI_Q5_K || (TYPE) == XI_Q5_0 ? 2 : 3)
 #define XI_MVQ_CG(TYPE) ((TYPE) == XI_Q8_0 ? 4 : 8)
 
-// the `_pq` (and under XI_MVQ1 `_pq1`) entries of matmul_DT, rmsnorm_matmul_DT and
-// rmsnorm_matmul_swiglu_DT (SUF: the suffix, MAXTT: xi_mvq_kernel's); without XI_MVQ1 the cubins are
-// those of before `_pq1` existed, byte for byte
-#define XI_MVQ_ENTRY(DT, TYPE, SUF, MAXTT)                                                                            \
-    extern "C" __global__ void __launch_bounds__(256, 2) matmul_##DT##SUF(XI_MVP_PARAMS) {                            \
+// the `_pq` entries of matmul_DT, rmsnorm_matmul_DT and rmsnorm_matmul_swiglu_DT
+#define XI_MVQ_ENTRIES(DT, TYPE)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(256, 2) matmul_##DT##_pq(XI_MVP_PARAMS) {                            \
         const XiMvcArgs a{w, x, nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};                                       \
-        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0, 0), XI_MVQ_S(TYPE, 0, 0), XI_MVQ_CG(TYPE), false, false, MAXTT>(a);    \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0, 0), XI_MVQ_S(TYPE, 0, 0), XI_MVQ_CG(TYPE), false, false>(a);                        \
     }
-#define XI_MVQ_NORM_ENTRY(DT, TYPE, SUF, MAXTT)                                                                       \
-    extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_matmul_##DT##SUF(XI_MVP_NORM_PARAMS(xi_rmsnorm_matmul_c)) { \
+#define XI_MVQ_NORM_ENTRIES(DT, TYPE)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_matmul_##DT##_pq(XI_MVP_NORM_PARAMS(xi_rmsnorm_matmul_c)) { \
         const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, c.accumulate, c.eps};                                         \
-        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1, 0), XI_MVQ_S(TYPE, 1, 0), XI_MVQ_CG(TYPE), true, false, MAXTT>(a);      \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1, 0), XI_MVQ_S(TYPE, 1, 0), XI_MVQ_CG(TYPE), true, false>(a);                         \
     }
-#define XI_MVQ_SWIGLU_ENTRY(DT, TYPE, SUF, MAXTT)                                                                     \
-    extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_matmul_swiglu_##DT##SUF(                             \
+#define XI_MVQ_SWIGLU_ENTRIES(DT, TYPE)                                                                               \
+    extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_matmul_swiglu_##DT##_pq(                             \
         XI_MVP_NORM_PARAMS(xi_rmsnorm_matmul_swiglu_c)) {                                                             \
         const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, 0, c.eps};                                                    \
-        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1, 1), XI_MVQ_S(TYPE, 1, 1), XI_MVQ_CG(TYPE), true, true, MAXTT>(a);       \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1, 1), XI_MVQ_S(TYPE, 1, 1), XI_MVQ_CG(TYPE), true, true>(a);                          \
     }
-#ifdef XI_MVQ1  // the backend defines it under XINFER_MVQ1=1 (_launch.mvq1_enabled): `_pq1` beside `_pq`
-#define XI_MVQ_ENTRIES(DT, TYPE) XI_MVQ_ENTRY(DT, TYPE, _pq, XI_MVQ_TT) XI_MVQ_ENTRY(DT, TYPE, _pq1, 1)
-#define XI_MVQ_NORM_ENTRIES(DT, TYPE) XI_MVQ_NORM_ENTRY(DT, TYPE, _pq, XI_MVQ_TT) XI_MVQ_NORM_ENTRY(DT, TYPE, _pq1, 1)
-#define XI_MVQ_SWIGLU_ENTRIES(DT, TYPE) XI_MVQ_SWIGLU_ENTRY(DT, TYPE, _pq, XI_MVQ_TT) XI_MVQ_SWIGLU_ENTRY(DT, TYPE, _pq1, 1)
-#else
-#define XI_MVQ_ENTRIES(DT, TYPE) XI_MVQ_ENTRY(DT, TYPE, _pq, XI_MVQ_TT)
-#define XI_MVQ_NORM_ENTRIES(DT, TYPE) XI_MVQ_NORM_ENTRY(DT, TYPE, _pq, XI_MVQ_TT)
-#define XI_MVQ_SWIGLU_ENTRIES(DT, TYPE) XI_MVQ_SWIGLU_ENTRY(DT, TYPE, _pq, XI_MVQ_TT)
-#endif

@@ -177,7 +177,7 @@ def activation_quantization_bound(device_name, dt, x, exact):
 
 def row_numerics(device_name, kind, dt, N, K, T):
     """Which arithmetic the matrix kernel ``kind``_``dt`` gives an (N, K) weight's rows at T tokens:
-    ``"pq"`` where cuda runs the integer decode entry ``_pq`` or ``_pq1`` (shaders/xi_mvq.cuh: q8_1 activations,
+    ``"pq"`` where cuda runs the integer decode entry ``_pq`` (shaders/xi_mvq.cuh: q8_1 activations,
     T <= PQ_MAX_T; ``_launch.matmul_launch`` with the H200's constants and XINFER_MVQ / XINFER_MMQ as
     set now), else ``"f32"``: every other entry gives a row the same bits whatever T (the cpu
     backend's too). A row is bit-identical across runs of the same arithmetic, not across the two."""
@@ -186,9 +186,8 @@ def row_numerics(device_name, kind, dt, N, K, T):
     from xinfer_async.backends.cuda import _launch
 
     c = dict(T=T, N=N, K=K, accumulate=0, eps=1e-5)
-    suffix = _launch.matmul_launch(c, dt, kind, mmq=_launch.mmq_mode(), mvq=_launch.mvq_enabled(),
-                                   mvq1=_launch.mvq1_enabled())[3]
-    return "pq" if suffix in ("_pq", "_pq1") else "f32"
+    suffix = _launch.matmul_launch(c, dt, kind, mmq=_launch.mmq_mode(), mvq=_launch.mvq_enabled())[3]
+    return "pq" if suffix == "_pq" else "f32"
 
 
 async def launch_matrix_kind(dev, kind, dt, wq, x, norm, N, y0=None, xoff=0, eps=1e-5):

@@ -417,21 +417,18 @@ def test_errors(be):
     assert grid == (256, 1, 1) and block == (256, 1, 1) and shared == 0
     g = mm.launch_grid(dict(T=6, N=512, K=4064, accumulate=0))
     assert g == (256, 1, 1) and g.block == (256, 1, 1) and g.function == mm.function
-    from xinfer_async.backends.cuda._launch import mvq1_enabled, mvq_ctas, mvq_enabled
+    from xinfer_async.backends.cuda._launch import mvq_enabled
 
     if mvq_enabled():  # the default: K % 256 == 0 at 1..8 tokens runs the integer decode entry matmul_q4_1_pq
         # (shaders/xi_mvq.cuh, the matmul kind's parameters: _launch.mvq_params): 4 rows a warp, at most a
         # wave, 2 stages of 4 x 8 groups of 160 bytes a warp and the tokens' codes and (d, s) pairs (4096 +
-        # 1024 bytes a token; at most _launch.MVQ_MATMUL_TT = 4 tokens a block: 2 token tiles at T = 6);
-        # XINFER_MVQ1=1: `_pq1` for the one token; XINFER_MVQ_CTAS: CTAs an SM (2)
-        per_sm = mvq_ctas()
+        # 1024 bytes a token; at most _launch.MVQ_MATMUL_TT = 4 tokens a block: 2 token tiles at T = 6)
         g = mm.launch_grid(dict(T=1, N=4096, K=4096, accumulate=0))
-        assert g.function == mm.entries["_pq1" if mvq1_enabled() else "_pq"]
-        assert g == (min(128, per_sm * be.multiprocessors), 1, 1)
+        assert g.function == mm.entries["_pq"] and g == (min(128, 2 * be.multiprocessors), 1, 1)
         assert g.block == (256, 1, 1) and g.shared_bytes == 8 * 2 * 4 * 8 * 160 + 4096 + 1024
         g = mm.launch_grid(dict(T=6, N=4096, K=4096, accumulate=0))
         assert g.function == mm.entries["_pq"] and g.shared_bytes == 8 * 2 * 4 * 8 * 160 + 4 * (4096 + 1024)
-        assert g == (min(128, per_sm * be.multiprocessors), 2, 1)
+        assert g == (min(128, 2 * be.multiprocessors), 2, 1)
     else:  # XINFER_MVQ=0: one token runs the pipelined entry matmul_q4_1_p (shaders/xi_mvp.cuh;
         # _launch.MVP_MAX_T == 1), 2 rows a warp, at most 2 blocks an SM, 3 stages of 2 x 8 groups of 160
         # bytes a warp and the staged token (4096 floats and 512 block sums); 6 tokens the staged kernel

@@ -1,4 +1,4 @@
-"""The integer decode matrix kernel (shaders/xi_mvq.cuh, entries ``_pq`` and ``_pq1`` of matmul_DT, rmsnorm_matmul_DT and
+"""The integer decode matrix kernel (shaders/xi_mvq.cuh, entry ``_pq`` of matmul_DT, rmsnorm_matmul_DT and
 rmsnorm_matmul_swiglu_DT; llama.cpp's numerics: activations quantized to q8_1, dp4a, scales after): on
 cpu its numpy model (tests/_mmq_model.py ``mvq_matmul``; the K-quants' codes against gguf's dequantize,
 the lane order against a plain loop, the distance from float64 within its bound) and its launch rule;
@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 
 import numpy as np
 import pytest
 from _kernel_refs import KQUANT_BLOCKS, encode_weights, launch_matrix_kind, random_blocks
 from _mmq_model import (block_codes, block_terms, check_against_model, check_within_bound, dequantize, error_bound,
                         mvq_matmul, mvq_swiglu, rmsnorm_h, rmsnorm_inv_cta, rows_of, warp_sum)
-from _nvrtc_marks import needs_nvrtc
 
 from xinfer_async.backends.cuda import _launch
 from xinfer_async.backends.cuda._kernel import shader_dir
@@ -250,85 +248,13 @@ def test_xinfer_mvq_switch(monkeypatch):
         _launch.FAMILIES["matmul"]({"dt": "q4_1", "kind": "matmul"}, sms=132, stage_max=100 * 1024, cc=(9, 0))
 
 
-def test_entries(monkeypatch):
-    monkeypatch.delenv("XINFER_MVQ1", raising=False)
+def test_entries():
     for dt in TYPES:
-        assert "_pq" in _launch.matmul_entries(dt) and "_pq1" not in _launch.matmul_entries(dt)
+        assert "_pq" in _launch.matmul_entries(dt)
     for dt in ("f32", "f16", "q5_1", "q2_k", "iq4_xs"):
         assert "_pq" not in _launch.matmul_entries(dt)
     fam = _launch.FAMILIES["matmul"]({"dt": "q6_k", "kind": "matmul"}, sms=132, stage_max=100 * 1024, cc=(9, 0))
     assert fam.opt_in["_pq"] == _launch.PQ_STAGE_MAX and "_pq" in fam.entries  # the H200's opt-in, not stage_max
-    assert "_pq1" not in fam.entries and "_pq1" not in fam.opt_in
-    assert _launch.pq_stage_max_for(227 * 1024) == _launch.PQ_STAGE_MAX
-    # XINFER_MVQ1=1: `_pq1` beside `_pq` (compiled in: -DXI_MVQ1), opted in the same
-    monkeypatch.setenv("XINFER_MVQ1", "1")
-    for dt in TYPES:
-        assert _launch.matmul_entries(dt)[-2:] == ("_pq", "_pq1")
-    for dt in ("f32", "q5_1", "q2_k"):
-        assert "_pq1" not in _launch.matmul_entries(dt)
-    fam = _launch.FAMILIES["matmul"]({"dt": "q6_k", "kind": "matmul"}, sms=132, stage_max=100 * 1024, cc=(9, 0))
-    assert fam.opt_in["_pq1"] == fam.opt_in["_pq"] == _launch.PQ_STAGE_MAX
-    assert _launch.mvq1_compile_options() == ("-DXI_MVQ1",) and _launch.mvq1_compile_options({}) == ()
-
-
-def test_xinfer_mvq1_switch(monkeypatch):
-    """XINFER_MVQ1=1: a launch of one token a CTA takes `_pq1` (the one-token body alone), others `_pq`;
-    unset or 0 (the default): `_pq` always."""
-    assert not _launch.mvq1_enabled({}) and not _launch.mvq1_enabled({"XINFER_MVQ1": "0"})
-    assert _launch.mvq1_enabled({"XINFER_MVQ1": "1"})
-    with pytest.raises(ValueError, match="XINFER_MVQ1='yes' is not one of '', '0', '1'"):
-        _launch.mvq1_enabled({"XINFER_MVQ1": "yes"})
-    for env, want in (("", ["_pq"] * 8), ("0", ["_pq"] * 8), ("1", ["_pq1"] + ["_pq"] * 7)):
-        monkeypatch.setenv("XINFER_MVQ1", env)
-        for kind in KINDS:
-            fam = _launch.FAMILIES["matmul"]({"dt": "q4_k", "kind": kind}, sms=132, stage_max=100 * 1024, cc=(9, 0),
-                                             pq_max=_launch.PQ_STAGE_MAX)
-            got = [fam.launch(dict(T=T, N=4096, K=4096, accumulate=0, eps=EPS))[3] for T in range(1, 9)]
-            assert got == want, (env, kind)
-    # several tokens, one a CTA (each CTA row's tt = ceil(T / grid.y) = 1): `_pq1` too, with the same grid
-    one = _launch.mvq_launch(dict(T=3, N=4096, K=4096), "q4_1", False, 132, tt=1, one=True)
-    assert one[3] == "_pq1" and one[:3] == _launch.mvq_launch(dict(T=3, N=4096, K=4096), "q4_1", False, 132, tt=1)[:3]
-    assert _launch.mvq_launch(dict(T=3, N=4096, K=4096), "q4_1", False, 132, tt=2, one=True)[3] == "_pq"
-    monkeypatch.setenv("XINFER_MVQ1", "2")
-    with pytest.raises(ValueError, match="XINFER_MVQ1"):
-        _launch.FAMILIES["matmul"]({"dt": "q4_1", "kind": "matmul"}, sms=132, stage_max=100 * 1024, cc=(9, 0))
-
-
-@needs_nvrtc
-@pytest.mark.parametrize("kind", KINDS)
-def test_one_token_entry_is_the_small_one(monkeypatch, tmp_path, kind):
-    """NVRTC (no GPU): without XINFER_MVQ1 the shader has no `_pq1`; with it, `_pq1` beside `_pq`, with
-    fewer registers and under a third of the code (the one-token body alone), no stack frame."""
-    sys.path.insert(0, os.path.join(os.path.dirname(shader_dir()), "tools"))
-    from cubin_stats import entry_stats
-
-    from xinfer_async.backends.cuda._kernel import compile_shader
-
-    monkeypatch.setenv("XINFER_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("XINFER_MVQ1", raising=False)
-    plain = {e["entry"]: e for e in entry_stats(compile_shader(f"{kind}_q4_1", "sm_90", 102400))}
-    assert f"{kind}_q4_1_pq" in plain and f"{kind}_q4_1_pq1" not in plain
-    monkeypatch.setenv("XINFER_MVQ1", "1")
-    both = {e["entry"]: e for e in entry_stats(compile_shader(f"{kind}_q4_1", "sm_90", 102400))}
-    pq, pq1 = both[f"{kind}_q4_1_pq"], both[f"{kind}_q4_1_pq1"]
-    assert pq1["registers"] < pq["registers"] and 3 * pq1["code_bytes"] < pq["code_bytes"] and pq1["frame_bytes"] == 0
-
-
-def test_xinfer_mvq_ctas_knob(monkeypatch):
-    """XINFER_MVQ_CTAS=1: `_pq` grids of at most one CTA an SM (the 8B's SwiGLU: 132 against 264), the
-    same entry and shared bytes; unset: 2."""
-    assert _launch.mvq_ctas({}) == 2 and _launch.mvq_ctas({"XINFER_MVQ_CTAS": "1"}) == 1
-    with pytest.raises(ValueError, match="XINFER_MVQ_CTAS='4' is not one of '', '1', '2'"):
-        _launch.mvq_ctas({"XINFER_MVQ_CTAS": "4"})
-    c = dict(T=1, N=14336, K=4096, accumulate=0, eps=EPS)
-    launches = {}
-    for env in ("", "1", "2"):
-        monkeypatch.setenv("XINFER_MVQ_CTAS", env)
-        fam = _launch.FAMILIES["matmul"]({"dt": "q4_1", "kind": "rmsnorm_matmul_swiglu"}, sms=132, stage_max=100 * 1024,
-                                         cc=(9, 0), pq_max=_launch.PQ_STAGE_MAX)
-        launches[env] = fam.launch(c)
-    assert launches[""] == launches["2"] and launches[""][0] == (264, 1, 1) and launches["1"][0] == (132, 1, 1)
-    assert launches["1"][1:] == launches[""][1:]  # block, shared bytes, entry
     assert _launch.pq_stage_max_for(227 * 1024) == _launch.PQ_STAGE_MAX
 
 
@@ -394,51 +320,6 @@ async def test_mvq_equals_the_model_alone_and_float64(cuda_dev, monkeypatch, rng
             alone = await launch_matrix_kind(cuda_dev, kind, dt, wq, xs[t:t + 1], norm, N)
             assert np.array_equal(alone[0].view(np.uint32), full[t].view(np.uint32)), f"{kind}_{dt} N={N} K={K} token {t}"
     print(f"{kind}_{dt}: max |kernel - float64| / bound {worst:.3f}")
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("dt", TYPES)
-async def test_one_token_entry_and_one_cta_an_sm_give_the_same_bits(cuda_dev, monkeypatch, rng, dt, kind):
-    """The default (`_pq`, 2 CTAs an SM), XINFER_MVQ1=1 (`_pq1`, its own cubin) and that with
-    XINFER_MVQ_CTAS=1 (one CTA an SM: a warp takes several tiles), each on its own device (the knobs are
-    read when a kernel loads): the same bits for one token, accumulate off and on, x unaligned once,
-    and the model's; the loaded kernel launches the entry and grid the knobs say."""
-    import xinfer_async
-
-    _force(monkeypatch)
-    monkeypatch.delenv("XINFER_MVQ1", raising=False)
-    monkeypatch.delenv("XINFER_MVQ_CTAS", raising=False)
-    glu, name = kind == "rmsnorm_matmul_swiglu", f"{kind}_{dt}"
-    devs = [(cuda_dev, "_pq", 2)]
-    for env, suffix, per_sm in (({"XINFER_MVQ1": "1"}, "_pq1", 2),
-                                ({"XINFER_MVQ1": "1", "XINFER_MVQ_CTAS": "1"}, "_pq1", 1)):
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
-        devs.append((xinfer_async.open_device("cuda"), suffix, per_sm))
-    try:
-        for N, K in ((37, 2048), (300, 4096), (4500, 2048), (64, 14336)):
-            wq, _ = weights(rng, dt, 2 * N if glu else N, K)
-            norm = (rng.standard_normal(K) * 0.5 + 1).astype(F32)
-            x = tokens(rng, 1, K)
-            for y0, xoff in [(None, 0), (None, 1)] + ([] if glu else [(rng.standard_normal((1, N)).astype(F32), 0)]):
-                what = f"{name} N={N} K={K} accumulate={y0 is not None} xoff={xoff}"
-                outs = []
-                for dev, suffix, per_sm in devs:
-                    k = dev.backend.load_kernel(name)
-                    g = k.launch_grid(dict(T=1, N=N, K=K, accumulate=0, eps=EPS))
-                    r = _launch.mvq_params(dt, glu, kind != "matmul")[0]
-                    assert g.function == k.entries[suffix], (what, suffix)
-                    fit = _launch.mvp_ctas_per_sm(g.shared_bytes, dev.backend.compute_capability, per_sm)
-                    assert g[0] == min(-(-N // (8 * r)), fit * dev.backend.multiprocessors), (what, per_sm)
-                    outs.append(await launch_matrix_kind(dev, kind, dt, wq, x, norm, N, y0, xoff))
-                check_against_model(kind, outs[0], _model(kind, dt, wq, x, norm, N, y0)[0], what)
-                for o, (_, suffix, per_sm) in zip(outs[1:], devs[1:]):
-                    same = np.array_equal(o.view(np.uint32), outs[0].view(np.uint32))
-                    assert same, f"{what}: {suffix}, {per_sm} CTAs an SM"
-    finally:
-        for dev, _, _ in devs[1:]:
-            dev.close()
 
 
 @pytest.mark.cuda

@@ -167,12 +167,6 @@ def main(argv=None) -> int:
         if _launch.mvq_weight(dt, N, K, T, glu, optin, cc, norm=norm):
             grid, block, shared, _ = _launch.mvq_launch(c, dt, glu, sms, cc, optin, norm=norm)
             out.append(("_pq", LaunchGrid(grid, block, shared, k.entries["_pq"])))
-            # the A/B knobs' launches too (XINFER_MVQ1=1: `_pq1`; XINFER_MVQ_CTAS=1: one CTA an SM)
-            one, per_sm = "_pq1" in k.entries, _launch.mvq_ctas()
-            if one or per_sm != 2:
-                grid, block, shared, suffix = _launch.mvq_launch(c, dt, glu, sms, cc, optin, norm=norm, one=one,
-                                                                 ctas_per_sm=per_sm)
-                out.append((f"{suffix}/{per_sm}sm", LaunchGrid(grid, block, shared, k.entries[suffix])))
         if "_p" in k.entries:
             grid, block, shared, _ = _launch.mvp_launch(c, dt, glu, sms, cc)
             if shared <= smax:
@@ -185,8 +179,8 @@ def main(argv=None) -> int:
                                                             ctas_per_sm=occupancy)
                 if shared <= optin:
                     out.append((f"{label(*v)}T{tt}", LaunchGrid(grid, block, shared, fn)))
-        chosen = k.launch_grid(c)
-        pick = next((lb for lb, g in out if g.function == chosen.function and tuple(g) == tuple(chosen)), "other")
+        chosen = k.launch_grid(c).function
+        pick = next((lb for lb, g in out if g.function == chosen), "other")
         return k, out, pick
 
     fails, results = 0, []

@@ -90,8 +90,7 @@ def main(argv=None) -> int:
     def grid(kernel, dt, kind, c, mode):
         g, block, shared, suffix = _launch.matmul_launch(c, dt, kind, stage_max=be.stage_max, sms=be.multiprocessors,
                                                          cc=be.compute_capability, mmq=mode, mvp=_launch.mvp_enabled(),
-                                                         mvq=_launch.mvq_enabled(), pq_max=be.pq_stage_max,
-                                                         mvq1=_launch.mvq1_enabled(), mvq_ctas=_launch.mvq_ctas())
+                                                         mvq=_launch.mvq_enabled(), pq_max=be.pq_stage_max)
         return LaunchGrid(g, block, shared, kernel.entries[suffix]), suffix
 
     def dispatch(kernel, lg, kind, w, T, N, K):

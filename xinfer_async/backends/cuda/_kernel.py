@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ...ops import KernelSpec, kernel_spec
 from . import _driver, _nvrtc, _timeline
 from ._driver import check, ffi
-from ._launch import FAMILIES, mvq1_compile_options
+from ._launch import FAMILIES
 
 if TYPE_CHECKING:
     from ._backend import CUDABackend
@@ -92,8 +92,7 @@ def _shader_inputs(source_name: str, stage_max: int) -> tuple[str, str, dict[str
         if h.endswith(".cuh"):
             with open(os.path.join(d, h)) as f:
                 headers[h] = f.read()
-    return (source, f"{source_name}.cu", headers,
-            (f"-DXI_MVT_STAGE_MAX={stage_max}",) + _timeline.compile_options() + mvq1_compile_options())
+    return source, f"{source_name}.cu", headers, (f"-DXI_MVT_STAGE_MAX={stage_max}",) + _timeline.compile_options()
 
 
 def compile_shader(source_name: str, arch: str, stage_max: int, driver_version: int = 0) -> bytes:
@@ -101,8 +100,7 @@ def compile_shader(source_name: str, arch: str, stage_max: int, driver_version: 
     (``"sm_90"``), ``XI_MVT_STAGE_MAX`` = ``stage_max`` bytes (``CUDABackend.stage_max``), from
     ``_nvrtc.compile_cubin`` (its disk cache; ``driver_version`` is part of the key). The only
     compile-time constants of a shader are these (and ``XI_TIMELINE`` under ``XINFER_TIMELINE=1``:
-    ``_timeline.py``; ``XI_MVQ1`` under ``XINFER_MVQ1=1``: ``_launch.mvq1_compile_options``): shapes
-    are launch constants, so one cubin a shader serves every shape.
+    ``_timeline.py``): shapes are launch constants, so one cubin a shader serves every shape.
 
     Raises:
         KernelCompileError: NVRTC rejected the source (``.log`` has the log).

@@ -325,8 +325,8 @@ def mvp_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: t
     return wbytes >= MVP_MIN_BYTES and mvp_shared(dt, k, t, glu) <= stage_max
 
 
-def _switch(environ: Mapping[str, str], name: str, default: bool = True) -> bool:
-    """An on/off A/B switch: ``name`` ``1`` is on, ``0`` off, unset ``default``.
+def _switch(environ: Mapping[str, str], name: str) -> bool:
+    """An on/off A/B switch: ``name`` unset or ``1`` is on, ``0`` off.
 
     Raises:
         ValueError: ``name`` is set to something else.
@@ -334,7 +334,7 @@ def _switch(environ: Mapping[str, str], name: str, default: bool = True) -> bool
     v = environ.get(name, "").strip()
     if v not in ("", "0", "1"):
         raise ValueError(f"{name}={v!r} is not one of '', '0', '1'")
-    return default if v == "" else v == "1"
+    return v != "0"
 
 
 def mvp_enabled(environ: Mapping[str, str] = os.environ) -> bool:
@@ -409,17 +409,14 @@ def mvq_tokens(dt: str, k: int, t: int, glu: bool, stage_max: int, params: tuple
 def mvq_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 0), stage_max: int = PQ_STAGE_MAX,
                params: tuple[int, int, int] | None = None,
                tt: int | None = None, norm: bool = True,
-               ctas_per_sm: int | None = None,
-               one: bool = False) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+               ctas_per_sm: int | None = None) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, shared bytes, entry suffix) of the integer decode kernel: 256 threads, tiles of
     R rows a warp, at most one wave of CTAs a token tile (the warps stride over the tiles; CTAs an
     SM from the shared bytes, ``mvp_ctas_per_sm``, or at most ``ctas_per_sm`` where given: a variant
     compiled for that many, tools/gemv_mvq.py ``--occupancy``), ceil(T / TT) token tiles
     (``mvq_tokens``, or ``tt`` where given: tools/gemv_variants.py sweeps it) within ``stage_max``
     (``_pq``'s limit, as ``matmul_launch``'s ``pq_max``). ``norm``: the kind has the fused rmsnorm
-    (rmsnorm_matmul, SwiGLU); False for matmul (its parameters differ: ``mvq_params``). ``one``: the
-    entry ``_pq1`` where a CTA has one token (TT == 1: the one-token body alone, fewer registers, the
-    same bits), else ``_pq``.
+    (rmsnorm_matmul, SwiGLU); False for matmul (its parameters differ: ``mvq_params``).
 
     Raises:
         ValueError: one token's shared bytes exceed ``stage_max`` (``mvq_weight`` is False there)."""
@@ -430,7 +427,7 @@ def mvq_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 
                          f"shared bytes, over stage_max={stage_max}")
     shared = mvq_shared(dt, c["K"], tt, glu, (r, s, cg), norm)
     ctas = min(_cdiv(_cdiv(c["N"], r), _MVQ_WARPS), sms * mvp_ctas_per_sm(shared, cc, ctas_per_sm or 2))
-    return (ctas, _cdiv(c["T"], tt), 1), (256, 1, 1), shared, "_pq1" if one and tt == 1 else "_pq"
+    return (ctas, _cdiv(c["T"], tt), 1), (256, 1, 1), shared, "_pq"
 
 
 def mvq_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: tuple[int, int],
@@ -456,43 +453,6 @@ def mvq_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     return _switch(environ, "XINFER_MVQ")
 
 
-def mvq1_enabled(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether a ``_pq`` launch of one token a CTA takes the entry ``_pq1`` (the one-token body alone:
-    NVRTC 13.5 for sm_90 gives matmul q4_1's 61 registers a thread against ``_pq``'s 128, the rmsnorm
-    kinds' 55 against 87; the same bits): ``XINFER_MVQ1=1``; unset or ``0``: ``_pq`` (the default until
-    the H200 measures the decode step with it).
-
-    Raises:
-        ValueError: XINFER_MVQ1 is set to something else.
-    """
-    return _switch(environ, "XINFER_MVQ1", default=False)
-
-
-def mvq1_compile_options(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
-    """The NVRTC options that add the ``_pq1`` entries (shaders/xi_mvq.cuh ``XI_MVQ1``): under
-    ``XINFER_MVQ1=1`` only, so the default cubins stay those of before them (their own cache entries).
-
-    Raises:
-        ValueError: XINFER_MVQ1 is set to something other than '', '0' or '1'."""
-    return ("-DXI_MVQ1",) if mvq1_enabled(environ) else ()
-
-
-def mvq_ctas(environ: Mapping[str, str] = os.environ) -> int:
-    """CTAs an SM a ``_pq`` / ``_pq1`` launch fills at most (its grid: ``mvq_launch``'s
-    ``ctas_per_sm``): ``XINFER_MVQ_CTAS`` 1 or 2, default 2 (``__launch_bounds__(256, 2)``). One CTA an
-    SM halves a launch's shared memory and registers on each SM, room for the next kernel's blocks to
-    start beside it (programmatic dependent launch), for half the bytes in flight: an A/B knob for the
-    H200 (the warps stride over the tiles either way: the same bits).
-
-    Raises:
-        ValueError: XINFER_MVQ_CTAS is set to something else.
-    """
-    v = environ.get("XINFER_MVQ_CTAS", "").strip()
-    if v not in ("", "1", "2"):
-        raise ValueError(f"XINFER_MVQ_CTAS={v!r} is not one of '', '1', '2'")
-    return int(v or 2)
-
-
 def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
     """Tokens above which the ``STAGED1_TYPES`` run the tiled ``_t`` entry (xi_mvt.cuh: each weight
     decoded once for 8 tokens) instead of the staged one (xi_mvc.cuh: decoded once a token): 8, as
@@ -514,8 +474,7 @@ def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
 def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
                   cc: tuple[int, int] = (9, 0), mmq: str = "", mvp: bool = True,
                   kq_min_t: int = _MVT_MIN_T, mvq: bool = True,
-                  pq_max: int = PQ_STAGE_MAX, mvq1: bool = False,
-                  mvq_ctas: int = 2) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+                  pq_max: int = PQ_STAGE_MAX) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, dynamic shared bytes, entry suffix) of a matrix kernel (``kind``: ``matmul``,
     ``rmsnorm_matmul`` or ``rmsnorm_matmul_swiglu``) of type ``dt`` for the constants:
 
@@ -527,9 +486,7 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
     - ``mvq`` (``mvq_enabled``: XINFER_MVQ unset or 1) and ``mvq_weight`` (1 <= T <= PQ_MAX_T, its
       shared bytes within ``pq_max``, the device's opt-in: ``pq_stage_max_for``):
       ``_pq``, the integer decode kernel (shaders/xi_mvq.cuh, ``mvq_launch``; llama.cpp's numerics:
-      its rows' bits differ from the f32 entries', which take T > PQ_MAX_T); with ``mvq1``
-      (``mvq1_enabled``: XINFER_MVQ1=1) ``_pq1`` where a CTA has one token (the same bits); at most
-      ``mvq_ctas`` CTAs an SM (``mvq_ctas``: XINFER_MVQ_CTAS);
+      its rows' bits differ from the f32 entries', which take T > PQ_MAX_T);
     - ``mvp`` (``mvp_enabled``: XINFER_MVP unset or 1) and ``mvp_weight`` (T <= MVP_MAX_T, large
       weights): ``_p``, the pipelined kernel (shaders/xi_mvp.cuh, ``mvp_launch``);
     - else T > 8 (for ``STAGED1_TYPES``: T > ``kq_min_t``, ``kq_tiled_min_t``): ``_t``, the
@@ -542,7 +499,7 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
     if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
     if mvq and mvq_weight(dt, c["N"], c["K"], t, glu, pq_max, cc, norm=kind != "matmul"):
-        return mvq_launch(c, dt, glu, sms, cc, pq_max, norm=kind != "matmul", one=mvq1, ctas_per_sm=mvq_ctas)
+        return mvq_launch(c, dt, glu, sms, cc, pq_max, norm=kind != "matmul")
     if mvp and mvp_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
         return mvp_launch(c, dt, glu, sms, cc)
     if t > (kq_min_t if dt in STAGED1_TYPES else _MVT_MIN_T):
@@ -606,14 +563,9 @@ def attention_launch(c: dict, sms: int) -> tuple[tuple[int, int, int], tuple[int
 
 def matmul_entries(dt: str) -> tuple[str, ...]:
     """The entry suffixes of a matrix kernel's shader: ``""``, ``"_t"`` (and ``"_tc"``, ``"_tct"``;
-    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``; ``"_p"``; ``"_pq"``, and ``"_pq1"`` under XINFER_MVQ1=1, which
-    also compiles it: ``mvq1_compile_options``).
-
-    Raises:
-        ValueError: XINFER_MVQ1 is set to something other than '', '0' or '1'."""
-    pq = (("_pq", "_pq1") if mvq1_enabled() else ("_pq",)) if dt in MVQ_TYPES else ()
+    ``"_mmq"``, ``"_mmqs"``, ``"_q1"``; ``"_p"``; ``"_pq"``)."""
     return ("", "_t") + (("_tc", "_tct") if dt in TC_TYPES else ()) + (("_mmq", "_mmqs", "_q1") if dt in MMQ_TYPES else ()) \
-        + (("_p",) if dt in MVP_TYPES else ()) + pq
+        + (("_p",) if dt in MVP_TYPES else ()) + (("_pq",) if dt in MVQ_TYPES else ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -635,31 +587,26 @@ class Family:
 def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = PQ_STAGE_MAX) -> Family:
     """matmul_DT, rmsnorm_matmul_DT, rmsnorm_matmul_swiglu_DT (``params``: ``dt``, ``kind``):
     ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ), ``mvp_enabled()`` (XINFER_MVP),
-    ``mvq_enabled()`` (XINFER_MVQ), ``kq_tiled_min_t()`` (XINFER_KQ_TILED_MIN_T), ``mvq1_enabled()``
-    (XINFER_MVQ1) and ``mvq_ctas()`` (XINFER_MVQ_CTAS), read when the
+    ``mvq_enabled()`` (XINFER_MVQ) and ``kq_tiled_min_t()`` (XINFER_KQ_TILED_MIN_T), read when the
     kernel is loaded; the ``_t`` entry stages tokens in up to ``stage_max`` dynamic shared bytes, the
     tiled integer entries opt in to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
     them directly), ``_p`` (MVP_TYPES) to ``stage_max`` (``mvp_weight`` keeps it within) and ``_pq``
-    (and ``_pq1``; MVQ_TYPES) to ``pq_max`` (``mvq_tokens`` keeps it within).
+    (MVQ_TYPES) to ``pq_max`` (``mvq_tokens`` keeps it within).
 
     Raises:
-        ValueError: XINFER_MMQ, XINFER_MVP, XINFER_MVQ, XINFER_KQ_TILED_MIN_T, XINFER_MVQ1 or
-            XINFER_MVQ_CTAS is set to an unknown value."""
+        ValueError: XINFER_MMQ, XINFER_MVP, XINFER_MVQ or XINFER_KQ_TILED_MIN_T is set to an unknown value."""
     dt, kind = params["dt"], params["kind"]
-    entries = matmul_entries(dt)
     opt_in = {"_t": stage_max} if stage_max > 48 * 1024 else {}
     if mmq_usable(dt, stage_max, cc):
         opt_in.update({"_mmq": mmq_shared(dt, MMQ_TN), "_mmqs": mmq_shared(dt, MMQ_TN_SMALL)})
     if dt in MVP_TYPES and stage_max > 48 * 1024:
         opt_in["_p"] = stage_max  # mvp_weight keeps its shared bytes within stage_max
     if dt in MVQ_TYPES and pq_max > 48 * 1024:
-        for suffix in ("_pq", "_pq1"):  # mvq_tokens keeps their shared bytes within pq_max
-            if suffix in entries:
-                opt_in[suffix] = pq_max
-    return Family(entries,
+        opt_in["_pq"] = pq_max  # mvq_tokens keeps its shared bytes within pq_max
+    return Family(matmul_entries(dt),
                   functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc,
                                     mmq=mmq_mode(), mvp=mvp_enabled(), kq_min_t=kq_tiled_min_t(),
-                                    mvq=mvq_enabled(), pq_max=pq_max, mvq1=mvq1_enabled(), mvq_ctas=mvq_ctas()),
+                                    mvq=mvq_enabled(), pq_max=pq_max),
                   opt_in)
 
 
