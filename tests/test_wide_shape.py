@@ -1,0 +1,70 @@
+"""The Llama-3.1-8B shape's widths end to end (#15: correctness while fast, on the 8B shape against a
+numpy reference of a few layers): dim 4096, 32 query and 8 kv heads of 128, ffn 14336, rope base
+500,000, an untied output, in 2 layers and a 4,096-token vocabulary (the full vocabulary only widens
+the output matrix), written by ``write_synthetic_gguf`` in q4_1 and in llama.cpp's Q4_K_M mix (Q4_K,
+Q6_K on the ``use_more_bits`` layers and the output), on each device present:
+
+* teacher-forced logits of 24 tokens three ways: one prompt step (cuda: the f16 GEMM regime, T >= 5
+  on a model this wide; cpu: its int8 products), 4 tokens a step and 1 token a step (cuda: the integer
+  decode kernel ``_pq``, its 4- and 1-token bodies; cpu: the same int8 products), each
+  against the float64 loops of tests/test_reference.py: the distance (max |got - float64| / max
+  |float64|) printed and bounded (a top-1 check where float64's margin exceeds twice the bound would
+  follow from the bound, so there is none);
+* the 4-token and 1-token passes equal bit for bit (a row's result does not depend on T within the
+  decode kernels, nor on the other rows of its launch).
+
+The bound is empirical: with these random weights the int8 activations (rounded per block of 32 to a
+step of amax / 127, q8_K per 256 for the K-quants) of every product of the int8 paths leave the logits
+2-4 % of their largest value from float64 through 2 layers and the output (cpu, 2026-12-02, 4 draws:
+q4_1 0.027, 0.027, 0.042; Q4_K_M 0.037 and one over 0.01), against 1e-6 for the same model in f32
+(the structure is right: a wrong rope base, head mapping or norm moves them by far more), so 0.1; the
+f16 GEMM path of a cuda prompt step rounds its activations to f16 (2^-11) instead and is expected well
+inside it. The cuda rows were written without a GPU at hand (2026-12-02): their distances are printed
+for the first run to tighten the bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from test_reference import _naive_forward
+
+from xinfer_async import llm
+from xinfer_async.llm._gguf import load_gguf
+from xinfer_async.llm._synthetic import SHAPES, write_synthetic_gguf
+
+#: max |logits - float64| / max |float64| (see the module's docstring)
+BOUND = 0.1
+TOKENS = 24
+
+
+@pytest.fixture(scope="module", params=["q4_1", "q4_k_m"])
+def wide(request, tmp_path_factory):
+    """(path, float64 logits of the ids, the ids, the dtype) of a 2-layer model of the 8B shape's widths."""
+    rng = np.random.default_rng()
+    cfg = dataclasses.replace(SHAPES["llama-3.1-8b"], n_layer=2, vocab_size=4096, context_length=256)
+    path = write_synthetic_gguf(tmp_path_factory.mktemp("wide") / "m.gguf", cfg, request.param,
+                                seed=int(rng.integers(1 << 30)), progress=False)
+    ids = rng.integers(0, cfg.vocab_size, size=TOKENS)
+    return path, _naive_forward(load_gguf(path), ids), ids, request.param
+
+
+async def test_8b_widths_two_layers_against_float64(devices, wide):
+    path, ref, ids, dtype = wide
+    scale = np.abs(ref).max()
+    got = {}
+    for chunk in (TOKENS, 4, 1):
+        model = await llm.load(path, device=devices, slots=1, ctx=64, chunk=chunk, batching=False)
+        try:
+            got[chunk] = (await model.logits(ids.tolist())).astype(np.float64)
+        finally:
+            await model.aclose()
+    for chunk, rows in got.items():
+        d = np.abs(rows - ref).max() / scale
+        agree = int((rows.argmax(-1) == ref.argmax(-1)).sum())
+        print(f"{devices.name} {dtype}, {chunk} token(s) a step: max |logits - float64| / max |float64| = {d:.3g} "
+              f"(bound {BOUND:g}); top-1 as float64's at {agree} of {TOKENS} positions")
+        assert d <= BOUND, (chunk, d)
+    assert np.array_equal(got[4], got[1])  # the decode kernels: a row's bits whatever T and the other rows
