@@ -15,8 +15,8 @@ Q6_K on the ``use_more_bits`` layers and the output), on each device present:
 
 The bound is empirical: with these random weights the int8 activations (rounded per block of 32 to a
 step of amax / 127, q8_K per 256 for the K-quants) of every product of the int8 paths leave the logits
-2-4 % of their largest value from float64 through 2 layers and the output (cpu, 2026-12-02, 4 draws:
-q4_1 0.027, 0.027, 0.042; Q4_K_M 0.037 and one over 0.01), against 1e-6 for the same model in f32
+2-4 % of their largest value from float64 through 2 layers and the output (cpu, 2026-12-02: q4_1
+0.027-0.042 over 5 draws, Q4_K_M 0.033-0.039 over 3), against 1e-6 for the same model in f32
 (the structure is right: a wrong rope base, head mapping or norm moves them by far more), so 0.1; the
 f16 GEMM path of a cuda prompt step rounds its activations to f16 (2^-11) instead and is expected well
 inside it. The cuda rows were written without a GPU at hand (2026-12-02): their distances are printed
