@@ -26,6 +26,7 @@ for the first run to tighten the bound.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -40,19 +41,27 @@ BOUND = 0.1
 TOKENS = 24
 
 
-@pytest.fixture(scope="module", params=["q4_1", "q4_k_m"])
-def wide(request, tmp_path_factory):
-    """(path, float64 logits of the ids, the ids, the dtype) of a 2-layer model of the 8B shape's widths."""
-    rng = np.random.default_rng()
-    cfg = dataclasses.replace(SHAPES["llama-3.1-8b"], n_layer=2, vocab_size=4096, context_length=256)
-    path = write_synthetic_gguf(tmp_path_factory.mktemp("wide") / "m.gguf", cfg, request.param,
-                                seed=int(rng.integers(1 << 30)), progress=False)
-    ids = rng.integers(0, cfg.vocab_size, size=TOKENS)
-    return path, _naive_forward(load_gguf(path), ids), ids, request.param
+_WIDE: dict[str, tuple] = {}  # dtype -> (path, float64 logits, ids, seed): written once a process
 
 
-async def test_8b_widths_two_layers_against_float64(devices, wide):
-    path, ref, ids, dtype = wide
+def _wide(dtype: str, tmp_path_factory) -> tuple:
+    """(path, float64 logits of the ids, the ids, the seed) of a 2-layer model of the 8B shape's widths,
+    built on first use (not in a fixture: a test that skips for want of a device builds nothing)."""
+    if dtype not in _WIDE:
+        seed = int(np.random.SeedSequence().entropy % (1 << 30))
+        rng = np.random.default_rng(seed)
+        cfg = dataclasses.replace(SHAPES["llama-3.1-8b"], n_layer=2, vocab_size=4096, context_length=256)
+        path = write_synthetic_gguf(tmp_path_factory.mktemp("wide") / "m.gguf", cfg, dtype,
+                                    seed=int(rng.integers(1 << 30)), progress=False)
+        ids = rng.integers(0, cfg.vocab_size, size=TOKENS)
+        _WIDE[dtype] = path, _naive_forward(load_gguf(path), ids), ids, seed
+    return _WIDE[dtype]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["q4_1", "q4_k_m"])
+async def test_8b_widths_two_layers_against_float64(devices, dtype, tmp_path_factory):
+    path, ref, ids, seed = _wide(dtype, tmp_path_factory)
     scale = np.abs(ref).max()
     got = {}
     for chunk in (TOKENS, 4, 1):
@@ -61,10 +70,16 @@ async def test_8b_widths_two_layers_against_float64(devices, wide):
             got[chunk] = (await model.logits(ids.tolist())).astype(np.float64)
         finally:
             await model.aclose()
+    lines = []
     for chunk, rows in got.items():
         d = np.abs(rows - ref).max() / scale
         agree = int((rows.argmax(-1) == ref.argmax(-1)).sum())
-        print(f"{devices.name} {dtype}, {chunk} token(s) a step: max |logits - float64| / max |float64| = {d:.3g} "
-              f"(bound {BOUND:g}); top-1 as float64's at {agree} of {TOKENS} positions")
-        assert d <= BOUND, (chunk, d)
-    assert np.array_equal(got[4], got[1])  # the decode kernels: a row's bits whatever T and the other rows
+        lines.append(f"{chunk} token(s) a step: {d:.3g}, top-1 as float64's at {agree} of {TOKENS}")
+    # a warning, so the distances reach the summary of a passing run under xdist (the cuda bound is to be
+    # tightened from them)
+    report = (f"{devices.name} {dtype} (seed {seed}): max |logits - float64| / max |float64| (bound {BOUND:g}): "
+              + "; ".join(lines))
+    warnings.warn(report)
+    for chunk, rows in got.items():
+        assert np.abs(rows - ref).max() / scale <= BOUND, report
+    assert np.array_equal(got[4], got[1]), report  # the decode kernels: a row's bits whatever T and the other rows
