@@ -187,7 +187,7 @@ class LlamaBuilder:
             ``$XINFER_KV_CACHE``, else f32).
         gemm_min_t: the smallest T whose quantized matrix products run in the GEMM regime
             (``_gemm.py``); default: the policy ``gemm_min_t(device.name, dim=..., f16_resident=...)``
-            (cuda: ``XINFER_GEMM_MIN_T``, else 9 from dim 2048 up when the f16 weights are resident,
+            (cuda: ``XINFER_GEMM_MIN_T``, else 5 from dim 2048 up when the f16 weights are resident,
             else 64; cpu: never); None: never; an int forces it (tests, on any device).
         f16_weights: keep an f16 copy of every matrix that lowers resident on the device (no
             dequantization per plan call; 2 bytes a weight more), made on the device after the
