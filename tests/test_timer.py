@@ -88,6 +88,35 @@ def test_command_label_names_the_entry_point():
     assert command_label(ReplayCmd(None)) == "graph"
 
 
+def test_bench_labels_a_matrix_kernel_with_its_shape():
+    """bench model's timeline and kernel tables label a matrix kernel with the N x K of its launch (its
+    packed constants, read by its declaration), so o and down, both matmul_q4_1/pq, get rows of their
+    own; other kernels, undeclared names and constants of another size keep command_label's label."""
+    import struct
+
+    from xinfer_async.bench._model import _shaped_label
+    from xinfer_async.hal._commands import CopyCmd, DispatchCmd
+
+    class Grid(tuple):
+        function = 12
+
+    def kernel(name):
+        return type("K", (), dict(name=name, function=11, entries={"": 11, "_pq": 12}))
+
+    pq = Grid((1, 1, 1))
+    o = DispatchCmd(kernel("matmul_q4_1"), pq, [], struct.pack("<iiii", 1, 4096, 4096, 1))
+    down = DispatchCmd(kernel("matmul_q4_1"), pq, [], struct.pack("<iiii", 1, 4096, 14336, 1))
+    glu = DispatchCmd(kernel("rmsnorm_matmul_swiglu_q4_k"), (1, 1, 1), [], struct.pack("<iiif", 1, 14336, 4096, 1e-5))
+    assert _shaped_label(o) == "matmul_q4_1/pq 4096x4096"
+    assert _shaped_label(down) == "matmul_q4_1/pq 4096x14336"
+    assert _shaped_label(glu) == "rmsnorm_matmul_swiglu_q4_k 14336x4096"
+    att = struct.pack("<iiiiiifi", 1, 32, 8, 128, 640, 6144, 0.088, 0)
+    assert _shaped_label(DispatchCmd(kernel("attention"), (1, 1, 1), [], att)) == "attention"
+    assert _shaped_label(DispatchCmd(kernel("matmul_q4_1"), pq, [], b"")) == "matmul_q4_1/pq"
+    assert _shaped_label(DispatchCmd(kernel("no_such_kernel"), (1, 1, 1), [], b"\0" * 16)) == "no_such_kernel"
+    assert _shaped_label(CopyCmd(1, 2, 3)) == "copy"
+
+
 def test_timeline_step_rows_from_known_launches():
     """backends/cuda/_timeline.py step_rows: in-situ time = the next launch's go minus this one's (the
     step's last kernel: the next step's first go), lead = go - arrive; medians over the full steps."""

@@ -62,6 +62,7 @@ an atomic a kernel; register allocation may shift): hold its figures against eac
 from __future__ import annotations
 
 import os
+import struct
 import time
 
 import numpy as np
@@ -179,6 +180,21 @@ async def _gpu_step_ms(model, n: int, reps: int = 32) -> tuple[float, str]:
         return await timed(model.prepared, slot, "decode")
 
 
+def _shaped_label(cmd) -> str:
+    """``runtime/_profile.command_label`` of a command, plus `` NxK`` for a matrix kernel (the N and
+    K of its packed constants, read by its declaration: ``ops.kernel_spec``), so that a step's
+    products of one kernel (o and down are both ``matmul_q4_1/pq``) get rows of their own."""
+    from ..ops import kernel_spec
+
+    label = command_label(cmd)
+    try:
+        spec = kernel_spec(getattr(getattr(cmd, "kernel", None), "name", None))
+        values = dict(zip((n for n, _ in spec.constants), struct.unpack(spec.struct_format, cmd.constants)))
+    except (ValueError, TypeError, AttributeError, struct.error):  # not a declared kernel, or other constants
+        return label
+    return f"{label} {values['N']}x{values['K']}" if "N" in values and "K" in values else label
+
+
 async def _kernel_profile(model, n: int) -> dict:
     """Device us a decode step spends in each kernel (``runtime/_profile.py``) of the plan
     ``_gpu_step_ms`` times; run last (it reruns the step's kernels over its buffers)."""
@@ -186,7 +202,10 @@ async def _kernel_profile(model, n: int) -> dict:
     plan = _step_plan(model, n)
     await prepared.wait_idle()
     slot = prepared.slots[0]
-    rows = await profile_graph(prepared.queue, slot._graphs[plan])
+    graph = slot._graphs[plan]
+    rows = await profile_graph(prepared.queue, graph)
+    for r in rows:
+        r["label"] = _shaped_label(graph.commands[r["index"]])
     return dict(plan=plan, slots=n, kernels=by_label(rows), total_us=sum(r["us"] for r in rows))
 
 
@@ -203,7 +222,7 @@ async def _timeline_profile(model, n: int, reps: int = 8) -> dict:
     prepared = model.batched if model.batching else model.prepared
     await prepared.wait_idle()
     graph = prepared.slots[0]._graphs[plan]
-    labels = [command_label(c) for c in graph.commands if isinstance(c, DispatchCmd)]
+    labels = [_shaped_label(c) for c in graph.commands if isinstance(c, DispatchCmd)]
     timeline.reset()
     await _gpu_step_ms(model, n, reps)
     return dict(plan=plan, slots=n, **step_rows(timeline.read(), labels))
@@ -217,24 +236,24 @@ def _render_timeline(t: dict, alone: dict | None, first: int = 14) -> str:
     lines = [f"\nin-situ device time a step by kernel ({t['plan']}, {t['slots']} requests; launch timeline of "
              f"{t['steps']} back-to-back steps, means: {t['step_us'] / 1e3:.3f} ms a step; lead: how long a "
              f"kernel's first block waited for the one before; timer steps {res})",
-             f"{'kernel':<34} {'calls':>5} {'us':>9} {'%':>6} {'lead us':>8}" + (f" {'alone us':>9}" if alone else "")]
+             f"{'kernel':<44} {'calls':>5} {'us':>9} {'%':>6} {'lead us':>8}" + (f" {'alone us':>9}" if alone else "")]
     for k in t["kernels"]:
-        line = (f"{k['label']:<34} {k['calls']:>5} {k['us']:>9.1f} {100 * k['us'] / t['step_us']:>5.1f}% "
+        line = (f"{k['label']:<44} {k['calls']:>5} {k['us']:>9.1f} {100 * k['us'] / t['step_us']:>5.1f}% "
                 f"{k['lead_us']:>8.2f}")
         if alone:
             line += f" {alone_us.get(k['label'], float('nan')):>9.1f}"
         lines.append(line)
     lines.append(f"the step's first {min(first, len(t['order']))} launches (us in situ, lead us):")
-    lines += [f"  {i:>3} {o['label']:<34} {o['us']:>8.2f} {o['lead_us']:>8.2f}" for i, o in enumerate(t["order"][:first])]
+    lines += [f"  {i:>3} {o['label']:<44} {o['us']:>8.2f} {o['lead_us']:>8.2f}" for i, o in enumerate(t["order"][:first])]
     return "\n".join(lines)
 
 
 def _render_profile(p: dict, gpu_ms: float) -> str:
     lines = [f"\ndevice time a step by kernel ({p['plan']}, {p['slots']} requests; each kernel timed alone, "
              f"{p['total_us'] / 1e3:.3f} ms in all vs {gpu_ms:.3f} ms for the whole step)",
-             f"{'kernel':<34} {'calls':>5} {'us':>9} {'%':>6}"]
+             f"{'kernel':<44} {'calls':>5} {'us':>9} {'%':>6}"]
     for k in p["kernels"]:
-        lines.append(f"{k['label']:<34} {k['calls']:>5} {k['us']:>9.1f} {100 * k['us'] / p['total_us']:>5.1f}%")
+        lines.append(f"{k['label']:<44} {k['calls']:>5} {k['us']:>9.1f} {100 * k['us'] / p['total_us']:>5.1f}%")
     return "\n".join(lines)
 
 
