@@ -62,13 +62,14 @@ an atomic a kernel; register allocation may shift): hold its figures against eac
 from __future__ import annotations
 
 import os
-import struct
 import time
 
 import numpy as np
 import trio
 
 from .._omp import physical_cores
+from ..model._commands import Packed, unpack_arguments
+from ..ops import kernel_spec
 from ..runtime._profile import by_label, command_label, profile_graph
 from . import _llamacpp, _torch_ref
 from ._report import add_output_args, check_plot, plot_concurrency, write_json
@@ -182,15 +183,14 @@ async def _gpu_step_ms(model, n: int, reps: int = 32) -> tuple[float, str]:
 
 def _shaped_label(cmd) -> str:
     """``runtime/_profile.command_label`` of a command, plus `` NxK`` for a matrix kernel (the N and
-    K of its packed constants, read by its declaration: ``ops.kernel_spec``), so that a step's
-    products of one kernel (o and down are both ``matmul_q4_1/pq``) get rows of their own."""
-    from ..ops import kernel_spec
-
+    K of its packed constants, read by its declaration: ``ops.kernel_spec``, ``model``'s
+    ``unpack_arguments``), so that a step's products of one kernel (o and down are both
+    ``matmul_q4_1/pq``) get rows of their own."""
     label = command_label(cmd)
     try:
         spec = kernel_spec(getattr(getattr(cmd, "kernel", None), "name", None))
-        values = dict(zip((n for n, _ in spec.constants), struct.unpack(spec.struct_format, cmd.constants)))
-    except (ValueError, TypeError, AttributeError, struct.error):  # not a declared kernel, or other constants
+        values = unpack_arguments(spec, Packed(cmd.constants))
+    except (ValueError, TypeError, AttributeError):  # not a declared kernel, or constants of another size
         return label
     return f"{label} {values['N']}x{values['K']}" if "N" in values and "K" in values else label
 
