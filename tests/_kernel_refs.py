@@ -154,7 +154,7 @@ def activation_quantization_bound(device_name, dt, x, exact):
     int8 codes (``_q8dot_model.quantization_bound``: d / 2 = amax / 254 per element, the f16 scales); with exact (N, K) the weights' float64
     values, a bound on the product's change, (T, N) float64. On cuda the integer decode kernel
     (``_pq``, shaders/xi_mvq.cuh) does the same per block of 32 with float32 scales where
-    ``_launch.mvq_weight``'s type and shape rules and XINFER_MVQ let it run (T <= PQ_MAX_T): amax / 254
+    ``_launch.mvq_weight``'s type, shape and size rules and XINFER_MVQ let it run (T <= PQ_MAX_T): amax / 254
     per element, as ``_mmq_model.error_bound`` bounds it. 0 where x stays float (f32 / f16 / the
     other types' weights; the other cuda kernels)."""
     from _q8dot_model import ACTIVATION_BLOCK, quantization_bound
@@ -164,8 +164,10 @@ def activation_quantization_bound(device_name, dt, x, exact):
         from xinfer_async.backends.cuda import _launch
 
         T, K = np.shape(x)
+        # the weight's bytes as a GLU launch's (both halves: exact is one of them), so never under
+        # the bound of a launch that ran ``_pq``
         if not (_launch.mvq_enabled() and dt in _launch.MVQ_TYPES and 1 <= T <= _launch.PQ_MAX_T
-                and _launch.staged_rows(dt, K)):
+                and _launch.staged_rows(dt, K) and 2 * len(exact) * _launch.row_bytes(dt, K) >= _launch.PQ_MIN_BYTES):
             return 0.0
         amax = np.abs(np.asarray(x, np.float64)).reshape(T, K // 32, 32).max(-1)
         wabs = np.abs(np.asarray(exact, np.float64)).reshape(len(exact), K // 32, 32).sum(-1)

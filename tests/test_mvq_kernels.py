@@ -228,7 +228,9 @@ def test_llama_8b_products_run_it(kind, dt, N, K, T):
     ("f16", 4096, 4096, 1, False, "f16"), ("q2_k", 4096, 4096, 1, False, "q2_k: not a type of _pq"),
     ("q5_1", 4096, 4096, 1, False, "q5_1: not a type of _pq"),
     ("q6_k", 4096, 10752, 1, False, "q6_k rows of 8820 bytes: not whole 16-byte words"),
-    ("q4_1", 4096, 4096, 1, False, "cc 7.5: no cp.async")])
+    ("q4_1", 4096, 4096, 1, False, "cc 7.5: no cp.async"),
+    ("q4_1", 576, 1536, 1, False, "0.55 MB < PQ_MIN_BYTES (SmolLM2's down)"),
+    ("q4_1", 512, 2048, 1, True, "2 x 512 rows of 1280 bytes < PQ_MIN_BYTES")])
 def test_where_it_does_not_run(dt, N, K, T, glu, why):
     cc = (7, 5) if "cc 7.5" in why else (9, 0)
     assert not _launch.mvq_weight(dt, N, K, T, glu, 100 * 1024, cc), why
@@ -246,6 +248,28 @@ def test_xinfer_mvq_switch(monkeypatch):
     monkeypatch.setenv("XINFER_MVQ", "x")
     with pytest.raises(ValueError, match="XINFER_MVQ"):
         _launch.FAMILIES["matmul"]({"dt": "q4_1", "kind": "matmul"}, sms=132, stage_max=100 * 1024, cc=(9, 0))
+
+
+def test_pq_min_bytes(monkeypatch):
+    """Weights under PQ_MIN_BYTES (both halves with GLU) keep the f32 entries at every T; the rule reads
+    PQ_MIN_BYTES at the call; XINFER_PQ_MIN_BYTES overrides it when the kernel is loaded."""
+    rb = _launch.row_bytes("q4_1", 2048)
+    monkeypatch.setattr(_launch, "PQ_MIN_BYTES", 1000 * rb)
+    for T in (1, 8):
+        assert _launch.mvq_weight("q4_1", 1000, 2048, T, False, 100 * 1024, (9, 0))
+        assert not _launch.mvq_weight("q4_1", 999, 2048, T, False, 100 * 1024, (9, 0))
+        assert _launch.mvq_weight("q4_1", 500, 2048, T, True, 100 * 1024, (9, 0))
+        assert not _launch.mvq_weight("q4_1", 499, 2048, T, True, 100 * 1024, (9, 0))
+        assert _launch.mvq_weight("q4_1", 999, 2048, T, False, 100 * 1024, (9, 0), min_bytes=999 * rb)
+    assert _launch.pq_min_bytes({}) is None and _launch.pq_min_bytes({"XINFER_PQ_MIN_BYTES": "0"}) == 0
+    for bad in ("-1", "2MB", "1e6"):
+        with pytest.raises(ValueError, match="XINFER_PQ_MIN_BYTES"):
+            _launch.pq_min_bytes({"XINFER_PQ_MIN_BYTES": bad})
+    c = dict(T=1, N=999, K=2048, accumulate=0)
+    for env, suffix in (("", ""), (str(999 * rb), "_pq"), (str(999 * rb + 1), "")):
+        monkeypatch.setenv("XINFER_PQ_MIN_BYTES", env)
+        fam = _launch.FAMILIES["matmul"]({"dt": "q4_1", "kind": "matmul"}, sms=132, stage_max=100 * 1024, cc=(9, 0))
+        assert fam.launch(c)[3] == suffix, env
 
 
 def test_entries():
@@ -275,10 +299,11 @@ TS = (1, 2, 3, 8)
 
 
 def _force(monkeypatch, max_t=_launch.PQ_MAX_T):
-    """``_pq`` wherever its rule lets it (the tensor-core kernel never: it would take some q4_1 / q8_0
-    weights first); max_t: PQ_MAX_T for the launch (above 8: several token tiles of 8)."""
+    """``_pq`` wherever its rule lets it, at any size (the tensor-core kernel never: it would take some
+    q4_1 / q8_0 weights first); max_t: PQ_MAX_T for the launch (above 8: several token tiles of 8)."""
     monkeypatch.setenv("XINFER_MVQ", "1")
     monkeypatch.setattr(_launch, "tc_weight", lambda *a, **k: False)
+    monkeypatch.setattr(_launch, "PQ_MIN_BYTES", 0)
     monkeypatch.setattr(_launch, "PQ_MAX_T", max_t)
 
 

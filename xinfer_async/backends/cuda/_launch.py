@@ -352,6 +352,12 @@ MVQ_TYPES = ("q4_0", "q4_1", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k")
 _MVQ_WARPS, _MVQ_TT = 8, 8  # XI_MVQ_WARPS, XI_MVQ_TT
 #: where ``_pq`` runs (``mvq_weight``): 1 <= T <= PQ_MAX_T tokens
 PQ_MAX_T = 8
+#: ... and weights (both halves with GLU) of at least PQ_MIN_BYTES: below that the token's
+#: quantization, which each CTA does before its first block, costs more than the integer sums save
+#: (H200, 2026-12-02, SmolLM2-135M shape, whose only ``_pq`` product is its 576x1536 down of 0.55 MB:
+#: ``_pq`` 5.5-6.2 us a launch in situ against ~2.8 for the f32 entry; the decode step 0.797 ms
+#: against 0.716 with XINFER_MVQ=0). ``XINFER_PQ_MIN_BYTES`` overrides it (``pq_min_bytes``).
+PQ_MIN_BYTES = 2 << 20
 
 
 def mvq_params(dt: str, glu: bool, norm: bool = True) -> tuple[int, int, int]:
@@ -431,16 +437,35 @@ def mvq_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 
 
 
 def mvq_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: tuple[int, int],
-               norm: bool = True) -> bool:
+               norm: bool = True, min_bytes: int | None = None) -> bool:
     """Whether a product runs the integer decode kernel (``_pq``, shaders/xi_mvq.cuh): a type of
     MVQ_TYPES on compute capability 8.0+ (cp.async, dp4a), 1 <= T <= PQ_MAX_T, K a multiple of 256
-    and rows of whole 16-byte words (its cp.async copies; q6_k: K a multiple of 2048), one token's
+    and rows of whole 16-byte words (its cp.async copies; q6_k: K a multiple of 2048), weights (2n
+    rows with GLU) of at least ``min_bytes`` (None: PQ_MIN_BYTES as it is at the call), one token's
     shared bytes within ``stage_max``. Its rows' bits are llama.cpp-style integer sums (activations
     quantized to q8_1), not the f32 entries' (xi_mv1, xi_mvc, ``_p``, and xi_mvt at T > 8): a row
-    is the same at every T <= PQ_MAX_T and alone, but not across PQ_MAX_T."""
+    is the same at every T <= PQ_MAX_T and alone, but not across PQ_MAX_T. Nothing here depends on
+    T within 1..PQ_MAX_T but the shared bytes, which fit for T = 1 wherever they fit at all."""
     if dt not in MVQ_TYPES or cc < (8, 0) or not 1 <= t <= PQ_MAX_T or not staged_rows(dt, k):
         return False
+    if n * (2 if glu else 1) * row_bytes(dt, k) < (PQ_MIN_BYTES if min_bytes is None else min_bytes):
+        return False
     return mvq_tokens(dt, k, t, glu, stage_max, norm=norm) > 0
+
+
+def pq_min_bytes(environ: Mapping[str, str] = os.environ) -> int | None:
+    """``mvq_weight``'s smallest weight for ``_pq``: ``XINFER_PQ_MIN_BYTES`` (an integer >= 0, bytes)
+    where set -- a knob for measuring on the H200 --, else None (PQ_MIN_BYTES).
+
+    Raises:
+        ValueError: XINFER_PQ_MIN_BYTES is set to something other than an integer >= 0.
+    """
+    v = environ.get("XINFER_PQ_MIN_BYTES", "").strip()
+    if not v:
+        return None
+    if not v.isdigit():
+        raise ValueError(f"XINFER_PQ_MIN_BYTES={v!r} is not an integer >= 0 (bytes)")
+    return int(v)
 
 
 def mvq_enabled(environ: Mapping[str, str] = os.environ) -> bool:
@@ -474,7 +499,8 @@ def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
 def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
                   cc: tuple[int, int] = (9, 0), mmq: str = "", mvp: bool = True,
                   kq_min_t: int = _MVT_MIN_T, mvq: bool = True,
-                  pq_max: int = PQ_STAGE_MAX) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+                  pq_max: int = PQ_STAGE_MAX,
+                  pq_min: int | None = None) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, dynamic shared bytes, entry suffix) of a matrix kernel (``kind``: ``matmul``,
     ``rmsnorm_matmul`` or ``rmsnorm_matmul_swiglu``) of type ``dt`` for the constants:
 
@@ -484,7 +510,8 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
       and ``_tct`` above (32, 16 with GLU): a block of ``tc_segs`` warps a tile of 16 rows; shared:
       the segment sums (``tc_launch``; at T == 1 also h split for the one-token body);
     - ``mvq`` (``mvq_enabled``: XINFER_MVQ unset or 1) and ``mvq_weight`` (1 <= T <= PQ_MAX_T, its
-      shared bytes within ``pq_max``, the device's opt-in: ``pq_stage_max_for``):
+      shared bytes within ``pq_max``, the device's opt-in: ``pq_stage_max_for``, weights of at least
+      ``pq_min`` bytes, None: PQ_MIN_BYTES):
       ``_pq``, the integer decode kernel (shaders/xi_mvq.cuh, ``mvq_launch``; llama.cpp's numerics:
       its rows' bits differ from the f32 entries', which take T > PQ_MAX_T);
     - ``mvp`` (``mvp_enabled``: XINFER_MVP unset or 1) and ``mvp_weight`` (T <= MVP_MAX_T, large
@@ -498,7 +525,7 @@ def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, s
         return mmq_launch(c, dt, glu, mmq, sms)
     if tc_weight(dt, c["N"], c["K"], glu, sms, cc):
         return tc_launch(c, glu)
-    if mvq and mvq_weight(dt, c["N"], c["K"], t, glu, pq_max, cc, norm=kind != "matmul"):
+    if mvq and mvq_weight(dt, c["N"], c["K"], t, glu, pq_max, cc, norm=kind != "matmul", min_bytes=pq_min):
         return mvq_launch(c, dt, glu, sms, cc, pq_max, norm=kind != "matmul")
     if mvp and mvp_weight(dt, c["N"], c["K"], t, glu, stage_max, cc):
         return mvp_launch(c, dt, glu, sms, cc)
@@ -587,14 +614,15 @@ class Family:
 def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = PQ_STAGE_MAX) -> Family:
     """matmul_DT, rmsnorm_matmul_DT, rmsnorm_matmul_swiglu_DT (``params``: ``dt``, ``kind``):
     ``matmul_launch`` with ``mmq_mode()`` (XINFER_MMQ), ``mvp_enabled()`` (XINFER_MVP),
-    ``mvq_enabled()`` (XINFER_MVQ) and ``kq_tiled_min_t()`` (XINFER_KQ_TILED_MIN_T), read when the
-    kernel is loaded; the ``_t`` entry stages tokens in up to ``stage_max`` dynamic shared bytes, the
+    ``mvq_enabled()`` (XINFER_MVQ), ``pq_min_bytes()`` (XINFER_PQ_MIN_BYTES) and ``kq_tiled_min_t()``
+    (XINFER_KQ_TILED_MIN_T), read when the kernel is loaded; the ``_t`` entry stages tokens in up to ``stage_max`` dynamic shared bytes, the
     tiled integer entries opt in to theirs (``mmq_shared``) wherever ``mmq_usable``, whatever the mode (tools/mmq_bench.py launches
     them directly), ``_p`` (MVP_TYPES) to ``stage_max`` (``mvp_weight`` keeps it within) and ``_pq``
     (MVQ_TYPES) to ``pq_max`` (``mvq_tokens`` keeps it within).
 
     Raises:
-        ValueError: XINFER_MMQ, XINFER_MVP, XINFER_MVQ or XINFER_KQ_TILED_MIN_T is set to an unknown value."""
+        ValueError: XINFER_MMQ, XINFER_MVP, XINFER_MVQ, XINFER_PQ_MIN_BYTES or XINFER_KQ_TILED_MIN_T is set
+            to an unknown value."""
     dt, kind = params["dt"], params["kind"]
     opt_in = {"_t": stage_max} if stage_max > 48 * 1024 else {}
     if mmq_usable(dt, stage_max, cc):
@@ -606,7 +634,7 @@ def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], 
     return Family(matmul_entries(dt),
                   functools.partial(matmul_launch, dt=dt, kind=kind, stage_max=stage_max, sms=sms, cc=cc,
                                     mmq=mmq_mode(), mvp=mvp_enabled(), kq_min_t=kq_tiled_min_t(),
-                                    mvq=mvq_enabled(), pq_max=pq_max),
+                                    mvq=mvq_enabled(), pq_max=pq_max, pq_min=pq_min_bytes()),
                   opt_in)
 
 
