@@ -198,16 +198,20 @@ __device__ __forceinline__ void xi_att_segment(const KV *__restrict__ kb, const 
 // of 8, ~12 round trips a chunk; from DRAM each is ~1 us, so a 512-key segment took ~8 us alone and
 // ~13 in a decode step (H200, Llama-3.1-8B shape, launch timeline). With the segment's 0.5 MB (f32,
 // head_dim 128) asked for at once, the rows stream from DRAM at its bandwidth and the round trips
-// hit L2.
+// hit L2. A row of B bytes that starts inside a line spans ceil(B / 128) + 1 lines: where rows need
+// not start on a line (B, the row stride or a cache pointer not a multiple of 128 bytes: head_dim 48
+// or 112 in f16, say), a row gets one more address, its last byte.
 template <typename KV>
 __device__ __forceinline__ void xi_att_prefetch(const KV *kb, const KV *vb, size_t_ kv_row, int n, int hd, int z,
                                                 int nz) {
-    const int lines = (hd * (int)sizeof(KV) + 127) >> 7;  // a row's lines (the first at the row's start)
+    const int bytes = hd * (int)sizeof(KV);
+    const bool lined = ((((size_t_)bytes | kv_row * sizeof(KV)) | ((size_t_)kb | (size_t_)vb)) & 127) == 0;
+    const int lines = ((bytes + 127) >> 7) + (lined ? 0 : 1);  // a row's addresses: r + min(128 l, bytes - 1)
     const int all = 2 * n * lines;
     for (int e = z * (int)blockDim.x + (int)threadIdx.x; e < all; e += nz * (int)blockDim.x) {
         const int row = e / lines, l = e - row * lines, j = row >> 1;
         const KV *r = ((row & 1) ? vb : kb) + (size_t_)j * kv_row;
-        asm volatile("prefetch.L2 [%0];" ::"l"(reinterpret_cast<const uint8_t *>(r) + 128 * l));
+        asm volatile("prefetch.L2 [%0];" ::"l"(reinterpret_cast<const uint8_t *>(r) + min(128 * l, bytes - 1)));
     }
 }
 
