@@ -147,6 +147,13 @@ def random_blocks(rng, dt, rows, K, exact=True):
     return raw, (gguf.quants.dequantize(raw, qt).astype(np.float64).reshape(rows, K) if exact else None)
 
 
+def _pq_min(_launch):
+    """The smallest weight of ``_pq`` as the backend's kernel families read it: XINFER_PQ_MIN_BYTES
+    where set, else ``_launch.PQ_MIN_BYTES`` (as a test may have patched it)."""
+    m = _launch.pq_min_bytes()
+    return _launch.PQ_MIN_BYTES if m is None else m
+
+
 def activation_quantization_bound(device_name, dt, x, exact):
     """Extra error of a matrix product whose activations the backend quantizes: the cpu backend's
     block-type products (q8_0, q4_0, q4_1, q5_0, q5_1: native/kernels/q8dot.c; q4_k, q5_k, q6_k:
@@ -167,7 +174,7 @@ def activation_quantization_bound(device_name, dt, x, exact):
         # the weight's bytes as a GLU launch's (both halves: exact is one of them), so never under
         # the bound of a launch that ran ``_pq``
         if not (_launch.mvq_enabled() and dt in _launch.MVQ_TYPES and 1 <= T <= _launch.PQ_MAX_T
-                and _launch.staged_rows(dt, K) and 2 * len(exact) * _launch.row_bytes(dt, K) >= _launch.PQ_MIN_BYTES):
+                and _launch.staged_rows(dt, K) and 2 * len(exact) * _launch.row_bytes(dt, K) >= _pq_min(_launch)):
             return 0.0
         amax = np.abs(np.asarray(x, np.float64)).reshape(T, K // 32, 32).max(-1)
         wabs = np.abs(np.asarray(exact, np.float64)).reshape(len(exact), K // 32, 32).sum(-1)
@@ -188,7 +195,8 @@ def row_numerics(device_name, kind, dt, N, K, T):
     from xinfer_async.backends.cuda import _launch
 
     c = dict(T=T, N=N, K=K, accumulate=0, eps=1e-5)
-    suffix = _launch.matmul_launch(c, dt, kind, mmq=_launch.mmq_mode(), mvq=_launch.mvq_enabled())[3]
+    suffix = _launch.matmul_launch(c, dt, kind, mmq=_launch.mmq_mode(), mvq=_launch.mvq_enabled(),
+                                   pq_min=_launch.pq_min_bytes())[3]
     return "pq" if suffix == "_pq" else "f32"
 
 

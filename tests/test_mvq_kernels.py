@@ -304,6 +304,7 @@ def _force(monkeypatch, max_t=_launch.PQ_MAX_T):
     monkeypatch.setenv("XINFER_MVQ", "1")
     monkeypatch.setattr(_launch, "tc_weight", lambda *a, **k: False)
     monkeypatch.setattr(_launch, "PQ_MIN_BYTES", 0)
+    monkeypatch.delenv("XINFER_PQ_MIN_BYTES", raising=False)
     monkeypatch.setattr(_launch, "PQ_MAX_T", max_t)
 
 
