@@ -356,7 +356,8 @@ PQ_MAX_T = 8
 #: quantization, which each CTA does before its first block, costs more than the integer sums save
 #: (H200, 2026-12-02, SmolLM2-135M shape, whose only ``_pq`` product is its 576x1536 down of 0.55 MB:
 #: ``_pq`` 5.5-6.2 us a launch in situ against ~2.8 for the f32 entry; the decode step 0.797 ms
-#: against 0.716 with XINFER_MVQ=0). ``XINFER_PQ_MIN_BYTES`` overrides it (``pq_min_bytes``).
+#: against 0.716 with XINFER_MVQ=0, and 0.797 -> 0.713 with this rule). ``XINFER_PQ_MIN_BYTES``
+#: overrides it (``pq_min_bytes``).
 PQ_MIN_BYTES = 2 << 20
 
 
