@@ -30,7 +30,7 @@ def test_check_names_a_stale_file(tmp_path):
     assert _codegen.stale(str(tmp_path)) == [_codegen.CUDA_HEADER]
 
 
-@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.parametrize("name", sorted(n for n, s in KERNELS.items() if s.cpu))
 def test_c_struct_layout_is_the_declared_one(name):
     """The compiled module's ``xi_<name>_c`` (what the C kernels read) against the packing
     ``KernelSpec.pack`` writes: field by field, offset, size and type."""
@@ -89,3 +89,20 @@ def test_cuda_struct_layout_is_the_declared_one(tmp_path, monkeypatch):
     headers = {h: open(os.path.join(d, h)).read() for h in os.listdir(d) if h.endswith(".cuh")}
     source = '#include "xi_common.cuh"\n' + "\n".join(asserts) + '\nextern "C" __global__ void xi_layout() {}\n'
     assert _nvrtc.compile_cubin(source, "layout.cu", "sm_90", headers)[:4] == b"\x7fELF"
+
+
+def test_cuda_only_kernels_have_no_c_side_and_the_cpu_refuses_them():
+    """``cpu=False`` (the qmatmul family and its quantizers): no C struct nor prototype in the header,
+    a shader and a cuda launch, and the cpu device names the kernel when asked for it."""
+    from xinfer_async.hal import DeviceError
+
+    cuda_only = [s for s in KERNELS.values() if not s.cpu]
+    assert {s.name for s in cuda_only} >= {"quantize_q8_1", "rmsnorm_quantize_q8_1", "qmatmul_q4_1", "qmatmul_swiglu_q6_k"}
+    header = _codegen.c_header()
+    for s in cuda_only:
+        assert s.cuda is not None and f"xi_k_{s.name}(" not in header and s.c_struct not in header
+        assert not hasattr(_native.lib, f"xi_k_{s.name}")
+    import xinfer_async
+
+    with xinfer_async.open_device("cpu") as dev, pytest.raises(DeviceError, match="'qmatmul_q4_1' runs on cuda only"):
+        dev.kernel("qmatmul_q4_1")

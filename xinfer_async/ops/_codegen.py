@@ -58,9 +58,10 @@ def c_header(kernels: dict[str, KernelSpec] = KERNELS) -> str:
     declarations only (build_native.py drops the ``#`` lines and comments)."""
     lines = [f"/* {_NOTE} */", "#ifndef XI_KERNELS_H", "#define XI_KERNELS_H", "#include <stdint.h>", "",
              "/* constants structs: packed 4-byte fields in declaration order */"]
-    lines += [f"typedef struct {{ {_fields(s)} }} {s.c_struct};" for s in kernels.values()]
+    cpu = [s for s in kernels.values() if s.cpu]  # a cuda-only kernel has no C side
+    lines += [f"typedef struct {{ {_fields(s)} }} {s.c_struct};" for s in cpu]
     lines += ["", "/* kernels: b[i] = address of binding i, c = constants struct; 0, XI_EINVAL or XI_ENOMEM */"]
-    lines += [f"int xi_k_{s.name}(void *const *b, const void *c);" for s in kernels.values()]
+    lines += [f"int xi_k_{s.name}(void *const *b, const void *c);" for s in cpu]
     return "\n".join(lines + ["", "#endif", ""])
 
 

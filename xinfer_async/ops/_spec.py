@@ -95,6 +95,9 @@ class KernelSpec:
             ``xi_<name>_c``.
         cuda: its launch geometry on the cuda backend.
         doc: its contract, one line of ``native/KERNELS.md`` (shared by a family's kernels).
+        cpu: the cpu backend has it (``xi_k_<name>``); False for a kernel only the cuda backend
+            runs (the qmatmul family and its quantizers: a path ``Backend.quantized_activations``
+            asks for), which then has no C prototype and no C struct.
     """
 
     name: str
@@ -104,6 +107,7 @@ class KernelSpec:
     struct: str = ""
     cuda: CudaLaunch | None = None
     doc: str = ""
+    cpu: bool = True
 
     def __post_init__(self):
         if not self.struct:

@@ -290,6 +290,8 @@ class CPUBackend(Backend):
         return q
 
     def load_kernel(self, spec: Any) -> _Kernel:
+        if not getattr(spec, "cpu", True):
+            raise DeviceError(f"cpu: kernel {spec.name!r} runs on cuda only (native/KERNELS.md)", "XI_NO_KERNEL")
         fn = getattr(lib, f"xi_k_{spec.name}", None)
         if fn is None:
             raise DeviceError(f"cpu: the native module has no kernel xi_k_{spec.name} (built from older "
