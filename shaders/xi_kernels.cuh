@@ -29,3 +29,7 @@ struct xi_to_f16_c { int32_t rows; int32_t dim; };
 struct xi_rmsnorm_f16_c { int32_t rows; int32_t dim; float eps; };
 struct xi_unscale_add_c { int32_t rows; int32_t n; int32_t y_stride; int32_t accumulate; };
 struct xi_swiglu_unscale_c { int32_t rows; int32_t n; };
+struct xi_quantize_q8_1_c { int32_t T; int32_t K; };
+struct xi_rmsnorm_quantize_q8_1_c { int32_t T; int32_t K; float eps; };
+struct xi_qmatmul_c { int32_t T; int32_t N; int32_t K; int32_t accumulate; };
+struct xi_qmatmul_swiglu_c { int32_t T; int32_t N; int32_t K; };

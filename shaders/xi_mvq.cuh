@@ -201,7 +201,11 @@ __device__ __forceinline__ void xi_mvq_inv(const XiMvcArgs &a, int tg0, int tn, 
 }
 
 // The vector body (see the top): tokens [tg0, tg0 + tn), tn <= TT; smem: xi_mvq_shared bytes for tn.
-template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, int TT>
+// PRE (the qmatmul entries): a.x is not f32 but the tokens already quantized, in the planar q8_1
+// layout of quantize_q8_1 (shaders/xi_quantize.cuh: codes int8 (T, K), then (d, s) f32 pairs (T, K /
+// 32) at byte T K): the CTA copies its tokens' codes and pairs into shared memory with cp.async in
+// the first group of weight chunks (no arithmetic, no rmsnorm; NORM is false), then computes as above.
+template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, int TT, bool PRE = false>
 __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg0, int tn) {
     constexpr int GB = xi_mvp_group_bytes(TYPE), NR = GLU ? 2 * R : R, CGB = CG * GB, NCP = (CGB / 16 + 31) / 32;
     static_assert(CGB % 16 == 0, "a chunk of CG groups is whole 16-byte words");
@@ -239,12 +243,22 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
         }
         xi_mvp_commit();  // an empty group past the end keeps the count of pending groups uniform
     };
+    if (PRE) {  // the tokens' codes and (d, s) pairs, into the first group (L2 only: cp.async.cg)
+        const uint8_t *g = reinterpret_cast<const uint8_t *>(a.x);
+        const uint8_t *gc = g + (size_t_)tg0 * a.K, *gd = g + (size_t_)a.T * a.K + (size_t_)tg0 * nb * 8;
+        const int nc = tn * a.K / 16, nd = tn * nb / 2;  // 16-byte words: K % 256 == 0
+        for (int i = tid; i < nc; i += XI_MVQ_WARPS * 32) xi_cp16(xq + 16 * i, gc + 16 * i);
+        for (int i = tid; i < nd; i += XI_MVQ_WARPS * 32) xi_cp16(reinterpret_cast<uint8_t *>(ds) + 16 * i, gd + 16 * i);
+    }
 #pragma unroll
     for (int c = 0; c < S - 1; c++) issue();
 
-    // the tokens, quantized once a CTA while the first chunks are in flight
-    if (NORM) xi_mvq_inv<TT>(a, tg0, tn, inv);
-    xi_mmq_quant<NORM, 4, true>(a, inv, tg0, tn, 0, nb, xq, a.K, ds, XI_MVQ_WARPS * 32);
+    if (PRE) {  // the first group is in: every thread's part of the tokens
+        xi_mvp_wait<S - 2>();
+    } else {  // the tokens, quantized once a CTA while the first chunks are in flight
+        if (NORM) xi_mvq_inv<TT>(a, tg0, tn, inv);
+        xi_mmq_quant<NORM, 4, true>(a, inv, tg0, tn, 0, nb, xq, a.K, ds, XI_MVQ_WARPS * 32);
+    }
     __syncthreads();
 
     int ct = gw, cc = 0, cs = 0;  // compute cursor: chunk cc of tile ct, from stage cs
@@ -315,7 +329,7 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
 // dynamic shared bytes: backends/cuda/_launch.py's mvq_launch). A CTA's tokens: tt = ceil(T /
 // gridDim.y) from blockIdx.y tt, its accumulators sized for the next of 1, 2, 4, 8 (tt > 8, a
 // launch that breaks the rule, and the shapes the vector body does not take: NaN rows).
-template <int TYPE, int R, int S, int CG, bool NORM, bool GLU>
+template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, bool PRE = false>
 __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
     extern __shared__ uint4 xi_mvq_dyn[];
     if (blockIdx.y == 0) xi_prefetch_rows<TYPE, GLU>(a, (long long)blockIdx.x * XI_MVQ_WARPS * R, XI_MVQ_WARPS * R);
@@ -324,17 +338,18 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
     if (tg0 >= a.T) return;
     const int tn = a.T - tg0 < tt ? a.T - tg0 : tt;
     uint8_t *smem = reinterpret_cast<uint8_t *>(xi_mvq_dyn);
-    const bool ok = (a.K & 255) == 0 && (xi_row_bytes_of(TYPE, a.K) & 15) == 0 && (((size_t_)a.w) & 15) == 0;
+    const bool ok = (a.K & 255) == 0 && (xi_row_bytes_of(TYPE, a.K) & 15) == 0 && (((size_t_)a.w) & 15) == 0 &&
+                    (!PRE || (((size_t_)a.x) & 15) == 0);
     if (!ok || tt > XI_MVQ_TT) {  // not a launch of mvq_launch: poison this CTA's rows
         for (int t = tg0; t < tg0 + tn; t++)
             for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < a.N; n += gridDim.x * blockDim.x)
                 a.y[(size_t_)t * a.N + n] = XI_NAN;
         return;
     }
-    if (tt == 1) xi_mvq<TYPE, R, S, CG, NORM, GLU, 1>(a, smem, tg0, tn);
-    else if (tt == 2) xi_mvq<TYPE, R, S, CG, NORM, GLU, 2>(a, smem, tg0, tn);
-    else if (tt <= 4) xi_mvq<TYPE, R, S, CG, NORM, GLU, 4>(a, smem, tg0, tn);
-    else xi_mvq<TYPE, R, S, CG, NORM, GLU, 8>(a, smem, tg0, tn);
+    if (tt == 1) xi_mvq<TYPE, R, S, CG, NORM, GLU, 1, PRE>(a, smem, tg0, tn);
+    else if (tt == 2) xi_mvq<TYPE, R, S, CG, NORM, GLU, 2, PRE>(a, smem, tg0, tn);
+    else if (tt <= 4) xi_mvq<TYPE, R, S, CG, NORM, GLU, 4, PRE>(a, smem, tg0, tn);
+    else xi_mvq<TYPE, R, S, CG, NORM, GLU, 8, PRE>(a, smem, tg0, tn);
 }
 
 // (R, S, CG) by type and kind (NORM: rmsnorm_matmul and SwiGLU; else matmul), from the H200 sweep of
@@ -363,4 +378,23 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
         XI_MVP_NORM_PARAMS(xi_rmsnorm_matmul_swiglu_c)) {                                                             \
         const XiMvcArgs a{w, x, norm, y, c.T, c.N, c.K, 0, c.eps};                                                    \
         xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1, 1), XI_MVQ_S(TYPE, 1, 1), XI_MVQ_CG(TYPE), true, true>(a);                          \
+    }
+
+// The qmatmul entries (qmatmul_DT.cu, qmatmul_swiglu_DT.cu): `_pq`'s matmul and SwiGLU bodies on
+// tokens quantized beforehand (PRE: xq, the planar q8_1 layout of quantize_q8_1), with the matmul
+// kind's (R, S, CG) and tokens a CTA (backends/cuda/_launch.py's qmatmul family). Their rows equal
+// `_pq`'s bit for bit on the same tokens: the codes and pairs are the ones `_pq` computes in shared
+// memory (quantize_q8_1 and rmsnorm_quantize_q8_1 run its xi_mmq_quant and xi_mvq_inv), and the sums
+// are the same code.
+#define XI_QMATMUL_ENTRIES(DT, TYPE)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_##DT(                                                \
+        const uint8_t *__restrict__ w, const uint8_t *__restrict__ xq, float *__restrict__ y, xi_qmatmul_c c) {       \
+        const XiMvcArgs a{w, reinterpret_cast<const float *>(xq), nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};      \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0, 0), XI_MVQ_S(TYPE, 0, 0), XI_MVQ_CG(TYPE), false, false, true>(a);      \
+    }
+#define XI_QMATMUL_SWIGLU_ENTRIES(DT, TYPE)                                                                           \
+    extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_swiglu_##DT(                                         \
+        const uint8_t *__restrict__ w, const uint8_t *__restrict__ xq, float *__restrict__ y, xi_qmatmul_swiglu_c c) { \
+        const XiMvcArgs a{w, reinterpret_cast<const float *>(xq), nullptr, y, c.T, c.N, c.K, 0, 0.0f};                 \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1, 1), XI_MVQ_S(TYPE, 1, 1), XI_MVQ_CG(TYPE), false, true, true>(a);       \
     }

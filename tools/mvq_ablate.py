@@ -58,8 +58,8 @@ import sys
 
 SHADERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shaders")
 
-QUANT = """    if (NORM) xi_mvq_inv<TT>(a, tg0, tn, inv);
-    xi_mmq_quant<NORM, 4, true>(a, inv, tg0, tn, 0, nb, xq, a.K, ds, XI_MVQ_WARPS * 32);
+QUANT = """        if (NORM) xi_mvq_inv<TT>(a, tg0, tn, inv);
+        xi_mmq_quant<NORM, 4, true>(a, inv, tg0, tn, 0, nb, xq, a.K, ds, XI_MVQ_WARPS * 32);
 """
 LOOP_HEAD = "        for (int b = cb0 + ((lane - cb0) & 31); b < cb1; b += 32) {\n"
 BODY_START = LOOP_HEAD + """            const int o = b - cb0;  // block within the chunk: group o / 8, block o % 8
@@ -191,12 +191,12 @@ def block_code(mmq: str) -> str:
         raise ValueError("quant1: xi_mmq.cuh no longer has xi_mmq_quant's block code (update tools/mvq_ablate.py)")
     i = mmq.index(BLOCK_FIRST)
     return mmq[i:mmq.index(BLOCK_LAST, i) + len(BLOCK_LAST)]
-QUANT1_CALL = """    if (TT == 1 && a.K <= 1024 * XI_MVQ_Q1(NORM)) {
-        xi_mvq_quant1<NORM, XI_MVQ_Q1(NORM)>(a, tg0, xq, ds);
-    } else {
-        if (NORM) xi_mvq_inv<TT>(a, tg0, tn, inv);
-        xi_mmq_quant<NORM, 4, true>(a, inv, tg0, tn, 0, nb, xq, a.K, ds, XI_MVQ_WARPS * 32);
-    }
+QUANT1_CALL = """        if (TT == 1 && a.K <= 1024 * XI_MVQ_Q1(NORM)) {
+            xi_mvq_quant1<NORM, XI_MVQ_Q1(NORM)>(a, tg0, xq, ds);
+        } else {
+            if (NORM) xi_mvq_inv<TT>(a, tg0, tn, inv);
+            xi_mmq_quant<NORM, 4, true>(a, inv, tg0, tn, 0, nb, xq, a.K, ds, XI_MVQ_WARPS * 32);
+        }
 """
 #: quant1: the U float4s' quantize code unrolled (U copies, v[u] in registers); quant1roll: one copy in a
 #: loop, v[0] taken each time and the rest moved down (xi_mmq_quant's way: short code, U - 1 moves a step)

@@ -50,14 +50,14 @@ KERNELS: dict[str, KernelSpec] = {}
 
 
 def _declare(name: str, bindings, constants, *, cuda: CudaLaunch, doc: str, check=lambda c: None,
-             struct: str = "") -> None:
+             struct: str = "", cpu: bool = True) -> None:
     """Declare kernel ``name``: ``bindings`` as ``(name, access, shape, nbytes)``, ``constants`` as
-    ``"field"`` (int32) or ``"field:f32"`` (float), in struct order."""
+    ``"field"`` (int32) or ``"field:f32"`` (float), in struct order; ``cpu=False``: cuda only."""
     if name in KERNELS:
         raise ValueError(f"kernel {name!r} is declared twice")
     consts = tuple((f[:-4], "f") if f.endswith(":f32") else (f, "i") for f in constants)
     KERNELS[name] = KernelSpec(name, tuple(BindingSpec(n, a, nb, shape) for n, a, shape, nb in bindings), consts,
-                               check, struct, cuda, doc)
+                               check, struct, cuda, doc, cpu)
 
 
 _declare("affine", [("x", R, "(n)", _f32(lambda c: c["n"])), ("y", W, "(n)", _f32(lambda c: c["n"]))],
@@ -342,6 +342,43 @@ _declare("swiglu_unscale", [("gu", R, "(rows, 2n)", _f32(lambda c: c["rows"] * 2
          ["rows", "n"], cuda=flat(lambda c: c["rows"] * c["n"]),
          doc="y[r,i] = silu(g) * u with g = gu[r,i] * inv_scale[r], u = gu[r,n+i] * inv_scale[r] (`swiglu`'s "
              "arithmetic)")
+
+
+# -- activations quantized once for the cuda integer decode kernel (cuda only: cpu=False) ---------------
+#: the weight types of ``qmatmul_DT`` / ``qmatmul_swiglu_DT`` (backends/cuda/_launch.py MVQ_TYPES)
+QMATMUL_DTYPES = (DType.q4_0, DType.q4_1, DType.q5_0, DType.q8_0, DType.q4_k, DType.q5_k, DType.q6_k)
+#: bytes of the planar q8_1 activations of T tokens of K: int8 codes (T, K), then (d, s) f32 pairs (T, K / 32)
+_q8_1 = lambda c: max(0, c["T"]) * (c["K"] + c["K"] // 32 * 8)  # noqa: E731
+_K256 = lambda c: f"K={c['K']} is not a multiple of 256" if c["K"] % 256 else None  # noqa: E731
+_Q8_1_DOC = ("xq: the planar q8_1 layout, int8 codes (T, K) then (d, s) f32 pairs (T, K/32) at byte T*K; a block "
+             "of 32 quantized as llama.cpp's q8_1 with f32 scales: d = amax / 127, codes round(h / d) half away "
+             "from zero (d = 0: codes 0), s = d * sum(codes) (tests/_mmq_model.py quantize_q8_1); cuda only")
+_QUANT_GRID = CudaLaunch(256, lambda c, sms: (cdiv(c["K"] // 32, 128), max(1, c["T"]), 1))
+_declare("quantize_q8_1", [("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])), ("xq", W, "(T, K) q8_1 planar", _q8_1)],
+         ["T", "K"], check=lambda c: f"K={c['K']} is not a multiple of 32" if c["K"] % 32 else None,
+         cuda=_QUANT_GRID, cpu=False, doc="xq = x quantized per block of 32; " + _Q8_1_DOC)
+_declare("rmsnorm_quantize_q8_1", [("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
+                                   ("norm", R, "(K)", _f32(lambda c: c["K"])),
+                                   ("xq", W, "(T, K) q8_1 planar", _q8_1)],
+         ["T", "K", "eps:f32"], check=lambda c: f"K={c['K']} is not a multiple of 32" if c["K"] % 32 else None,
+         cuda=_QUANT_GRID, cpu=False,
+         doc="xq = h quantized per block of 32, h = (x * inv) * norm with inv = 1 / sqrt(mean(x^2) + eps) summed as "
+             "the cuda `_pq` entries do (tests/_mmq_model.py rmsnorm_inv_cta): their tokens' bits; " + _Q8_1_DOC)
+for _dt in QMATMUL_DTYPES:
+    _declare(f"qmatmul_{_dt.label}", [("w", R, "(N, K) DT", _matrix(_dt)), ("xq", R, "(T, K) q8_1 planar", _q8_1),
+                                      ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
+             ["T", "N", "K", "accumulate"], check=_K256, struct="qmatmul", cpu=False,
+             cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "0"))),
+             doc="y[t,n] = (accumulate ? y[t,n] : 0) + w[n] . h[t] with h the tokens of xq (`quantize_q8_1`), "
+                 "llama.cpp's integer numerics: the cuda `_pq` entry of `matmul_DT` on those tokens, bit for bit "
+                 "(shaders/xi_mvq.cuh); K a multiple of 256 (q6_k: 2048); cuda only")
+    _declare(f"qmatmul_swiglu_{_dt.label}", [("w", R, "(2N, K) DT", _matrix(_dt, 2)),
+                                             ("xq", R, "(T, K) q8_1 planar", _q8_1),
+                                             ("y", W, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
+             ["T", "N", "K"], check=_K256, struct="qmatmul_swiglu", cpu=False,
+             cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "1"))),
+             doc="y = silu(gate) * up, gate and up the `qmatmul_DT` rows [0, N) and [N, 2N) of w on the tokens of xq: "
+                 "the cuda `_pq` entry of `rmsnorm_matmul_swiglu_DT` on those tokens, bit for bit; cuda only")
 
 
 def kernel_spec(name: str) -> KernelSpec:

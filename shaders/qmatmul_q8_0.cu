@@ -1,0 +1,3 @@
+#include "xi_mvq.cuh"
+// w (N, K) q8_0, xq (T, K) planar q8_1 (quantize_q8_1) -> y (T, N) f32 RW (xi_mvq.cuh, PRE).
+XI_QMATMUL_ENTRIES(q8_0, XI_Q8_0)

@@ -1,0 +1,4 @@
+#include "xi_mvq.cuh"
+// w (2N, K) q6_k (gate rows, then up rows), xq (T, K) planar q8_1 (quantize_q8_1) -> y (T, N) f32:
+// silu(gate . h) * (up . h), h the quantized tokens (xi_mvq.cuh, PRE).
+XI_QMATMUL_SWIGLU_ENTRIES(q6_k, XI_Q6_K)
