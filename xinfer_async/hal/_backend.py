@@ -99,6 +99,15 @@ class Backend(abc.ABC):
         ``repack`` at load."""
         return dtype
 
+    def quantized_activations(self, kind: str, dtype: str, rows: int, n: int, k: int) -> bool:
+        """Whether a matrix product of ``kind`` (``matmul``, ``rmsnorm_matmul``,
+        ``rmsnorm_matmul_swiglu``: ops/_kernels.py) with an ``(n, k)`` weight of matrix dtype label
+        ``dtype`` on ``rows`` tokens should be given its tokens quantized once beforehand: the model
+        then runs ``quantize_q8_1`` (or ``rmsnorm_quantize_q8_1``) and ``qmatmul_DT`` (or
+        ``qmatmul_swiglu_DT``), which give the product's own bits. False by default (the cpu
+        backend: its kernels quantize inside, and it has no ``qmatmul``)."""
+        return False
+
     def repack(self, data: Any, dtype: Any, shape: tuple, layout: Any) -> Any:
         """The bytes of the ``(N, K)`` matrix ``data`` (``numpy.uint8``, ``dtype``'s layout) in
         ``layout`` (what ``matrix_dtype`` answered): a new ``numpy.uint8`` array of the same size.

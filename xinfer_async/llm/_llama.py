@@ -288,6 +288,9 @@ class LlamaBuilder:
         if policy_min_t and not self.f16_weight_bytes:  # the GEMM at small T pays only on resident f16 weights
             self.gemm_min_t = _policy_min_t(device.name, dim=cfg.dim, f16_resident=False)
         self._gemm = self._gemm_lowering()
+        #: T -> the products whose tokens are quantized once beforehand (``_quantizes``), their kernels
+        #: registered here, before freeze
+        self._quantized = {T: self._quantized_products(T) for T in self.plan_sizes}
         self._layouts = {T: self._layout(T) for T in self.plan_sizes}
         self.definition = s.freeze(ModelContext(device))
         self._tensors = None  # the memory map is no longer needed
@@ -395,6 +398,37 @@ class LlamaBuilder:
             return None
         return GemmLowering(self.session, sorted({(n, k) for _, n, k in mats}), cfg.dim, self._resident)
 
+    def _products(self, T: int) -> list[tuple[str, str, int, int, int]]:
+        """(kind, weight dtype, rows, n, k) of every matrix product of a T-token pass (the output
+        layer at rows 1 and T: a plan takes the last row's logits or every row's)."""
+        cfg, dim = self.cfg, self.cfg.dim
+        silu = cfg.architecture.activation == "silu"
+        out = []
+        for b in self.blocks:
+            out += [("rmsnorm_matmul", p.wd[1], T, p.n, dim) for p in b.wqkv]
+            out += [("matmul", b.wo[1], T, dim, cfg.q_dim),
+                    ("rmsnorm_matmul_swiglu", b.wgu[1], T, cfg.ffn_dim, dim) if silu else
+                    ("rmsnorm_matmul", b.wgu[1], T, 2 * cfg.ffn_dim, dim),
+                    ("matmul", b.wdown[1], T, dim, cfg.ffn_dim)]
+        return out + [("rmsnorm_matmul", self.out_dtype, r, cfg.vocab_size, dim) for r in sorted({1, T})]
+
+    def _quantizes(self, kind: str, dtype: str, rows: int, n: int, k: int) -> bool:
+        """Whether ``_product`` gives this product its tokens quantized once beforehand: the device
+        asks for it (``ModelSession.quantized_activations``: cuda, where the product would run the
+        integer decode kernel) and the GEMM regime does not take it."""
+        if self._gemm is not None and lowers(dtype, rows, self.gemm_min_t):
+            return False
+        return self.session.quantized_activations(kind, dtype, rows, n, k)
+
+    def _quantized_products(self, T: int) -> set[tuple[str, str, int, int, int]]:
+        """The products of ``_products(T)`` that ``_quantizes``, with their kernels registered
+        (``quantize_q8_1`` / ``rmsnorm_quantize_q8_1``, ``qmatmul_DT`` / ``qmatmul_swiglu_DT``)."""
+        out = {p for p in set(self._products(T)) if self._quantizes(*p)}
+        for kind, dtype, _, _, _ in out:
+            self.session.kernel("quantize_q8_1" if kind == "matmul" else "rmsnorm_quantize_q8_1")
+            self.session.kernel(("qmatmul_swiglu_" if kind == "rmsnorm_matmul_swiglu" else "qmatmul_") + dtype)
+        return out
+
     def _fused_dtype(self, prefix: str, parts: list[str]) -> str:
         """The dtype of ``_fused``'s stacked weight: the parts' one dtype and K, else f32."""
         ts = [self._tensor(f"{prefix}{p}.weight") for p in parts]
@@ -473,6 +507,9 @@ class LlamaBuilder:
             sizes["gu"] = T * 2 * cfg.ffn_dim
         if T > 1 and any(len(b.wqkv) > 1 for b in self.blocks):  # qkv's parts before their rows are copied
             sizes["qkv_parts"] = T * (cfg.q_dim + 2 * kvd)
+        if self._quantized[T]:  # the quantized tokens of the widest input (``_product``)
+            kmax = max(k for *_, k in self._quantized[T])
+            sizes["xq"] = -(-T * (kmax + kmax // 32 * 8) // F32)
         if self._gemm is not None and T >= self.gemm_min_t:
             self._gemm.declare(T)
         return {k: self.session.scratch(n * F32, name=f"T{T}.{k}") for k, n in sizes.items()}
@@ -514,10 +551,11 @@ class LlamaBuilder:
             cmds = [get_rows(x)]
         if T <= SPLIT_T_MAX:  # split-K attention's counters (cuda; above SPLIT_T_MAX tokens it never splits)
             cmds.insert(0, Fill(count, 0.0))
+        qa = (self._quantized[T], L.get("xq"))  # the products given quantized tokens (``_product``)
         mm = lambda wd, src, dst, n, kk, acc, rows=T: self._product(  # noqa: E731
-            "matmul", wd, src, None, dst, rows, n, kk, accumulate=acc)
+            "matmul", wd, src, None, dst, rows, n, kk, accumulate=acc, qa=qa)
         norm_mm = lambda wd, src, g, dst, n, rows=T: self._product(  # noqa: E731  rmsnorm(src) * g, then @ w^T
-            "rmsnorm_matmul", wd, src, g, dst, rows, n, dim)
+            "rmsnorm_matmul", wd, src, g, dst, rows, n, dim, qa=qa)
         ff = [] if self.rope_ff is None else [self.rope_ff]
         rope_kv = lambda b, dst_row, k_cache, v_cache, ctx: self._dispatch(  # noqa: E731
             ("rope_kv_store_ff" if ff else "rope_kv_store") + self._kv_sfx,
@@ -538,13 +576,18 @@ class LlamaBuilder:
             block of ``qkv_parts`` (part after part), then its T rows copied into their columns."""
             if len(b.wqkv) == 1:
                 return norm_mm(b.wqkv[0].wd, x, b.attn_norm, qkv, qkv_w)
-            out, off = [], 0
+            out, off, ready = [], 0, False  # ready: the parts' tokens quantized once (``_product``)
             for p in b.wqkv:
                 if T == 1:
-                    out += norm_mm(p.wd, x, b.attn_norm, qkv.slice(F32 * p.row0, F32 * p.n), p.n)
+                    out += self._product("rmsnorm_matmul", p.wd, x, b.attn_norm, qkv.slice(F32 * p.row0, F32 * p.n),
+                                         T, p.n, dim, qa=qa, quantized=ready)
+                else:
+                    blk = L["qkv_parts"].slice(F32 * off, F32 * T * p.n)
+                    out += self._product("rmsnorm_matmul", p.wd, x, b.attn_norm, blk, T, p.n, dim, qa=qa,
+                                         quantized=ready)
+                ready = ready or ("rmsnorm_matmul", p.wd[1], T, p.n, dim) in self._quantized[T]
+                if T == 1:
                     continue
-                blk = L["qkv_parts"].slice(F32 * off, F32 * T * p.n)
-                out += norm_mm(p.wd, x, b.attn_norm, blk, p.n)
                 out += [Copy(qkv.slice(F32 * (t * qkv_w + p.row0), F32 * p.n), blk.slice(F32 * t * p.n, F32 * p.n))
                         for t in range(T)]
                 off += T * p.n
@@ -576,7 +619,7 @@ class LlamaBuilder:
                 ]
             cmds += residual(b.wo, att, qd, b.post_attn_norm)
             if arch.activation == "silu":
-                cmds += self._product("rmsnorm_matmul_swiglu", b.wgu, x, b.ffn_norm, act, T, ffn, dim)
+                cmds += self._product("rmsnorm_matmul_swiglu", b.wgu, x, b.ffn_norm, act, T, ffn, dim, qa=qa)
             else:
                 cmds += norm_mm(b.wgu, x, b.ffn_norm, gu, 2 * ffn)
                 cmds.append(self._dispatch("geglu", [gu, (act, W_)], dict(rows=T, n=ffn)))
@@ -599,15 +642,29 @@ class LlamaBuilder:
         spec = PlanSpec(T, all_logits, batched)
         return d.fragment(cmds, [ins[k] for k in spec.inputs], [outs[k] for k in spec.outputs])
 
-    def _product(self, kind: str, wd, x, norm, y, rows: int, n: int, k: int, accumulate: int = 0) -> list:
+    def _product(self, kind: str, wd, x, norm, y, rows: int, n: int, k: int, accumulate: int = 0,
+                 qa: tuple | None = None, quantized: bool = False) -> list:
         """The commands of one matrix product of ``kind`` (``matmul``, ``rmsnorm_matmul``,
         ``rmsnorm_matmul_swiglu``: the kernel families of ``ops/_kernels.py``) with weight ``wd``
         ((region, dtype), (n, k); swiglu: (2n, k)), input ``x`` (rows, k), output ``y`` (rows, n):
-        the GEMM regime where the policy lowers it (``_gemm.py``), else the kernel."""
+        the GEMM regime where the policy lowers it (``_gemm.py``); where ``qa`` (the pass's
+        ``_quantized`` set and its layout's ``xq`` scratch) holds the product,
+        ``rmsnorm_quantize_q8_1`` (``quantize_q8_1`` for matmul) into ``xq`` -- skipped where
+        ``quantized``: the same x and norm were just quantized there -- then ``qmatmul_DT``
+        (``qmatmul_swiglu_DT``); else the kernel."""
         if self._gemm is not None and lowers(wd[1], rows, self.gemm_min_t):
             return self._gemm.commands(self.definition.kernels, wd[0], wd[1], x, y, rows, n, k, norm=norm,
                                        eps=self.cfg.rms_eps, accumulate=accumulate,
                                        glu=kind == "rmsnorm_matmul_swiglu")
+        if qa is not None and (kind, wd[1], rows, n, k) in qa[0]:
+            xq = qa[1]
+            cmds = [] if quantized else [
+                self._dispatch("quantize_q8_1", [x, (xq, W_)], dict(T=rows, K=k)) if norm is None else
+                self._dispatch("rmsnorm_quantize_q8_1", [x, norm, (xq, W_)], dict(T=rows, K=k, eps=self.cfg.rms_eps))]
+            if kind == "rmsnorm_matmul_swiglu":
+                return cmds + [self._dispatch(f"qmatmul_swiglu_{wd[1]}", [wd[0], xq, (y, W_)], dict(T=rows, N=n, K=k))]
+            return cmds + [self._dispatch(f"qmatmul_{wd[1]}", [wd[0], xq, (y, RW)],
+                                          dict(T=rows, N=n, K=k, accumulate=accumulate))]
         consts = dict(T=rows, N=n, K=k)
         if kind != "rmsnorm_matmul_swiglu":
             consts["accumulate"] = accumulate

@@ -57,6 +57,13 @@ class ModelSession:
         after it (``matmul_<dtype>``)."""
         return self.device.backend.matrix_dtype(desc.dtype, desc.shape)
 
+    def quantized_activations(self, kind: str, dtype: str, rows: int, n: int, k: int) -> bool:
+        """Whether the device wants the tokens of a ``kind`` product with an ``(n, k)`` weight of
+        ``dtype`` (a label of ``matrix_dtype``) on ``rows`` tokens quantized once beforehand
+        (``Backend.quantized_activations``: then ``quantize_q8_1`` / ``rmsnorm_quantize_q8_1`` and
+        ``qmatmul_DT`` / ``qmatmul_swiglu_DT``, the same bits)."""
+        return self.device.backend.quantized_activations(kind, dtype, rows, n, k)
+
     def weight(self, data: Any, desc: TensorDesc, name: str = "", *, matrix: bool = False) -> Region:
         """Upload an immutable weight (once; every plan and slot shares it).
 

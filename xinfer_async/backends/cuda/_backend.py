@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from ...hal import Backend, DeviceError
 from ...hal._commands import Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, GemmCmd, ReplayCmd, TimestampCmd, UploadCmd
-from . import _driver, _timeline
+from . import _driver, _launch, _timeline
 from ._driver import check, ffi
 from ._cublaslt import LtGemm
 from ._graph import CUDAGraph, GraphCapture
@@ -238,6 +238,12 @@ class CUDABackend(Backend):
             raise ValueError(f"unknown command {cmd!r}")
 
     # -- kernels ----------------------------------------------------------------------------------
+    def quantized_activations(self, kind: str, dtype: str, rows: int, n: int, k: int) -> bool:
+        """Where the product would run ``_pq`` (``_launch.quantized_activations``: XINFER_PREQUANT=0
+        turns it off)."""
+        return _launch.quantized_activations(kind, dtype, rows, n, k, self.multiprocessors, self.stage_max,
+                                             self.compute_capability, self.pq_stage_max)
+
     def load_kernel(self, spec: Any) -> CUDAKernel:
         """The kernel ``spec`` (an ``ops.KernelSpec``, or its name) compiled for this device, once
         (``_kernel.load_kernel``: NVRTC, entry points, launch geometry from the declaration).

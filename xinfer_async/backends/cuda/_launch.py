@@ -639,10 +639,58 @@ def _matmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], 
                   opt_in)
 
 
+def qmatmul_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = (9, 0),
+                   pq_max: int = PQ_STAGE_MAX) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+    """(grid, block, shared bytes, entry suffix ``""``) of qmatmul_DT / qmatmul_swiglu_DT (``glu``):
+    ``mvq_launch`` with the matmul kind's parameters (``mvq_params(norm=False)``: its tokens come
+    quantized, so no kind has the fused rmsnorm; GLU keeps its own) and tokens a CTA.
+
+    Raises:
+        ValueError: one token's shared bytes exceed ``pq_max``."""
+    grid, block, shared, _ = mvq_launch(c, dt, glu, sms, cc, pq_max, norm=glu)
+    return grid, block, shared, ""
+
+
+def _qmatmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = PQ_STAGE_MAX) -> Family:
+    """qmatmul_DT, qmatmul_swiglu_DT (``params``: ``dt``, ``glu`` "0" / "1"): ``qmatmul_launch``, one
+    entry, opted in to ``pq_max`` shared bytes (``mvq_tokens`` keeps them within)."""
+    dt, glu = params["dt"], params["glu"] == "1"
+    return Family(("",), functools.partial(qmatmul_launch, dt=dt, glu=glu, sms=sms, cc=cc, pq_max=pq_max),
+                  {"": pq_max} if pq_max > 48 * 1024 else {})
+
+
+def quantized_activations(kind: str, dt: str, t: int, n: int, k: int, sms: int, stage_max: int, cc: tuple[int, int],
+                          pq_max: int = PQ_STAGE_MAX, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether a product of ``kind`` (``matmul``, ``rmsnorm_matmul``, ``rmsnorm_matmul_swiglu``) with
+    a weight of ``dt`` (n, k) at T = ``t`` should take its tokens quantized beforehand
+    (``quantize_q8_1`` / ``rmsnorm_quantize_q8_1`` then ``qmatmul_DT`` / ``qmatmul_swiglu_DT``): where
+    the kernel family would run ``_pq`` (``matmul_launch`` with the same knobs, read now), unless
+    ``XINFER_PREQUANT=0`` (``prequant_enabled``). The bits are the same either way: ``_pq`` quantizes
+    its tokens with the same code, in every CTA.
+
+    Raises:
+        ValueError: XINFER_PREQUANT or a knob of ``_matmul_family`` set to an unknown value."""
+    if not prequant_enabled(environ) or dt not in MVQ_TYPES:
+        return False
+    fam = _matmul_family({"dt": dt, "kind": kind}, sms, stage_max, cc, pq_max)
+    return fam.launch(dict(T=t, N=n, K=k, accumulate=0, eps=0.0))[3] == "_pq"
+
+
+def prequant_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """``XINFER_PREQUANT`` unset or ``1``: the model quantizes the tokens of a ``_pq`` product once, in
+    a kernel of its own, instead of in every CTA of the product (``quantized_activations``); ``0``:
+    in every CTA (the A/B of the H200 measurements).
+
+    Raises:
+        ValueError: XINFER_PREQUANT is set to something else."""
+    return _switch(environ, "XINFER_PREQUANT")
+
+
 def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = 0) -> Family:
     """attention, attention_batched (and their ``_f16``): ``attention_launch``."""
     return Family(attention_entries(), functools.partial(attention_launch, sms=sms), {})
 
 
 #: family name (``CudaLaunch.family`` of a declaration) -> (params, sms=, stage_max=, cc=[, pq_max=]) -> ``Family``
-FAMILIES: dict[str, Callable[..., Family]] = {"matmul": _matmul_family, "attention": _attention_family}
+FAMILIES: dict[str, Callable[..., Family]] = {"matmul": _matmul_family, "attention": _attention_family,
+                                               "qmatmul": _qmatmul_family}
