@@ -153,9 +153,17 @@ class CUDABackend(Backend):
         check(self._lib.cuMemFree_v2(address), "cuMemFree")
 
     def write(self, address: int, data) -> None:
+        """Copy host bytes to ``address``; returns once they are in device memory.
+
+        cuMemcpyHtoD from pageable memory returns once the bytes are staged, before the DMA to the
+        device has completed (CUDA Driver API, "API synchronization behavior"), and the queues'
+        streams are non-blocking (no implicit order with the legacy stream): without the
+        synchronize below, a kernel submitted right after an upload could read the old bytes
+        (seen on the H200 under load, tests/test_cuda_backend.py)."""
         self.make_current()
         buf = ffi.from_buffer(data)
         check(self._lib.cuMemcpyHtoD_v2(address, buf, len(buf)), "cuMemcpyHtoD")
+        check(self._lib.cuStreamSynchronize(ffi.NULL), "cuStreamSynchronize")  # the legacy stream: the copy landed
 
     def read(self, address: int, out) -> None:
         self.make_current()
