@@ -40,7 +40,8 @@
 //
 // Requirements (the launch rule, _launch.mvq_weight, checks the shapes; the entry writes NaN rows
 // otherwise): K % 256 == 0, rows of whole 16-byte words (q6_k: K % 2048 == 0), w 16-byte aligned
-// (x and norm: any 4-byte alignment, xi_mmq_quant reads them); compute capability 8.0+ (cp.async).
+// (x and norm: any 4-byte alignment, xi_mmq_quant reads them; PRE: x, the quantized tokens, 16-byte
+// aligned, its cp.async copies); compute capability 8.0+ (cp.async).
 #pragma once
 #include "xi_mvp.cuh"
 #include "xi_mmq.cuh"

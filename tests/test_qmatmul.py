@@ -34,27 +34,53 @@ def test_the_types_are_the_integer_kernels():
             assert not KERNELS[name].cpu and KERNELS[name].cuda.family == "qmatmul"
 
 
+#: devices by the shared bytes a block may opt in to: the H200 (227 KB), an A100 (163 KB), sm_86 / sm_89 (99 KB)
+DEVICES = {"h200": H200,
+           "a100": dict(sms=108, stage_max=_launch.stage_max_for(163 * 1024), cc=(8, 0),
+                        pq_max=_launch.pq_stage_max_for(163 * 1024)),
+           "sm89": dict(sms=128, stage_max=_launch.stage_max_for(99 * 1024), cc=(8, 9),
+                        pq_max=_launch.pq_stage_max_for(99 * 1024))}
+
+
+@pytest.mark.parametrize("device", sorted(DEVICES))
 @pytest.mark.parametrize("kind", KINDS)
-def test_the_rule_is_where_pq_runs(monkeypatch, kind):
-    """Wherever ``matmul_launch`` picks ``_pq`` (T, size, type, K), and nowhere else; XINFER_PREQUANT=0
-    turns it off; an unknown value is an error."""
-    monkeypatch.delenv("XINFER_PREQUANT", raising=False)
-    monkeypatch.delenv("XINFER_PQ_MIN_BYTES", raising=False)
-    seen = set()
+def test_the_rule_is_where_pq_runs_and_qmatmul_fits(monkeypatch, kind, device):
+    """Only where ``matmul_launch`` picks ``_pq`` (T, size, type, K), and there wherever the qmatmul
+    entry the rule sends the product to launches (its matmul-kind stages within the device's shared
+    bytes): every product the rule takes launches; on the 99 KB device q6_k's output layer at K =
+    4096 stays with ``_pq``; on the H200 every product of the 8B shapes that runs ``_pq`` takes the
+    path; XINFER_PREQUANT=0 turns it off; an unknown value is an error."""
+    for knob in ("XINFER_PREQUANT", "XINFER_PQ_MIN_BYTES", "XINFER_MVQ", "XINFER_MMQ"):
+        monkeypatch.delenv(knob, raising=False)
+    dev = DEVICES[device]
+    seen, kept = set(), set()
     for dt in _launch.MVQ_TYPES + ("q5_1", "f16", "q3_k"):
-        for n, k in [(4096, 4096), (6144, 4096), (4096, 14336), (576, 1536), (128256, 4096), (300, 4096 + 32)]:
+        for n, k in [(4096, 4096), (6144, 4096), (4096, 14336), (576, 1536), (128256, 4096), (300, 4096 + 32),
+                     (4096, 53248)]:
             for t in (1, 4, 8, 9, 64):
                 pq = _launch.matmul_launch(dict(T=t, N=n, K=k, accumulate=0, eps=EPS), dt, kind,
-                                           stage_max=H200["stage_max"], pq_max=H200["pq_max"])[3] == "_pq"
-                got = _launch.quantized_activations(kind, dt, t, n, k, **H200)
-                assert got == pq, (dt, n, k, t)
+                                           stage_max=dev["stage_max"], pq_max=dev["pq_max"], sms=dev["sms"],
+                                           cc=dev["cc"])[3] == "_pq"
+                got = _launch.quantized_activations(kind, dt, t, n, k, **dev)
+                if got:
+                    assert pq, (dt, n, k, t)
+                    grid, _, shared, _ = _launch.qmatmul_launch(dict(T=t, N=n, K=k, accumulate=0), dt,
+                                                                kind == "rmsnorm_matmul_swiglu", dev["sms"], dev["cc"],
+                                                                dev["pq_max"])
+                    assert shared <= dev["pq_max"] and grid[0] >= 1, (dt, n, k, t)
+                elif pq:
+                    kept.add((dt, n, k))
                 seen.add(got)
     assert seen == {True, False}
+    if device == "sm89" and kind == "rmsnorm_matmul":
+        assert ("q6_k", 128256, 4096) in kept
+    if device == "h200":
+        assert not {p for p in kept if p[2] <= 14336}, "on the H200 every _pq product of the 8B shapes takes the path"
     monkeypatch.setenv("XINFER_PREQUANT", "0")
-    assert not _launch.quantized_activations(kind, "q4_1", 1, 4096, 4096, **H200)
+    assert not _launch.quantized_activations(kind, "q4_1", 1, 4096, 4096, **dev)
     monkeypatch.setenv("XINFER_PREQUANT", "yes")
     with pytest.raises(ValueError, match="XINFER_PREQUANT"):
-        _launch.quantized_activations(kind, "q4_1", 1, 4096, 4096, **H200)
+        _launch.quantized_activations(kind, "q4_1", 1, 4096, 4096, **dev)
 
 
 @pytest.mark.parametrize("glu", [False, True])
@@ -74,6 +100,8 @@ def test_the_launch_is_pqs_matmul_kind(glu):
 def test_the_declarations_check_k():
     with pytest.raises(ValueError, match="K=4128 is not a multiple of 256"):
         KERNELS["qmatmul_q4_1"].pack(dict(T=1, N=8, K=4128, accumulate=0))
+    with pytest.raises(ValueError, match="K=3072 is not a multiple of 2048"):
+        KERNELS["qmatmul_swiglu_q6_k"].pack(dict(T=1, N=8, K=3072))
     with pytest.raises(ValueError, match="K=40 is not a multiple of 32"):
         KERNELS["rmsnorm_quantize_q8_1"].pack(dict(T=1, K=40, eps=EPS))
     assert KERNELS["quantize_q8_1"].bindings[1].nbytes(dict(T=3, K=512)) == 3 * 512 + 3 * 16 * 8
@@ -167,7 +195,7 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
     """A 2-layer model of the 8B shape's widths (its products over PQ_MIN_BYTES: ``_pq`` at T <= 8),
     teacher-forced 12 tokens 1 and 4 a step: with the tokens quantized once (the default) and with
     XINFER_PREQUANT=0 (``_pq`` quantizes in every CTA), the same logits bit for bit; the first run
-    loads the qmatmul kernels, the second none."""
+    loads the qmatmul kernels."""
     from xinfer_async import llm
     from xinfer_async.llm._synthetic import SHAPES as MODEL_SHAPES
     from xinfer_async.llm._synthetic import write_synthetic_gguf

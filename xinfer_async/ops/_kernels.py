@@ -350,6 +350,7 @@ QMATMUL_DTYPES = (DType.q4_0, DType.q4_1, DType.q5_0, DType.q8_0, DType.q4_k, DT
 #: bytes of the planar q8_1 activations of T tokens of K: int8 codes (T, K), then (d, s) f32 pairs (T, K / 32)
 _q8_1 = lambda c: max(0, c["T"]) * (c["K"] + c["K"] // 32 * 8)  # noqa: E731
 _K256 = lambda c: f"K={c['K']} is not a multiple of 256" if c["K"] % 256 else None  # noqa: E731
+_K2048 = lambda c: f"K={c['K']} is not a multiple of 2048 (q6_k rows of whole 16-byte words)" if c["K"] % 2048 else None  # noqa: E731
 _Q8_1_DOC = ("xq: the planar q8_1 layout, int8 codes (T, K) then (d, s) f32 pairs (T, K/32) at byte T*K; a block "
              "of 32 quantized as llama.cpp's q8_1 with f32 scales: d = amax / 127, codes round(h / d) half away "
              "from zero (d = 0: codes 0), s = d * sum(codes) (tests/_mmq_model.py quantize_q8_1); cuda only")
@@ -367,15 +368,16 @@ _declare("rmsnorm_quantize_q8_1", [("x", R, "(T, K)", _f32(lambda c: c["T"] * c[
 for _dt in QMATMUL_DTYPES:
     _declare(f"qmatmul_{_dt.label}", [("w", R, "(N, K) DT", _matrix(_dt)), ("xq", R, "(T, K) q8_1 planar", _q8_1),
                                       ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
-             ["T", "N", "K", "accumulate"], check=_K256, struct="qmatmul", cpu=False,
+             ["T", "N", "K", "accumulate"], check=_K2048 if _dt.label == "q6_k" else _K256, struct="qmatmul", cpu=False,
              cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "0"))),
              doc="y[t,n] = (accumulate ? y[t,n] : 0) + w[n] . h[t] with h the tokens of xq (`quantize_q8_1`), "
                  "llama.cpp's integer numerics: the cuda `_pq` entry of `matmul_DT` on those tokens, bit for bit "
-                 "(shaders/xi_mvq.cuh); K a multiple of 256 (q6_k: 2048); cuda only")
+                 "(shaders/xi_mvq.cuh); K a multiple of 256 (q6_k: 2048); xq 16-byte aligned (cp.async; else NaN "
+                 "rows); cuda only")
     _declare(f"qmatmul_swiglu_{_dt.label}", [("w", R, "(2N, K) DT", _matrix(_dt, 2)),
                                              ("xq", R, "(T, K) q8_1 planar", _q8_1),
                                              ("y", W, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
-             ["T", "N", "K"], check=_K256, struct="qmatmul_swiglu", cpu=False,
+             ["T", "N", "K"], check=_K2048 if _dt.label == "q6_k" else _K256, struct="qmatmul_swiglu", cpu=False,
              cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "1"))),
              doc="y = silu(gate) * up, gate and up the `qmatmul_DT` rows [0, N) and [N, 2N) of w on the tokens of xq: "
                  "the cuda `_pq` entry of `rmsnorm_matmul_swiglu_DT` on those tokens, bit for bit; cuda only")

@@ -664,16 +664,24 @@ def quantized_activations(kind: str, dt: str, t: int, n: int, k: int, sms: int, 
     """Whether a product of ``kind`` (``matmul``, ``rmsnorm_matmul``, ``rmsnorm_matmul_swiglu``) with
     a weight of ``dt`` (n, k) at T = ``t`` should take its tokens quantized beforehand
     (``quantize_q8_1`` / ``rmsnorm_quantize_q8_1`` then ``qmatmul_DT`` / ``qmatmul_swiglu_DT``): where
-    the kernel family would run ``_pq`` (``matmul_launch`` with the same knobs, read now), unless
-    ``XINFER_PREQUANT=0`` (``prequant_enabled``). The bits are the same either way: ``_pq`` quantizes
-    its tokens with the same code, in every CTA.
+    the kernel family would run ``_pq`` (``matmul_launch`` with the same knobs, read now) and
+    ``qmatmul_launch`` fits the device (the rmsnorm kind's qmatmul takes the matmul kind's rows and
+    stages, which need more shared bytes: on a device of 99 KB a block, q6_k at K = 4096 runs
+    ``_pq`` but not qmatmul), unless ``XINFER_PREQUANT=0`` (``prequant_enabled``). The bits are the
+    same either way: ``_pq`` quantizes its tokens with the same code, in every CTA.
 
     Raises:
         ValueError: XINFER_PREQUANT or a knob of ``_matmul_family`` set to an unknown value."""
     if not prequant_enabled(environ) or dt not in MVQ_TYPES:
         return False
     fam = _matmul_family({"dt": dt, "kind": kind}, sms, stage_max, cc, pq_max)
-    return fam.launch(dict(T=t, N=n, K=k, accumulate=0, eps=0.0))[3] == "_pq"
+    if fam.launch(dict(T=t, N=n, K=k, accumulate=0, eps=0.0))[3] != "_pq":
+        return False
+    try:
+        qmatmul_launch(dict(T=t, N=n, K=k, accumulate=0), dt, kind == "rmsnorm_matmul_swiglu", sms, cc, pq_max)
+    except ValueError:  # one token's shared bytes over pq_max with the matmul kind's stages
+        return False
+    return True
 
 
 def prequant_enabled(environ: Mapping[str, str] = os.environ) -> bool:
