@@ -69,9 +69,11 @@ async def _generate(args) -> None:
         sys.stdout.flush()
     sys.stdout.write("\n")
     sys.stdout.flush()
-    t = stream.result.timings
-    print(f"[{len(stream.result.token_ids)} tokens, finish: {stream.result.finish_reason}; prompt {t.prompt_tokens} tokens "
-          f"at {t.prefill_tok_per_s:.1f} tok/s, decode {t.decode_tok_per_s:.1f} tok/s, "
+    t, n = stream.result.timings, len(stream.result.token_ids)
+    plural = lambda k: "token" if k == 1 else "tokens"  # noqa: E731
+    decode = f"decode {t.decode_tok_per_s:.1f} tok/s" if n > 1 else "no decode step"  # one token: the prefill's
+    print(f"[{n} {plural(n)}, finish: {stream.result.finish_reason}; prompt {t.prompt_tokens} {plural(t.prompt_tokens)} "
+          f"at {t.prefill_tok_per_s:.1f} tok/s, {decode}, "
           f"first token after {t.time_to_first_token_s * 1e3:.0f} ms, on {model.device.name}]", file=sys.stderr)
     if stream.result.finish_reason == "stop" and len(stream.result.token_ids) <= 1 and model.chat_template \
             and not args.chat:
