@@ -578,13 +578,8 @@ class LlamaBuilder:
                 return norm_mm(b.wqkv[0].wd, x, b.attn_norm, qkv, qkv_w)
             out, off, ready = [], 0, False  # ready: the parts' tokens quantized once (``_product``)
             for p in b.wqkv:
-                if T == 1:
-                    out += self._product("rmsnorm_matmul", p.wd, x, b.attn_norm, qkv.slice(F32 * p.row0, F32 * p.n),
-                                         T, p.n, dim, qa=qa, quantized=ready)
-                else:
-                    blk = L["qkv_parts"].slice(F32 * off, F32 * T * p.n)
-                    out += self._product("rmsnorm_matmul", p.wd, x, b.attn_norm, blk, T, p.n, dim, qa=qa,
-                                         quantized=ready)
+                blk = qkv.slice(F32 * p.row0, F32 * p.n) if T == 1 else L["qkv_parts"].slice(F32 * off, F32 * T * p.n)
+                out += self._product("rmsnorm_matmul", p.wd, x, b.attn_norm, blk, T, p.n, dim, qa=qa, quantized=ready)
                 ready = ready or ("rmsnorm_matmul", p.wd[1], T, p.n, dim) in self._quantized[T]
                 if T == 1:
                     continue

@@ -350,18 +350,20 @@ QMATMUL_DTYPES = (DType.q4_0, DType.q4_1, DType.q5_0, DType.q8_0, DType.q4_k, DT
 #: bytes of the planar q8_1 activations of T tokens of K: int8 codes (T, K), then (d, s) f32 pairs (T, K / 32)
 _q8_1 = lambda c: max(0, c["T"]) * (c["K"] + c["K"] // 32 * 8)  # noqa: E731
 _K256 = lambda c: f"K={c['K']} is not a multiple of 256" if c["K"] % 256 else None  # noqa: E731
-_K2048 = lambda c: f"K={c['K']} is not a multiple of 2048 (q6_k rows of whole 16-byte words)" if c["K"] % 2048 else None  # noqa: E731
+_K32 = lambda c: f"K={c['K']} is not a multiple of 32" if c["K"] % 32 else None  # noqa: E731
+_K2048 = lambda c: (f"K={c['K']} is not a multiple of 2048 (q6_k rows of whole 16-byte words)"  # noqa: E731
+                    if c["K"] % 2048 else None)
 _Q8_1_DOC = ("xq: the planar q8_1 layout, int8 codes (T, K) then (d, s) f32 pairs (T, K/32) at byte T*K; a block "
              "of 32 quantized as llama.cpp's q8_1 with f32 scales: d = amax / 127, codes round(h / d) half away "
              "from zero (d = 0: codes 0), s = d * sum(codes) (tests/_mmq_model.py quantize_q8_1); cuda only")
 _QUANT_GRID = CudaLaunch(256, lambda c, sms: (cdiv(c["K"] // 32, 128), max(1, c["T"]), 1))
 _declare("quantize_q8_1", [("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])), ("xq", W, "(T, K) q8_1 planar", _q8_1)],
-         ["T", "K"], check=lambda c: f"K={c['K']} is not a multiple of 32" if c["K"] % 32 else None,
+         ["T", "K"], check=_K32,
          cuda=_QUANT_GRID, cpu=False, doc="xq = x quantized per block of 32; " + _Q8_1_DOC)
 _declare("rmsnorm_quantize_q8_1", [("x", R, "(T, K)", _f32(lambda c: c["T"] * c["K"])),
                                    ("norm", R, "(K)", _f32(lambda c: c["K"])),
                                    ("xq", W, "(T, K) q8_1 planar", _q8_1)],
-         ["T", "K", "eps:f32"], check=lambda c: f"K={c['K']} is not a multiple of 32" if c["K"] % 32 else None,
+         ["T", "K", "eps:f32"], check=_K32,
          cuda=_QUANT_GRID, cpu=False,
          doc="xq = h quantized per block of 32, h = (x * inv) * norm with inv = 1 / sqrt(mean(x^2) + eps) summed as "
              "the cuda `_pq` entries do (tests/_mmq_model.py rmsnorm_inv_cta): their tokens' bits; " + _Q8_1_DOC)
