@@ -130,6 +130,25 @@ __device__ __forceinline__ uint64_t xi_evict_first() {
     return pol;
 }
 
+// One q8_1 block of 32 values, a warp's (lane l holds value l; all 32 lanes call it): code l into
+// *code from lane l (one byte), and (d, s) into *pair from lane 0, with xi_mmq.cuh's xi_mmq_quant
+// arithmetic (d = amax / 127, codes round(v / d) half away from zero, d = 0: codes 0, s = d *
+// sum(codes); each float operation rounded once; the max and the integer sum do not depend on their
+// order): its bits (tests/_mmq_model.py quantize_q8_1), without its staging. xi_mvq.cuh's
+// qmatmul_normq entries quantize their own output with it.
+__device__ __forceinline__ void xi_q8_1_warp(float v, uint8_t *code, float2 *pair) {
+    float am = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+    const float d = __fdiv_rn(am, 127.0f), id = d > 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    const int q = (int)roundf(__fmul_rn(v, id));
+    int qs = q;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) qs += __shfl_xor_sync(0xffffffffu, qs, o);
+    *code = (uint8_t)(q & 255);
+    if ((threadIdx.x & 31) == 0) *pair = make_float2(d, __fmul_rn(d, (float)qs));
+}
+
 // Ask L2 for the bytes [p, p + n): the block's threads take its 128-byte lines in turn (prefetch.L2,
 // a hint that never faults and changes no value: L2 is the device's point of coherence, so this is
 // safe before xi_grid_begin even where the previous kernel writes those bytes). Every address used

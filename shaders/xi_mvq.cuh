@@ -201,13 +201,41 @@ __device__ __forceinline__ void xi_mvq_inv(const XiMvcArgs &a, int tg0, int tn, 
     __syncthreads();
 }
 
+// What the qmatmul_normq entries write beside y: the next product's tokens, h = rmsnorm(y) * norm, in
+// the planar q8_1 layout with block sums of squares (qmatmul_normq_DT's xqn): codes int8 (T, N) of
+// z = y * norm (each product rounded once) quantized per block of 32 (xi_q8_1_warp), then (d, s) f32
+// pairs (T, N / 32) at byte T N, then ss f32 (T, N / 32) at byte T N + 8 T N / 32: ss[t][b] the
+// xor-butterfly warp sum of y * y over the block's 32 values. The consumer (a qmatmul entry with
+// rms = 1) computes inv = 1 / sqrt(sum(ss) / K + eps) of a token (lane l adds ss[l], ss[l + 32], ...
+// in order from 0, then the warp sum) and scales each total by it: rmsnorm folded in after the
+// products (the codes of z and of h = z * inv are the same up to float rounding), so the producer
+// needs no other CTA's rows. Requires one round (every warp one tile of R = 4 rows: a CTA's 32 rows
+// are one block of each token).
+// NQ's rows buffer: one static array for every token tile size (XI_MVQ_TT tokens of 32 f32: 1 KB,
+// _launch.py NORMQ_STATIC), declared only in the entries that use it (xi_mvq's if constexpr).
+__device__ __forceinline__ float *xi_mvq_rows() {
+    __shared__ float rows[XI_MVQ_TT * 32];
+    return rows;
+}
+struct XiMvqOut {
+    const float *norm;  // (N) f32
+    uint8_t *xq;        // (T, N) planar q8_1 with block sums of squares (above)
+};
+
 // The vector body (see the top): tokens [tg0, tg0 + tn), tn <= TT; smem: xi_mvq_shared bytes for tn.
 // PRE (the qmatmul entries): a.x is not f32 but the tokens already quantized, in the planar q8_1
 // layout of quantize_q8_1 (shaders/xi_quantize.cuh: codes int8 (T, K), then (d, s) f32 pairs (T, K /
 // 32) at byte T K): the CTA copies its tokens' codes and pairs into shared memory with cp.async in
-// the first group of weight chunks (no arithmetic, no rmsnorm; NORM is false), then computes as above.
-template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, int TT, bool PRE = false>
-__device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg0, int tn) {
+// the first group of weight chunks (no arithmetic, no rmsnorm; NORM is false), then computes as above;
+// with RMS, the tokens are qmatmul_normq's (XiMvqOut) and each row's total is scaled by the token's
+// inv (from the block sums of squares, read while the first chunks are in flight) before it is written.
+// NQ (the qmatmul_normq entries): the CTA's rows of its tokens also into shared memory, then h of them
+// quantized into o.xq (XiMvqOut).
+template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, int TT, bool PRE = false, bool NQ = false,
+          bool RMS = false>
+__device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg0, int tn, const XiMvqOut &o) {
+    static_assert(!NQ || (R == 4 && !GLU && PRE), "qmatmul_normq: the matmul kind, 8 warps of 4 rows = a block of 32");
+    static_assert(!RMS || PRE, "rms: the tokens of qmatmul_normq");
     constexpr int GB = xi_mvp_group_bytes(TYPE), NR = GLU ? 2 * R : R, CGB = CG * GB, NCP = (CGB / 16 + 31) / 32;
     static_assert(CGB % 16 == 0, "a chunk of CG groups is whole 16-byte words");
     static_assert(TT >= 1 && TT <= XI_MVQ_TT, "1 <= TT <= XI_MVQ_TT");
@@ -220,6 +248,8 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
     uint8_t *xq = smem + (size_t_)XI_MVQ_WARPS * S * NR * CGB;  // (tn, K) codes
     float2 *ds = reinterpret_cast<float2 *>(xq + (size_t_)tn * a.K);  // (tn, nb) (d, s)
     __shared__ float inv[TT];  // the tokens' rmsnorm scales
+    float *yb = nullptr;  // NQ: the CTA's 32 rows of each token, as written to y (token t: yb[32 t ..])
+    if constexpr (NQ) yb = xi_mvq_rows();
 
     // issue cursor: chunk ic of tile it, into stage is (as xi_mvp)
     int it = gw, ic = 0, is = 0, issued = 0;
@@ -254,6 +284,17 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
 #pragma unroll
     for (int c = 0; c < S - 1; c++) issue();
 
+    if (RMS) {  // inv of the tokens from their block sums of squares: warp t, token tg0 + t
+        if (wi < tn) {
+            const float *ss = reinterpret_cast<const float *>(reinterpret_cast<const uint8_t *>(a.x) +
+                                                              (size_t_)a.T * a.K + (size_t_)a.T * nb * 8) + (size_t_)(tg0 + wi) * nb;
+            float v = 0.0f;
+            for (int b = lane; b < nb; b += 32) v = __fadd_rn(v, __ldcg(ss + b));
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
+            if (lane == 0) inv[wi] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(v, (float)a.K), a.eps)));
+        }
+    }
     if (PRE) {  // the first group is in: every thread's part of the tokens
         xi_mvp_wait<S - 2>();
     } else {  // the tokens, quantized once a CTA while the first chunks are in flight
@@ -310,8 +351,13 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
                         const int n = ct * R + r;
                         if (lane == 0 && n < a.N) {
                             float *yo = a.y + (size_t_)(tg0 + t) * a.N + n;
-                            if (GLU) *yo = sg / (1.0f + expf(-sg)) * su;
-                            else *yo = a.accumulate ? __fadd_rn(*yo, sg) : sg;
+                            if (RMS) {  // qmatmul_normq's tokens: the rmsnorm's scale, after the sums
+                                sg = __fmul_rn(sg, inv[t]);
+                                if (GLU) su = __fmul_rn(su, inv[t]);
+                            }
+                            const float v = GLU ? sg / (1.0f + expf(-sg)) * su : a.accumulate ? __fadd_rn(*yo, sg) : sg;
+                            *yo = v;
+                            if (NQ) yb[32 * t + n - blockIdx.x * (XI_MVQ_WARPS * R)] = v;
                         }
                     }
                 }
@@ -324,14 +370,28 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
         __syncwarp();  // every lane has read stage cs before the next issue() refills it
     }
     xi_mvp_wait<0>();
+    if (NQ) {  // the CTA's block (rows 32 blockIdx.x ..) of each token: warp t quantizes token tg0 + t
+        __syncthreads();
+        if (wi < tn) {
+            const int nbn = a.N >> 5, t = tg0 + wi, n = 32 * blockIdx.x + lane;
+            const float v = yb[32 * wi + lane];
+            float2 *pairs = reinterpret_cast<float2 *>(o.xq + (size_t_)a.T * a.N);
+            float *ssq = reinterpret_cast<float *>(o.xq + (size_t_)a.T * a.N + (size_t_)a.T * nbn * 8);
+            xi_q8_1_warp(__fmul_rn(v, __ldg(o.norm + n)), o.xq + (size_t_)t * a.N + n, pairs + (size_t_)t * nbn + blockIdx.x);
+            float q = __fmul_rn(v, v);
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) q = __fadd_rn(q, __shfl_xor_sync(0xffffffffu, q, off));
+            if (lane == 0) ssq[(size_t_)t * nbn + blockIdx.x] = q;
+        }
+    }
 }
 
 // The kernel body (256 threads; grid (at most a wave, ceil(T / TT)), xi_mvq_shared(TYPE, K, TT, ...)
 // dynamic shared bytes: backends/cuda/_launch.py's mvq_launch). A CTA's tokens: tt = ceil(T /
 // gridDim.y) from blockIdx.y tt, its accumulators sized for the next of 1, 2, 4, 8 (tt > 8, a
 // launch that breaks the rule, and the shapes the vector body does not take: NaN rows).
-template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, bool PRE = false>
-__device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
+template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, bool PRE = false, bool NQ = false, bool RMS = false>
+__device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut o = XiMvqOut{nullptr, nullptr}) {
     extern __shared__ uint4 xi_mvq_dyn[];
     if (blockIdx.y == 0) xi_prefetch_rows<TYPE, GLU>(a, (long long)blockIdx.x * XI_MVQ_WARPS * R, XI_MVQ_WARPS * R);
     xi_grid_begin();
@@ -340,17 +400,21 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
     const int tn = a.T - tg0 < tt ? a.T - tg0 : tt;
     uint8_t *smem = reinterpret_cast<uint8_t *>(xi_mvq_dyn);
     const bool ok = (a.K & 255) == 0 && (xi_row_bytes_of(TYPE, a.K) & 15) == 0 && (((size_t_)a.w) & 15) == 0 &&
-                    (!PRE || (((size_t_)a.x) & 15) == 0);
+                    (!PRE || (((size_t_)a.x) & 15) == 0) &&
+                    (!NQ || ((a.N & 31) == 0 && (long long)gridDim.x * XI_MVQ_WARPS * R >= a.N));  // NQ: one round
     if (!ok || tt > XI_MVQ_TT) {  // not a launch of mvq_launch: poison this CTA's rows
         for (int t = tg0; t < tg0 + tn; t++)
             for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < a.N; n += gridDim.x * blockDim.x)
                 a.y[(size_t_)t * a.N + n] = XI_NAN;
+        if (NQ && blockIdx.x == 0)  // and the next product's tokens: NaN scales
+            for (int i = threadIdx.x; i < (tn * a.N) >> 5; i += blockDim.x)
+                reinterpret_cast<float2 *>(o.xq + (size_t_)a.T * a.N)[(size_t_)tg0 * (a.N >> 5) + i] = make_float2(XI_NAN, XI_NAN);
         return;
     }
-    if (tt == 1) xi_mvq<TYPE, R, S, CG, NORM, GLU, 1, PRE>(a, smem, tg0, tn);
-    else if (tt == 2) xi_mvq<TYPE, R, S, CG, NORM, GLU, 2, PRE>(a, smem, tg0, tn);
-    else if (tt <= 4) xi_mvq<TYPE, R, S, CG, NORM, GLU, 4, PRE>(a, smem, tg0, tn);
-    else xi_mvq<TYPE, R, S, CG, NORM, GLU, 8, PRE>(a, smem, tg0, tn);
+    if (tt == 1) xi_mvq<TYPE, R, S, CG, NORM, GLU, 1, PRE, NQ, RMS>(a, smem, tg0, tn, o);
+    else if (tt == 2) xi_mvq<TYPE, R, S, CG, NORM, GLU, 2, PRE, NQ, RMS>(a, smem, tg0, tn, o);
+    else if (tt <= 4) xi_mvq<TYPE, R, S, CG, NORM, GLU, 4, PRE, NQ, RMS>(a, smem, tg0, tn, o);
+    else xi_mvq<TYPE, R, S, CG, NORM, GLU, 8, PRE, NQ, RMS>(a, smem, tg0, tn, o);
 }
 
 // (R, S, CG) by type and kind (NORM: rmsnorm_matmul and SwiGLU; else matmul), from the H200 sweep of
@@ -393,9 +457,37 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a) {
         const XiMvcArgs a{w, reinterpret_cast<const float *>(xq), nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};      \
         xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0, 0), XI_MVQ_S(TYPE, 0, 0), XI_MVQ_CG(TYPE), false, false, true>(a);      \
     }
+// qmatmul_rms_DT.cu: qmatmul_DT on qmatmul_normq's tokens (RMS: the rmsnorm's scale after the sums)
+#define XI_QMATMUL_RMS_ENTRIES(DT, TYPE)                                                                              \
+    extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_rms_##DT(                                            \
+        const uint8_t *__restrict__ w, const uint8_t *__restrict__ xq, float *__restrict__ y, xi_qmatmul_rms_c c) {   \
+        const XiMvcArgs a{w, reinterpret_cast<const float *>(xq), nullptr, y, c.T, c.N, c.K, c.accumulate, c.eps};     \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0, 0), XI_MVQ_S(TYPE, 0, 0), XI_MVQ_CG(TYPE), false, false, true, false,   \
+                      true>(a);                                                                                        \
+    }
 #define XI_QMATMUL_SWIGLU_ENTRIES(DT, TYPE)                                                                           \
     extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_swiglu_##DT(                                         \
         const uint8_t *__restrict__ w, const uint8_t *__restrict__ xq, float *__restrict__ y, xi_qmatmul_swiglu_c c) { \
         const XiMvcArgs a{w, reinterpret_cast<const float *>(xq), nullptr, y, c.T, c.N, c.K, 0, 0.0f};                 \
         xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1, 1), XI_MVQ_S(TYPE, 1, 1), XI_MVQ_CG(TYPE), false, true, true>(a);       \
+    }
+// qmatmul_rms_swiglu_DT.cu: qmatmul_swiglu_DT on qmatmul_normq's tokens (RMS)
+#define XI_QMATMUL_RMS_SWIGLU_ENTRIES(DT, TYPE)                                                                       \
+    extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_rms_swiglu_##DT(                                     \
+        const uint8_t *__restrict__ w, const uint8_t *__restrict__ xq, float *__restrict__ y,                          \
+        xi_qmatmul_rms_swiglu_c c) {                                                                                   \
+        const XiMvcArgs a{w, reinterpret_cast<const float *>(xq), nullptr, y, c.T, c.N, c.K, 0, c.eps};                \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1, 1), XI_MVQ_S(TYPE, 1, 1), XI_MVQ_CG(TYPE), false, true, true, false,    \
+                      true>(a);                                                                                        \
+    }
+// qmatmul_normq_DT.cu: qmatmul_DT (rms = 0), then the next product's tokens from the rows it wrote
+// (XiMvqOut: xqn, the rmsnorm of y by norm quantized with block sums of squares, for a qmatmul entry
+// with rms = 1); one round of CTAs (the launch rule, _launch.py normq_fits; else NaN rows and scales).
+#define XI_QMATMUL_NORMQ_ENTRIES(DT, TYPE)                                                                            \
+    extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_normq_##DT(                                          \
+        const uint8_t *__restrict__ w, const uint8_t *__restrict__ xq, float *__restrict__ y,                          \
+        const float *__restrict__ norm, uint8_t *__restrict__ xqn, xi_qmatmul_c c) {                                  \
+        const XiMvcArgs a{w, reinterpret_cast<const float *>(xq), nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};      \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0, 0), XI_MVQ_S(TYPE, 0, 0), XI_MVQ_CG(TYPE), false, false, true, true>(   \
+            a, XiMvqOut{norm, xqn});                                                                                   \
     }

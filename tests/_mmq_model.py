@@ -205,6 +205,42 @@ def mvq_matmul(wq, dt, h, y=None, rows=4096):
     return out if y is None else (np.asarray(y, F32) + out).astype(F32)
 
 
+def normq_tokens(y, norm):
+    """What ``qmatmul_normq_DT`` writes for the next product from the rows y (T, N) float32 it wrote:
+    z = y * norm (float32, rounded once) quantized per block (``quantize_q8_1``: q, d, s) and ss
+    (T, N/32) float32, the ``warp_sum`` of y * y over each block's 32 values."""
+    y = np.asarray(y, F32)
+    T, N = y.shape
+    q, d, s = quantize_q8_1((y * np.asarray(norm, F32)).astype(F32))
+    return q, d, s, warp_sum((y * y).astype(F32).reshape(T, N // 32, 32))
+
+
+def normq_inv(ss, K, eps):
+    """The rmsnorm scale (T,) float32 a ``qmatmul_rms_DT`` CTA computes from ``normq_tokens``' ss
+    (T, K/32): lane l adds ss[l], ss[l + 32], ... in order from 0, then ``warp_sum``; then
+    1 / sqrt(total / K + eps), each operation rounded once."""
+    ss = np.asarray(ss, F32)
+    T, nb = ss.shape
+    acc = np.zeros((T, 32), F32)
+    for b in range(nb):
+        acc[:, b % 32] = (acc[:, b % 32] + ss[:, b]).astype(F32)
+    total = warp_sum(acc)
+    return (F32(1) / np.sqrt(((total / F32(K)).astype(F32) + F32(eps)).astype(F32)).astype(F32)).astype(F32)
+
+
+def rms_matmul(wq, dt, z, inv, y=None):
+    """``qmatmul_rms_DT``'s result: the ``mvq_matmul`` totals over the tokens z (their q8_1 codes),
+    each times its token's inv (rounded once), added to y where given (rounded once)."""
+    out = (mvq_matmul(wq, dt, z) * np.asarray(inv, F32)[:, None]).astype(F32)
+    return out if y is None else (np.asarray(y, F32) + out).astype(F32)
+
+
+def rms_swiglu(wq, dt, z, inv, N):
+    """``qmatmul_rms_swiglu_DT``'s result: ``silu_mul`` of the gate and up totals, each times inv."""
+    gu = (mvq_matmul(wq, dt, z) * np.asarray(inv, F32)[:, None]).astype(F32)
+    return silu_mul(gu[:, :N], gu[:, N:])
+
+
 def silu_mul(g, u):
     """g / (1 + exp(-g)) * u float32, numpy's exp (the kernels' expf may differ in the last bits)."""
     with np.errstate(over="ignore"):

@@ -108,6 +108,14 @@ class Backend(abc.ABC):
         backend: its kernels quantize inside, and it has no ``qmatmul``)."""
         return False
 
+    def normq_fits(self, dtype: str, rows: int, n: int, k: int) -> bool:
+        """Whether a residual ``matmul`` product with an ``(n, k)`` weight of matrix dtype label
+        ``dtype`` on ``rows`` tokens, its tokens quantized beforehand (``quantized_activations``), may
+        also write the next product's tokens -- rmsnorm(y) * norm, quantized with block sums of
+        squares -- in the same launch (``qmatmul_normq_DT``), for ``qmatmul_rms_DT`` /
+        ``qmatmul_rms_swiglu_DT`` to read. False by default (the cpu backend has no ``qmatmul``)."""
+        return False
+
     def repack(self, data: Any, dtype: Any, shape: tuple, layout: Any) -> Any:
         """The bytes of the ``(N, K)`` matrix ``data`` (``numpy.uint8``, ``dtype``'s layout) in
         ``layout`` (what ``matrix_dtype`` answered): a new ``numpy.uint8`` array of the same size.

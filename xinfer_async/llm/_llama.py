@@ -291,6 +291,8 @@ class LlamaBuilder:
         #: T -> the products whose tokens are quantized once beforehand (``_quantizes``), their kernels
         #: registered here, before freeze
         self._quantized = {T: self._quantized_products(T) for T in self.plan_sizes}
+        #: T -> the residual products that also quantize the next product's tokens (``_normq_products``)
+        self._normq = {T: self._normq_products(T) for T in self.plan_sizes}
         self._layouts = {T: self._layout(T) for T in self.plan_sizes}
         self.definition = s.freeze(ModelContext(device))
         self._tensors = None  # the memory map is no longer needed
@@ -429,6 +431,35 @@ class LlamaBuilder:
             self.session.kernel(("qmatmul_swiglu_" if kind == "rmsnorm_matmul_swiglu" else "qmatmul_") + dtype)
         return out
 
+    def _normq_products(self, T: int) -> set[tuple[str, int]]:
+        """(``"o"`` or ``"down"``, block index) of the residual products of a T-token pass that write
+        the next product's tokens in their own launch (``qmatmul_normq_DT``: rmsnorm(x) * norm
+        quantized with block sums of squares, into the ``xqn`` scratch), and whose next product reads
+        them (``qmatmul_rms_DT`` / ``qmatmul_rms_swiglu_DT``) instead of a ``rmsnorm_quantize_q8_1``
+        launch: both products take quantized tokens (``_quantized``), the residual has no post-norm,
+        the device's launch fits (``ModelSession.normq_fits``, XINFER_NORMQ); the o product feeds
+        the FFN's, the down product the next block's qkv (every part; the last block's feeds the
+        output layer, which reads one row: not fused). Their kernels registered here."""
+        cfg, dim, q = self.cfg, self.cfg.dim, self._quantized[T]
+        silu = cfg.architecture.activation == "silu"
+        ffn_key = lambda b: (("rmsnorm_matmul_swiglu", b.wgu[1], T, cfg.ffn_dim, dim) if silu else  # noqa: E731
+                             ("rmsnorm_matmul", b.wgu[1], T, 2 * cfg.ffn_dim, dim))
+        out = set()
+        for i, b in enumerate(self.blocks):
+            fused = [("o", i, b.wo, cfg.q_dim, b.post_attn_norm, [ffn_key(b)])]
+            if i + 1 < len(self.blocks):
+                nxt = [("rmsnorm_matmul", p.wd[1], T, p.n, dim) for p in self.blocks[i + 1].wqkv]
+                fused.append(("down", i, b.wdown, cfg.ffn_dim, b.post_ffw_norm, nxt))
+            for name, j, wd, k, post, consumers in fused:
+                if post is None and ("matmul", wd[1], T, dim, k) in q and all(c in q for c in consumers) and \
+                        self.session.normq_fits(wd[1], T, dim, k):
+                    out.add((name, j))
+                    self.session.kernel(f"qmatmul_normq_{wd[1]}")
+                    for kind, dtype, *_ in consumers:
+                        self.session.kernel(("qmatmul_rms_swiglu_" if kind == "rmsnorm_matmul_swiglu" else
+                                             "qmatmul_rms_") + dtype)
+        return out
+
     def _fused_dtype(self, prefix: str, parts: list[str]) -> str:
         """The dtype of ``_fused``'s stacked weight: the parts' one dtype and K, else f32."""
         ts = [self._tensor(f"{prefix}{p}.weight") for p in parts]
@@ -510,6 +541,8 @@ class LlamaBuilder:
         if self._quantized[T]:  # the quantized tokens of the widest input (``_product``)
             kmax = max(k for *_, k in self._quantized[T])
             sizes["xq"] = -(-T * (kmax + kmax // 32 * 8) // F32)
+        if self._normq[T]:  # the next product's tokens from a residual product (``_normq_products``)
+            sizes["xqn"] = -(-T * (cfg.dim + cfg.dim // 32 * 12) // F32)
         if self._gemm is not None and T >= self.gemm_min_t:
             self._gemm.declare(T)
         return {k: self.session.scratch(n * F32, name=f"T{T}.{k}") for k, n in sizes.items()}
@@ -552,6 +585,7 @@ class LlamaBuilder:
         if T <= SPLIT_T_MAX:  # split-K attention's counters (cuda; above SPLIT_T_MAX tokens it never splits)
             cmds.insert(0, Fill(count, 0.0))
         qa = (self._quantized[T], L.get("xq"))  # the products given quantized tokens (``_product``)
+        nq, xqn = self._normq[T], L.get("xqn")  # residual products that quantize the next one's tokens
         mm = lambda wd, src, dst, n, kk, acc, rows=T: self._product(  # noqa: E731
             "matmul", wd, src, None, dst, rows, n, kk, accumulate=acc, qa=qa)
         norm_mm = lambda wd, src, g, dst, n, rows=T: self._product(  # noqa: E731  rmsnorm(src) * g, then @ w^T
@@ -563,24 +597,34 @@ class LlamaBuilder:
             dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, row_stride=qkv_w, ctx=ctx,
                  theta=b.theta))
 
-        def residual(w, src, k, norm):
-            """x += src @ w^T, or with a post-norm x += rmsnorm(src @ w^T) * norm."""
+        def residual(w, src, k, norm, next_norm=None):
+            """x += src @ w^T, or with a post-norm x += rmsnorm(src @ w^T) * norm; ``next_norm``: and
+            the next product's tokens, rmsnorm(x) * next_norm, into xqn (``qmatmul_normq_DT``)."""
             if norm is None:
+                if next_norm is not None:
+                    return self._product("matmul", w, src, None, x, T, dim, k, accumulate=1, qa=qa,
+                                         normq=(next_norm, xqn))
                 return mm(w, src, x, dim, k, 1)
             return mm(w, src, tmp, dim, k, 0) + [
                 self._dispatch("rmsnorm_add", [tmp, norm, (x, RW)], dict(rows=T, dim=dim, eps=cfg.rms_eps))]
 
-        def qkv_product(b):
+        def qkv_product(b, ready):
             """qkv = rmsnorm(x) @ Wqkv^T, a product a part (``_Part``: a run of one type): a part alone
             straight into qkv; several at T == 1 each into its columns, at T > 1 each into its (T, n)
-            block of ``qkv_parts`` (part after part), then its T rows copied into their columns."""
+            block of ``qkv_parts`` (part after part), then its T rows copied into their columns.
+            ``ready``: the tokens already quantized (``_product``; the previous block's down product
+            wrote them), else the first part that takes quantized tokens quantizes them for the rest."""
             if len(b.wqkv) == 1:
-                return norm_mm(b.wqkv[0].wd, x, b.attn_norm, qkv, qkv_w)
-            out, off, ready = [], 0, False  # ready: the parts' tokens quantized once (``_product``)
+                return self._product("rmsnorm_matmul", b.wqkv[0].wd, x, b.attn_norm, qkv, T, qkv_w, dim, qa=qa,
+                                     ready=ready)
+            out, off = [], 0
             for p in b.wqkv:
                 blk = qkv.slice(F32 * p.row0, F32 * p.n) if T == 1 else L["qkv_parts"].slice(F32 * off, F32 * T * p.n)
-                out += self._product("rmsnorm_matmul", p.wd, x, b.attn_norm, blk, T, p.n, dim, qa=qa, quantized=ready)
-                ready = ready or ("rmsnorm_matmul", p.wd[1], T, p.n, dim) in self._quantized[T]
+                takes = ("rmsnorm_matmul", p.wd[1], T, p.n, dim) in self._quantized[T]
+                out += self._product("rmsnorm_matmul", p.wd, x, b.attn_norm, blk, T, p.n, dim, qa=qa,
+                                     ready=ready if takes else None)
+                if ready is None and takes:
+                    ready = (qa[1], False)
                 if T == 1:
                     continue
                 out += [Copy(qkv.slice(F32 * (t * qkv_w + p.row0), F32 * p.n), blk.slice(F32 * t * p.n, F32 * p.n))
@@ -590,8 +634,8 @@ class LlamaBuilder:
 
         heads = dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, q_stride=qkv_w,
                      scale=1.0 / math.sqrt(cfg.head_dim))
-        for b in self.blocks:
-            cmds += qkv_product(b)
+        for i, b in enumerate(self.blocks):
+            cmds += qkv_product(b, (xqn, True) if ("down", i - 1) in nq else None)
             if b.bqkv is not None:
                 cmds.append(self._dispatch("bias_add", [(qkv, RW), b.bqkv], dict(rows=T, n=qkv_w)))
             if b.q_norm is not None:
@@ -612,13 +656,16 @@ class LlamaBuilder:
                                    [qkv, b.k_cache, b.v_cache, pos, (att, W_), (part, RW), (count, RW)],
                                    dict(heads, ctx=self.ctx, window=b.window)),
                 ]
-            cmds += residual(b.wo, att, qd, b.post_attn_norm)
+            o_nq = ("o", i) in nq
+            cmds += residual(b.wo, att, qd, b.post_attn_norm, b.ffn_norm if o_nq else None)
+            ready = (xqn, True) if o_nq else None
             if arch.activation == "silu":
-                cmds += self._product("rmsnorm_matmul_swiglu", b.wgu, x, b.ffn_norm, act, T, ffn, dim, qa=qa)
+                cmds += self._product("rmsnorm_matmul_swiglu", b.wgu, x, b.ffn_norm, act, T, ffn, dim, qa=qa, ready=ready)
             else:
-                cmds += norm_mm(b.wgu, x, b.ffn_norm, gu, 2 * ffn)
+                cmds += self._product("rmsnorm_matmul", b.wgu, x, b.ffn_norm, gu, T, 2 * ffn, dim, qa=qa, ready=ready)
                 cmds.append(self._dispatch("geglu", [gu, (act, W_)], dict(rows=T, n=ffn)))
-            cmds += residual(b.wdown, act, ffn, b.post_ffw_norm)
+            cmds += residual(b.wdown, act, ffn, b.post_ffw_norm,
+                             self.blocks[i + 1].attn_norm if ("down", i) in nq else None)
         out = (self.out, self.out_dtype)
         if all_logits:
             cmds += norm_mm(out, x, self.out_norm, logits, V)
@@ -638,28 +685,38 @@ class LlamaBuilder:
         return d.fragment(cmds, [ins[k] for k in spec.inputs], [outs[k] for k in spec.outputs])
 
     def _product(self, kind: str, wd, x, norm, y, rows: int, n: int, k: int, accumulate: int = 0,
-                 qa: tuple | None = None, quantized: bool = False) -> list:
+                 qa: tuple | None = None, ready: tuple | None = None, normq: tuple | None = None) -> list:
         """The commands of one matrix product of ``kind`` (``matmul``, ``rmsnorm_matmul``,
         ``rmsnorm_matmul_swiglu``: the kernel families of ``ops/_kernels.py``) with weight ``wd``
         ((region, dtype), (n, k); swiglu: (2n, k)), input ``x`` (rows, k), output ``y`` (rows, n):
         the GEMM regime where the policy lowers it (``_gemm.py``); where ``qa`` (the pass's
         ``_quantized`` set and its layout's ``xq`` scratch) holds the product,
-        ``rmsnorm_quantize_q8_1`` (``quantize_q8_1`` for matmul) into ``xq`` -- skipped where
-        ``quantized``: the same x and norm were just quantized there -- then ``qmatmul_DT``
-        (``qmatmul_swiglu_DT``); else the kernel."""
+        ``rmsnorm_quantize_q8_1`` (``quantize_q8_1`` for matmul) into ``xq``, then ``qmatmul_DT``
+        (``qmatmul_swiglu_DT``) -- where ``ready`` is (buffer, rms), the tokens are already there:
+        with rms, ``qmatmul_normq_DT``'s (rmsnorm after the sums: ``qmatmul_rms_DT``,
+        ``qmatmul_rms_swiglu_DT``), else the same x and norm just quantized; where ``normq`` is
+        (norm, buffer), a matmul's launch also writes rmsnorm(y) * norm's tokens there
+        (``qmatmul_normq_DT``, ``_normq_products``); else the kernel."""
         if self._gemm is not None and lowers(wd[1], rows, self.gemm_min_t):
             return self._gemm.commands(self.definition.kernels, wd[0], wd[1], x, y, rows, n, k, norm=norm,
                                        eps=self.cfg.rms_eps, accumulate=accumulate,
                                        glu=kind == "rmsnorm_matmul_swiglu")
         if qa is not None and (kind, wd[1], rows, n, k) in qa[0]:
-            xq = qa[1]
-            cmds = [] if quantized else [
+            xq, rms = ready if ready is not None else (qa[1], False)
+            cmds = [] if ready is not None else [
                 self._dispatch("quantize_q8_1", [x, (xq, W_)], dict(T=rows, K=k)) if norm is None else
                 self._dispatch("rmsnorm_quantize_q8_1", [x, norm, (xq, W_)], dict(T=rows, K=k, eps=self.cfg.rms_eps))]
+            eps = dict(eps=self.cfg.rms_eps) if rms else {}
+            pre = "qmatmul_rms_" if rms else "qmatmul_"
             if kind == "rmsnorm_matmul_swiglu":
-                return cmds + [self._dispatch(f"qmatmul_swiglu_{wd[1]}", [wd[0], xq, (y, W_)], dict(T=rows, N=n, K=k))]
-            return cmds + [self._dispatch(f"qmatmul_{wd[1]}", [wd[0], xq, (y, RW)],
-                                          dict(T=rows, N=n, K=k, accumulate=accumulate))]
+                return cmds + [self._dispatch(f"{pre}swiglu_{wd[1]}", [wd[0], xq, (y, W_)], dict(T=rows, N=n, K=k, **eps))]
+            if normq is not None:
+                return cmds + [self._dispatch(f"qmatmul_normq_{wd[1]}", [wd[0], xq, (y, RW), normq[0], (normq[1], W_)],
+                                              dict(T=rows, N=n, K=k, accumulate=accumulate))]
+            return cmds + [self._dispatch(f"{pre}{wd[1]}", [wd[0], xq, (y, RW)],
+                                          dict(T=rows, N=n, K=k, accumulate=accumulate, **eps))]
+        if normq is not None or ready is not None:  # _normq_products and qkv_product ask only where qa holds it
+            raise RuntimeError(f"{kind} {wd[1]} ({n}, {k}) at T={rows}: tokens quantized for it, but it takes none")
         consts = dict(T=rows, N=n, K=k)
         if kind != "rmsnorm_matmul_swiglu":
             consts["accumulate"] = accumulate

@@ -64,6 +64,11 @@ class ModelSession:
         ``qmatmul_DT`` / ``qmatmul_swiglu_DT``, the same bits)."""
         return self.device.backend.quantized_activations(kind, dtype, rows, n, k)
 
+    def normq_fits(self, dtype: str, rows: int, n: int, k: int) -> bool:
+        """Whether a residual product may quantize the next product's tokens in its own launch
+        (``Backend.normq_fits``: ``qmatmul_normq_DT``, read by ``qmatmul_rms_DT``)."""
+        return self.device.backend.normq_fits(dtype, rows, n, k)
+
     def weight(self, data: Any, desc: TensorDesc, name: str = "", *, matrix: bool = False) -> Region:
         """Upload an immutable weight (once; every plan and slot shares it).
 

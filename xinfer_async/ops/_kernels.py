@@ -349,6 +349,12 @@ _declare("swiglu_unscale", [("gu", R, "(rows, 2n)", _f32(lambda c: c["rows"] * 2
 QMATMUL_DTYPES = (DType.q4_0, DType.q4_1, DType.q5_0, DType.q8_0, DType.q4_k, DType.q5_k, DType.q6_k)
 #: bytes of the planar q8_1 activations of T tokens of K: int8 codes (T, K), then (d, s) f32 pairs (T, K / 32)
 _q8_1 = lambda c: max(0, c["T"]) * (c["K"] + c["K"] // 32 * 8)  # noqa: E731
+#: ... and with the block sums of squares after the pairs, f32 (T, K / 32) (`qmatmul_normq_DT`'s xqn)
+_q8_1ss = lambda c, k="K": max(0, c["T"]) * (c[k] + c[k] // 32 * 12)  # noqa: E731
+_RMS_DOC = ("xq is `qmatmul_normq_DT`'s xqn (codes of z = x * norm with block sums of squares ss of x), and each "
+            "total is scaled by inv = 1 / sqrt(sum(ss) / K + eps) (lane l adds ss[l], ss[l+32], ... in order from 0, "
+            "then the xor-butterfly warp sum; each float operation rounded once) before it is used: the rmsnorm "
+            "folded in after the products (tests/_mmq_model.py normq_inv); cuda only")
 _K256 = lambda c: f"K={c['K']} is not a multiple of 256" if c["K"] % 256 else None  # noqa: E731
 _K32 = lambda c: f"K={c['K']} is not a multiple of 32" if c["K"] % 32 else None  # noqa: E731
 _K2048 = lambda c: (f"K={c['K']} is not a multiple of 2048 (q6_k rows of whole 16-byte words)"  # noqa: E731
@@ -376,6 +382,21 @@ for _dt in QMATMUL_DTYPES:
                  "llama.cpp's integer numerics: the cuda `_pq` entry of `matmul_DT` on those tokens, bit for bit "
                  "(shaders/xi_mvq.cuh); K a multiple of 256 (q6_k: 2048); xq 16-byte aligned (cp.async; else NaN "
                  "rows); cuda only")
+    _declare(f"qmatmul_normq_{_dt.label}", [("w", R, "(N, K) DT", _matrix(_dt)),
+                                            ("xq", R, "(T, K) q8_1 planar", _q8_1),
+                                            ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"])),
+                                            ("norm", R, "(N)", _f32(lambda c: c["N"])),
+                                            ("xqn", W, "(T, N) q8_1 planar + ss", lambda c: _q8_1ss(c, "N"))],
+             ["T", "N", "K", "accumulate"],
+             check=_all(_K2048 if _dt.label == "q6_k" else _K256,
+                        lambda c: f"N={c['N']} is not a multiple of 32" if c["N"] % 32 else None),
+             struct="qmatmul", cpu=False,
+             cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "0"), ("normq", "1"))),
+             doc="`qmatmul_DT`, then xqn: the next product's tokens h = rmsnorm(y) * norm for `qmatmul_rms_DT` / "
+                 "`qmatmul_rms_swiglu_DT` -- codes int8 (T, N) and (d, s) pairs (T, N/32) of z = y * norm quantized per block "
+                 "of 32 as `quantize_q8_1`, then ss f32 (T, N/32): the xor-butterfly warp sum of y * y over each "
+                 "block (shaders/xi_mvq.cuh XiMvqOut); one round of CTAs (backends/cuda/_launch.py normq_fits: "
+                 "else NaN rows and scales); cuda only")
     _declare(f"qmatmul_swiglu_{_dt.label}", [("w", R, "(2N, K) DT", _matrix(_dt, 2)),
                                              ("xq", R, "(T, K) q8_1 planar", _q8_1),
                                              ("y", W, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
@@ -383,6 +404,21 @@ for _dt in QMATMUL_DTYPES:
              cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "1"))),
              doc="y = silu(gate) * up, gate and up the `qmatmul_DT` rows [0, N) and [N, 2N) of w on the tokens of xq: "
                  "the cuda `_pq` entry of `rmsnorm_matmul_swiglu_DT` on those tokens, bit for bit; cuda only")
+    _declare(f"qmatmul_rms_{_dt.label}", [("w", R, "(N, K) DT", _matrix(_dt)),
+                                          ("xq", R, "(T, K) q8_1 planar + ss", _q8_1ss),
+                                          ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
+             ["T", "N", "K", "accumulate", "eps:f32"], check=_K2048 if _dt.label == "q6_k" else _K256,
+             struct="qmatmul_rms", cpu=False,
+             cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "0"))),
+             doc="y[t,n] = (accumulate ? y[t,n] : 0) + inv[t] * (w[n] . z[t]) as `qmatmul_DT` sums it, where " + _RMS_DOC)
+    _declare(f"qmatmul_rms_swiglu_{_dt.label}", [("w", R, "(2N, K) DT", _matrix(_dt, 2)),
+                                                 ("xq", R, "(T, K) q8_1 planar + ss", _q8_1ss),
+                                                 ("y", W, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
+             ["T", "N", "K", "eps:f32"], check=_K2048 if _dt.label == "q6_k" else _K256,
+             struct="qmatmul_rms_swiglu", cpu=False,
+             cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "1"))),
+             doc="y = silu(g) * u with g = inv * gate total, u = inv * up total (`qmatmul_swiglu_DT`'s sums), where "
+                 + _RMS_DOC)
 
 
 def kernel_spec(name: str) -> KernelSpec:

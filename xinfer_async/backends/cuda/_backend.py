@@ -252,6 +252,10 @@ class CUDABackend(Backend):
         return _launch.quantized_activations(kind, dtype, rows, n, k, self.multiprocessors, self.stage_max,
                                              self.compute_capability, self.pq_stage_max)
 
+    def normq_fits(self, dtype: str, rows: int, n: int, k: int) -> bool:
+        """``_launch.normq_fits`` on this device (XINFER_NORMQ=0 turns it off)."""
+        return _launch.normq_fits(dtype, rows, n, k, self.multiprocessors, self.compute_capability, self.pq_stage_max)
+
     def load_kernel(self, spec: Any) -> CUDAKernel:
         """The kernel ``spec`` (an ``ops.KernelSpec``, or its name) compiled for this device, once
         (``_kernel.load_kernel``: NVRTC, entry points, launch geometry from the declaration).

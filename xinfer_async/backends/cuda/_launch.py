@@ -655,6 +655,8 @@ def _qmatmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int],
     """qmatmul_DT, qmatmul_swiglu_DT (``params``: ``dt``, ``glu`` "0" / "1"): ``qmatmul_launch``, one
     entry, opted in to ``pq_max`` shared bytes (``mvq_tokens`` keeps them within)."""
     dt, glu = params["dt"], params["glu"] == "1"
+    if params.get("normq") == "1":  # qmatmul_normq_DT: its static rows buffer beside the stages
+        pq_max -= NORMQ_STATIC
     return Family(("",), functools.partial(qmatmul_launch, dt=dt, glu=glu, sms=sms, cc=cc, pq_max=pq_max),
                   {"": pq_max} if pq_max > 48 * 1024 else {})
 
@@ -682,6 +684,31 @@ def quantized_activations(kind: str, dt: str, t: int, n: int, k: int, sms: int, 
     except ValueError:  # one token's shared bytes over pq_max with the matmul kind's stages
         return False
     return True
+
+
+#: static shared bytes qmatmul_normq_DT adds to qmatmul_DT's (xi_mvq.cuh NQ: the CTA's 32 rows of up to 8
+#: tokens, f32): its dynamic bytes stay that much further under pq_max
+NORMQ_STATIC = 8 * 32 * 4
+
+
+def normq_fits(dt: str, t: int, n: int, k: int, sms: int, cc: tuple[int, int], pq_max: int = PQ_STAGE_MAX,
+               environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``qmatmul_normq_DT`` can run a residual product of a ``dt`` (n, k) weight at T = ``t``
+    whose tokens come quantized (``quantized_activations`` of its ``matmul`` kind said yes): its
+    launch (``qmatmul_launch``) is one round -- every warp one tile of 4 rows, so a CTA holds 32
+    whole rows, one q8_1 block of each token, and quantizes them with no other CTA -- and n is a
+    multiple of 32; and ``XINFER_NORMQ`` is unset or ``1`` (``0``: a ``rmsnorm_quantize_q8_1``
+    launch instead, the A/B of the H200 measurements).
+
+    Raises:
+        ValueError: XINFER_NORMQ set to something else."""
+    if not _switch(environ, "XINFER_NORMQ") or n % 32 or dt not in MVQ_TYPES:
+        return False
+    try:
+        grid = qmatmul_launch(dict(T=t, N=n, K=k, accumulate=0), dt, False, sms, cc, pq_max - NORMQ_STATIC)[0]
+    except ValueError:
+        return False
+    return grid[0] * _MVQ_WARPS * mvq_params(dt, False, norm=False)[0] >= n
 
 
 def prequant_enabled(environ: Mapping[str, str] = os.environ) -> bool:

@@ -1,0 +1,3 @@
+#include "xi_mvq.cuh"
+// w (N, K) q4_1, xq (T, K) planar q8_1 -> y (T, N) f32 RW, then xqn: rmsnorm(y) * norm quantized for a qmatmul with rms = 1 (xi_mvq.cuh, NQ).
+XI_QMATMUL_NORMQ_ENTRIES(q4_1, XI_Q4_1)

@@ -1,0 +1,3 @@
+#include "xi_mvq.cuh"
+// w (N, K) q6_k, xq (T, K) planar q8_1 -> y (T, N) f32 RW, then xqn: rmsnorm(y) * norm quantized for a qmatmul with rms = 1 (xi_mvq.cuh, NQ).
+XI_QMATMUL_NORMQ_ENTRIES(q6_k, XI_Q6_K)

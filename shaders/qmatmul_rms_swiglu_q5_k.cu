@@ -1,0 +1,3 @@
+#include "xi_mvq.cuh"
+// w (2N, K) q5_k, xq: qmatmul_normq's tokens -> y (T, N) = silu(gate) * up, the rmsnorm applied after the sums (xi_mvq.cuh, RMS).
+XI_QMATMUL_RMS_SWIGLU_ENTRIES(q5_k, XI_Q5_K)
