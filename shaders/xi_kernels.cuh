@@ -32,6 +32,7 @@ struct xi_swiglu_unscale_c { int32_t rows; int32_t n; };
 struct xi_quantize_q8_1_c { int32_t T; int32_t K; };
 struct xi_rmsnorm_quantize_q8_1_c { int32_t T; int32_t K; float eps; };
 struct xi_qmatmul_c { int32_t T; int32_t N; int32_t K; int32_t accumulate; };
+struct xi_qmatmul_normq_c { int32_t T; int32_t N; int32_t K; int32_t accumulate; };
 struct xi_qmatmul_swiglu_c { int32_t T; int32_t N; int32_t K; };
 struct xi_qmatmul_rms_c { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; };
 struct xi_qmatmul_rms_swiglu_c { int32_t T; int32_t N; int32_t K; float eps; };

@@ -48,6 +48,8 @@
 
 #define XI_MVQ_WARPS 8  // warps a CTA (256 threads)
 #define XI_MVQ_TT 8     // tokens a CTA at most
+#define XI_MVQ_NQ_TT 4  // ... of the qmatmul_normq entries (the matmul kind's: _launch.py MVQ_MATMUL_TT)
+static_assert(XI_MVQ_TT <= XI_MVQ_WARPS, "a warp a token: the rms scales and the normq blocks");
 
 // Dynamic shared bytes: the warps' stages (8 warps x S stages x NR regions x CG groups), the tt
 // tokens' codes (tt K bytes) and their (d, s) pairs (tt K / 32 float2). backends/cuda/_launch.py
@@ -209,12 +211,12 @@ __device__ __forceinline__ void xi_mvq_inv(const XiMvcArgs &a, int tg0, int tn, 
 // rms = 1) computes inv = 1 / sqrt(sum(ss) / K + eps) of a token (lane l adds ss[l], ss[l + 32], ...
 // in order from 0, then the warp sum) and scales each total by it: rmsnorm folded in after the
 // products (the codes of z and of h = z * inv are the same up to float rounding), so the producer
-// needs no other CTA's rows. Requires one round (every warp one tile of R = 4 rows: a CTA's 32 rows
-// are one block of each token).
-// NQ's rows buffer: one static array for every token tile size (XI_MVQ_TT tokens of 32 f32: 1 KB,
+// needs no other CTA's rows. Requires N / 32 CTAs a token tile (every warp one tile of R = 4 rows:
+// a CTA's 32 rows are one block of each token) and at most XI_MVQ_NQ_TT tokens a CTA.
+// NQ's rows buffer: one static array for every token tile size (XI_MVQ_NQ_TT tokens of 32 f32: 512 B,
 // _launch.py NORMQ_STATIC), declared only in the entries that use it (xi_mvq's if constexpr).
 __device__ __forceinline__ float *xi_mvq_rows() {
-    __shared__ float rows[XI_MVQ_TT * 32];
+    __shared__ float rows[XI_MVQ_NQ_TT * 32];
     return rows;
 }
 struct XiMvqOut {
@@ -392,6 +394,9 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
 // launch that breaks the rule, and the shapes the vector body does not take: NaN rows).
 template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, bool PRE = false, bool NQ = false, bool RMS = false>
 __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut o = XiMvqOut{nullptr, nullptr}) {
+    // the new entries of the matmul kind (normq, rms): at most XI_MVQ_NQ_TT tokens a CTA (mvq_tokens), no
+    // code for 8 (qmatmul_DT keeps its own, unchanged)
+    constexpr bool SMALL_TT = NQ || (RMS && !GLU);
     extern __shared__ uint4 xi_mvq_dyn[];
     if (blockIdx.y == 0) xi_prefetch_rows<TYPE, GLU>(a, (long long)blockIdx.x * XI_MVQ_WARPS * R, XI_MVQ_WARPS * R);
     xi_grid_begin();
@@ -401,8 +406,9 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
     uint8_t *smem = reinterpret_cast<uint8_t *>(xi_mvq_dyn);
     const bool ok = (a.K & 255) == 0 && (xi_row_bytes_of(TYPE, a.K) & 15) == 0 && (((size_t_)a.w) & 15) == 0 &&
                     (!PRE || (((size_t_)a.x) & 15) == 0) &&
-                    (!NQ || ((a.N & 31) == 0 && (long long)gridDim.x * XI_MVQ_WARPS * R >= a.N));  // NQ: one round
-    if (!ok || tt > XI_MVQ_TT) {  // not a launch of mvq_launch: poison this CTA's rows
+                    (!NQ || ((a.N & 31) == 0 && (long long)gridDim.x * XI_MVQ_WARPS * R == a.N)) &&
+                    (!SMALL_TT || tt <= XI_MVQ_NQ_TT);
+    if (!ok || tt > XI_MVQ_TT) {  // not a launch of mvq_launch (normq_launch): poison this CTA's rows
         for (int t = tg0; t < tg0 + tn; t++)
             for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < a.N; n += gridDim.x * blockDim.x)
                 a.y[(size_t_)t * a.N + n] = XI_NAN;
@@ -414,7 +420,7 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
     if (tt == 1) xi_mvq<TYPE, R, S, CG, NORM, GLU, 1, PRE, NQ, RMS>(a, smem, tg0, tn, o);
     else if (tt == 2) xi_mvq<TYPE, R, S, CG, NORM, GLU, 2, PRE, NQ, RMS>(a, smem, tg0, tn, o);
     else if (tt <= 4) xi_mvq<TYPE, R, S, CG, NORM, GLU, 4, PRE, NQ, RMS>(a, smem, tg0, tn, o);
-    else xi_mvq<TYPE, R, S, CG, NORM, GLU, 8, PRE, NQ, RMS>(a, smem, tg0, tn, o);
+    else if constexpr (!SMALL_TT) xi_mvq<TYPE, R, S, CG, NORM, GLU, 8, PRE, NQ, RMS>(a, smem, tg0, tn, o);
 }
 
 // (R, S, CG) by type and kind (NORM: rmsnorm_matmul and SwiGLU; else matmul), from the H200 sweep of
@@ -486,7 +492,7 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
 #define XI_QMATMUL_NORMQ_ENTRIES(DT, TYPE)                                                                            \
     extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_normq_##DT(                                          \
         const uint8_t *__restrict__ w, const uint8_t *__restrict__ xq, float *__restrict__ y,                          \
-        const float *__restrict__ norm, uint8_t *__restrict__ xqn, xi_qmatmul_c c) {                                  \
+        const float *__restrict__ norm, uint8_t *__restrict__ xqn, xi_qmatmul_normq_c c) {                                  \
         const XiMvcArgs a{w, reinterpret_cast<const float *>(xq), nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};      \
         xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0, 0), XI_MVQ_S(TYPE, 0, 0), XI_MVQ_CG(TYPE), false, false, true, true>(   \
             a, XiMvqOut{norm, xqn});                                                                                   \

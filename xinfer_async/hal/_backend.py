@@ -113,7 +113,8 @@ class Backend(abc.ABC):
         ``dtype`` on ``rows`` tokens, its tokens quantized beforehand (``quantized_activations``), may
         also write the next product's tokens -- rmsnorm(y) * norm, quantized with block sums of
         squares -- in the same launch (``qmatmul_normq_DT``), for ``qmatmul_rms_DT`` /
-        ``qmatmul_rms_swiglu_DT`` to read. False by default (the cpu backend has no ``qmatmul``)."""
+        ``qmatmul_rms_swiglu_DT`` to read; the same answer for every ``rows`` of 1..8 (a row's bits
+        do not depend on its batch). False by default (the cpu backend has no ``qmatmul``)."""
         return False
 
     def repack(self, data: Any, dtype: Any, shape: tuple, layout: Any) -> Any:

@@ -254,7 +254,7 @@ class CUDABackend(Backend):
 
     def normq_fits(self, dtype: str, rows: int, n: int, k: int) -> bool:
         """``_launch.normq_fits`` on this device (XINFER_NORMQ=0 turns it off)."""
-        return _launch.normq_fits(dtype, rows, n, k, self.multiprocessors, self.compute_capability, self.pq_stage_max)
+        return _launch.normq_fits(dtype, n, k, self.multiprocessors, self.compute_capability, self.pq_stage_max)
 
     def load_kernel(self, spec: Any) -> CUDAKernel:
         """The kernel ``spec`` (an ``ops.KernelSpec``, or its name) compiled for this device, once

@@ -655,8 +655,9 @@ def _qmatmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int],
     """qmatmul_DT, qmatmul_swiglu_DT (``params``: ``dt``, ``glu`` "0" / "1"): ``qmatmul_launch``, one
     entry, opted in to ``pq_max`` shared bytes (``mvq_tokens`` keeps them within)."""
     dt, glu = params["dt"], params["glu"] == "1"
-    if params.get("normq") == "1":  # qmatmul_normq_DT: its static rows buffer beside the stages
-        pq_max -= NORMQ_STATIC
+    if params.get("normq") == "1":  # qmatmul_normq_DT: N / 32 CTAs, its static rows buffer beside the stages
+        return Family(("",), functools.partial(normq_launch, dt=dt, sms=sms, cc=cc, pq_max=pq_max),
+                      {"": pq_max - NORMQ_STATIC} if pq_max > 48 * 1024 else {})
     return Family(("",), functools.partial(qmatmul_launch, dt=dt, glu=glu, sms=sms, cc=cc, pq_max=pq_max),
                   {"": pq_max} if pq_max > 48 * 1024 else {})
 
@@ -686,29 +687,45 @@ def quantized_activations(kind: str, dt: str, t: int, n: int, k: int, sms: int, 
     return True
 
 
-#: static shared bytes qmatmul_normq_DT adds to qmatmul_DT's (xi_mvq.cuh NQ: the CTA's 32 rows of up to 8
-#: tokens, f32): its dynamic bytes stay that much further under pq_max
-NORMQ_STATIC = 8 * 32 * 4
+#: static shared bytes qmatmul_normq_DT adds to qmatmul_DT's (xi_mvq.cuh NQ: the CTA's 32 rows of up to
+#: MVQ_MATMUL_TT tokens, f32): its dynamic bytes stay that much further under pq_max
+NORMQ_STATIC = MVQ_MATMUL_TT * 32 * 4
 
 
-def normq_fits(dt: str, t: int, n: int, k: int, sms: int, cc: tuple[int, int], pq_max: int = PQ_STAGE_MAX,
+def normq_launch(c: dict, dt: str, sms: int, cc: tuple[int, int] = (9, 0),
+                 pq_max: int = PQ_STAGE_MAX) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+    """(grid, block, shared bytes, entry suffix ``""``) of qmatmul_normq_DT: ``qmatmul_launch``'s
+    tokens a CTA and shared bytes (within pq_max less NORMQ_STATIC), and N / 32 CTAs a token tile
+    whatever an SM holds -- every warp one tile of 4 rows, a CTA 32 whole rows, one q8_1 block of
+    each token, which it quantizes with no other CTA (none waits for another: more than a wave is
+    only slower).
+
+    Raises:
+        ValueError: one token's shared bytes exceed pq_max less NORMQ_STATIC; N not a multiple of 32."""
+    if c["N"] % 32:
+        raise ValueError(f"qmatmul_normq_{dt}: N={c['N']} is not a multiple of 32")
+    grid, block, shared, _ = qmatmul_launch(c, dt, False, sms, cc, pq_max - NORMQ_STATIC)
+    return (c["N"] // 32, grid[1], grid[2]), block, shared, ""
+
+
+def normq_fits(dt: str, n: int, k: int, sms: int, cc: tuple[int, int], pq_max: int = PQ_STAGE_MAX,
                environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether ``qmatmul_normq_DT`` can run a residual product of a ``dt`` (n, k) weight at T = ``t``
-    whose tokens come quantized (``quantized_activations`` of its ``matmul`` kind said yes): its
-    launch (``qmatmul_launch``) is one round -- every warp one tile of 4 rows, so a CTA holds 32
-    whole rows, one q8_1 block of each token, and quantizes them with no other CTA -- and n is a
-    multiple of 32; and ``XINFER_NORMQ`` is unset or ``1`` (``0``: a ``rmsnorm_quantize_q8_1``
-    launch instead, the A/B of the H200 measurements).
+    """Whether a residual product of a ``dt`` (n, k) weight whose tokens come quantized
+    (``quantized_activations`` of its ``matmul`` kind said yes) runs ``qmatmul_normq_DT``
+    (``normq_launch``) at every T of 1..PQ_MAX_T alike, so that a row gets the same bits alone and in
+    a batch: n a multiple of 32, one token's shared bytes within pq_max less NORMQ_STATIC (then every
+    T's are: the tokens a CTA halve to fit), and ``XINFER_NORMQ`` unset or ``1`` (``0``: a
+    ``rmsnorm_quantize_q8_1`` launch instead, the A/B of the H200 measurements).
 
     Raises:
         ValueError: XINFER_NORMQ set to something else."""
     if not _switch(environ, "XINFER_NORMQ") or n % 32 or dt not in MVQ_TYPES:
         return False
     try:
-        grid = qmatmul_launch(dict(T=t, N=n, K=k, accumulate=0), dt, False, sms, cc, pq_max - NORMQ_STATIC)[0]
+        normq_launch(dict(T=1, N=n, K=k, accumulate=0), dt, sms, cc, pq_max)
     except ValueError:
         return False
-    return grid[0] * _MVQ_WARPS * mvq_params(dt, False, norm=False)[0] >= n
+    return True
 
 
 def prequant_enabled(environ: Mapping[str, str] = os.environ) -> bool:
