@@ -235,16 +235,27 @@ __device__ __forceinline__ int xi_att_heads(int n_head, int n_kv, int *h0, int *
 // as (m, l, r[hd]); count: its counter. The heads run G at a time (a key's rows are read once a run).
 // One entry point per D (the host picks it by head_dim, _launch.attention_launch): instantiated
 // together in one kernel, the wide ones' registers would cost the narrow ones occupancy and spills.
-template <int D, int G, typename KV>
+// QOUT (the attention_quantize entries; head_dim % 32 == 0): each output value is also quantized,
+// a warp's 32 consecutive values (32 dims of one head) one q8_1 block (xi_q8_1_warp): its code at
+// qc[e] for o[e], its (d, s) at qp[e / 32] -- the planar q8_1 of the (T, n_head hd) output, the next
+// product's tokens (``quantize_q8_1``'s bits on out, without its launch).
+template <int D, int G, typename KV, bool QOUT = false>
 __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV *__restrict__ kb,
                                           const KV *__restrict__ vb, size_t_ kv_row, int p, int hd, int gn,
                                           float scale, float *__restrict__ o, int t, int s, int S,
-                                          float *__restrict__ part, int *__restrict__ count) {
+                                          float *__restrict__ part, int *__restrict__ count,
+                                          uint8_t *__restrict__ qc = nullptr, float2 *__restrict__ qp = nullptr) {
     __shared__ xi_att_smem sm;
     __shared__ int is_last;
-    if (p < 0 || hd > 32 * D || gn > XI_ATT_GMAX || (S > 1 && t >= XI_ATT_SPLIT_T_MAX)) {
+    if (p < 0 || hd > 32 * D || gn > XI_ATT_GMAX || (S > 1 && t >= XI_ATT_SPLIT_T_MAX) || (QOUT && (hd & 31))) {
         if (s == 0)
-            for (int d = threadIdx.x; d < gn * hd; d += blockDim.x) o[d] = p < 0 ? 0.0f : XI_NAN;
+            for (int d = threadIdx.x; d < gn * hd; d += blockDim.x) {
+                o[d] = p < 0 ? 0.0f : XI_NAN;
+                if (QOUT) {  // a zero row's block: codes 0, d = s = 0 (quantize_q8_1 of zeros)
+                    qc[d] = 0;
+                    if ((d & 31) == 0) qp[d >> 5] = p < 0 ? make_float2(0.0f, 0.0f) : make_float2(XI_NAN, XI_NAN);
+                }
+            }
         return;
     }
     const int seg = xi_att_seg_keys(p), nseg = (int)(((long long)p + seg) / seg);
@@ -291,7 +302,11 @@ __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV
                 }
             }
         }
-        if (direct && idx < gr * hd) o[(size_t_)g * hd + idx] = R * (1.0f / L);
+        if (direct && idx < gr * hd) {
+            const float r = R * (1.0f / L);
+            o[(size_t_)g * hd + idx] = r;
+            if (QOUT) xi_q8_1_warp(r, qc + (size_t_)g * hd + idx, qp + (((size_t_)g * hd + idx) >> 5));
+        }
     }
     if (direct) return;
     // the last of the row's blocks to finish merges the partials of every segment in order
@@ -312,7 +327,9 @@ __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV
             const float *w = part + ((size_t_)g * XI_ATT_SEGS_MAX + i) * (hd + 2);
             xi_att_merge(M, L, R, __ldcg(w), __ldcg(w + 1), __ldcg(w + 2 + d));
         }
-        o[e] = R * (1.0f / L);
+        const float r = R * (1.0f / L);
+        o[e] = r;
+        if (QOUT) xi_q8_1_warp(r, qc + e, qp + (e >> 5));
     }
 }
 
@@ -322,11 +339,12 @@ __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV
 // pos[t] - j < window, i.e. the cache from row pos[t] - window + 1); query head h reads kv head
 // h / (n_head / n_kv) (GQA); pos[t] < 0 gives a zero row. Grid (T, n_kv * S, z): block (t, kvh * S + s,
 // z) runs split-K share s of the z-th share of kv head kvh's query heads (xi_att_heads), 256 threads.
-template <int D, int G, typename KV>
+template <int D, int G, typename KV, bool QOUT = false, typename C = xi_attention_c>
 __device__ __forceinline__ void attention_body(const float *__restrict__ q, const KV *__restrict__ k,
                                                const KV *__restrict__ v, const int32_t *__restrict__ pos,
                                                float *__restrict__ out, float *__restrict__ part,
-                                               int32_t *__restrict__ count, const xi_attention_c &c) {
+                                               int32_t *__restrict__ count, const C &c,
+                                               uint8_t *__restrict__ xq = nullptr) {
     const int t = blockIdx.x, hd = c.head_dim, S = max(1, (int)gridDim.y / c.n_kv);
     int h0, kvh, s;
     const int gn = xi_att_heads(c.n_head, c.n_kv, &h0, &kvh, &s);
@@ -337,8 +355,10 @@ __device__ __forceinline__ void attention_body(const float *__restrict__ q, cons
     p -= w0;
     const size_t_ kv_row = (size_t_)c.n_kv * hd, kvo = (size_t_)w0 * kv_row + (size_t_)kvh * hd;
     const size_t_ th = (size_t_)t * c.n_head + h0;
-    xi_attend<D, G, KV>(q + (size_t_)t * c.q_stride + (size_t_)h0 * hd, k + kvo, v + kvo, kv_row, p, hd, gn, c.scale,
-                        out + th * hd, t, s, S, part + th * XI_ATT_SEGS_MAX * (hd + 2), count + th);
+    float2 *qp = QOUT ? reinterpret_cast<float2 *>(xq + (size_t_)c.T * c.n_head * hd) + ((th * hd) >> 5) : nullptr;
+    xi_attend<D, G, KV, QOUT>(q + (size_t_)t * c.q_stride + (size_t_)h0 * hd, k + kvo, v + kvo, kv_row, p, hd, gn,
+                              c.scale, out + th * hd, t, s, S, part + th * XI_ATT_SEGS_MAX * (hd + 2), count + th,
+                              QOUT ? xq + th * hd : nullptr, qp);
 }
 
 // attention_batched (attention_batched.cu, attention_batched_f16.cu): q (T, n_head, hd) f32 (row t at
@@ -347,12 +367,12 @@ __device__ __forceinline__ void attention_body(const float *__restrict__ q, cons
 // window > 0: first raised to last - window + 1); first < 0 or last < first gives a zero row. Query
 // head h reads kv head h / (n_head / n_kv) (GQA). attention over the cache starting at row first[t]
 // (the same body), so a row is bit-identical to attention with pos = last - first on that cache.
-template <int D, int G, typename KV>
+template <int D, int G, typename KV, bool QOUT = false, typename C = xi_attention_batched_c>
 __device__ __forceinline__ void attention_batched_body(const float *__restrict__ q, const KV *__restrict__ k,
                                                        const KV *__restrict__ v, const int32_t *__restrict__ first,
                                                        const int32_t *__restrict__ last, float *__restrict__ out,
                                                        float *__restrict__ part, int32_t *__restrict__ count,
-                                                       const xi_attention_batched_c &c) {
+                                                       const C &c, uint8_t *__restrict__ xq = nullptr) {
     const int t = blockIdx.x, hd = c.head_dim, S = max(1, (int)gridDim.y / c.n_kv);
     int h0, kvh, s;
     const int gn = xi_att_heads(c.n_head, c.n_kv, &h0, &kvh, &s);
@@ -365,8 +385,10 @@ __device__ __forceinline__ void attention_batched_body(const float *__restrict__
     const size_t_ kv_row = (size_t_)c.n_kv * hd;
     const size_t_ kvo = (p < 0 ? 0 : (size_t_)f * kv_row) + (size_t_)kvh * hd;
     const size_t_ th = (size_t_)t * c.n_head + h0;
-    xi_attend<D, G, KV>(q + (size_t_)t * c.q_stride + (size_t_)h0 * hd, k + kvo, v + kvo, kv_row, p, hd, gn, c.scale,
-                        out + th * hd, t, s, S, part + th * XI_ATT_SEGS_MAX * (hd + 2), count + th);
+    float2 *qp = QOUT ? reinterpret_cast<float2 *>(xq + (size_t_)c.T * c.n_head * hd) + ((th * hd) >> 5) : nullptr;
+    xi_attend<D, G, KV, QOUT>(q + (size_t_)t * c.q_stride + (size_t_)h0 * hd, k + kvo, v + kvo, kv_row, p, hd, gn,
+                              c.scale, out + th * hd, t, s, S, part + th * XI_ATT_SEGS_MAX * (hd + 2), count + th,
+                              QOUT ? xq + th * hd : nullptr, qp);
 }
 
 // The entry points of a kernel: NAME (head_dim <= 64, the query heads of a block in one run), NAME_d4
@@ -376,6 +398,12 @@ __device__ __forceinline__ void attention_batched_body(const float *__restrict__
     extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d4 PARAMS { xi_grid_begin(); BODY<4, 2, KV> ARGS; }      \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d8 PARAMS { xi_grid_begin(); BODY<8, 1, KV> ARGS; }
 
+// The attention_quantize entries (cuda only): BODY<D, G, KV, true>, the xq pointer after count.
+#define XI_ATT_QUANT_ENTRIES(NAME, BODY, KV, PARAMS, ARGS)                                                          \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME PARAMS { xi_grid_begin(); BODY<2, XI_ATT_GMAX, KV, true> ARGS; } \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d4 PARAMS { xi_grid_begin(); BODY<4, 2, KV, true> ARGS; }      \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d8 PARAMS { xi_grid_begin(); BODY<8, 1, KV, true> ARGS; }
+
 #define XI_ATT_PARAMS(KV) \
     (const float *__restrict__ q, const KV *__restrict__ k, const KV *__restrict__ v, const int32_t *__restrict__ pos, \
      float *__restrict__ out, float *__restrict__ part, int32_t *__restrict__ count, xi_attention_c c)
@@ -383,3 +411,11 @@ __device__ __forceinline__ void attention_batched_body(const float *__restrict__
     (const float *__restrict__ q, const KV *__restrict__ k, const KV *__restrict__ v,                            \
      const int32_t *__restrict__ first, const int32_t *__restrict__ last, float *__restrict__ out,              \
      float *__restrict__ part, int32_t *__restrict__ count, xi_attention_batched_c c)
+#define XI_ATT_QUANT_PARAMS(KV)                                                                                  \
+    (const float *__restrict__ q, const KV *__restrict__ k, const KV *__restrict__ v, const int32_t *__restrict__ pos, \
+     float *__restrict__ out, float *__restrict__ part, int32_t *__restrict__ count, uint8_t *__restrict__ xq,   \
+     xi_attention_quantize_c c)
+#define XI_ATT_BATCHED_QUANT_PARAMS(KV)                                                                         \
+    (const float *__restrict__ q, const KV *__restrict__ k, const KV *__restrict__ v,                            \
+     const int32_t *__restrict__ first, const int32_t *__restrict__ last, float *__restrict__ out,              \
+     float *__restrict__ part, int32_t *__restrict__ count, uint8_t *__restrict__ xq, xi_attention_batched_quantize_c c)

@@ -11,6 +11,8 @@ struct xi_swiglu_c { int32_t rows; int32_t n; int32_t in_stride; };
 struct xi_softmax_c { int32_t rows; int32_t n; };
 struct xi_attention_c { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t ctx; int32_t q_stride; float scale; int32_t window; };
 struct xi_attention_batched_c { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t rows; int32_t q_stride; float scale; int32_t window; };
+struct xi_attention_quantize_c { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t ctx; int32_t q_stride; float scale; int32_t window; };
+struct xi_attention_batched_quantize_c { int32_t T; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t rows; int32_t q_stride; float scale; int32_t window; };
 struct xi_kv_store_c { int32_t T; int32_t width; int32_t ctx; int32_t src_stride; };
 struct xi_get_rows_c { int32_t T; int32_t dim; int32_t vocab; };
 struct xi_matmul_c { int32_t T; int32_t N; int32_t K; int32_t accumulate; };

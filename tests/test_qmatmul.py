@@ -324,6 +324,58 @@ async def test_normq_and_its_readers_equal_the_model(cuda_dev, monkeypatch, rng,
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("kv", ["f32", "f16"])
+@pytest.mark.parametrize("nh,nkv,hd", [(9, 3, 64), (32, 8, 128), (4, 2, 256)])
+async def test_attention_quantize_equals_attention_then_quantize_and_the_model(cuda_dev, rng, kv, nh, nkv, hd):
+    """attention_quantize[_f16] and attention_batched_quantize[_f16]: out bit for bit as attention's,
+    and xq byte for byte as quantize_q8_1 on that out and as the numpy model of it; rows of one
+    segment (in registers), of several (split-K, merged by the last block) and a zero row (pos -1:
+    codes 0, d = s = 0); T = 6 and a token alone; xq poisoned first."""
+    from _kernel_refs import att_workspace
+
+    ctx, sfx = 2100, "" if kv == "f32" else "_f16"
+    cache = lambda: (rng.standard_normal((ctx, nkv, hd)) * 0.5).astype(F32 if kv == "f32" else np.float16)  # noqa: E731
+    k, v = cache(), cache()
+    kb, vb = cuda_dev.upload(k), cuda_dev.upload(v)
+    for pos in (np.array([2099, 513, 100, -1, 1500, 0], np.int32), np.array([777], np.int32)):
+        T, Q = len(pos), nh * hd
+        q = (rng.standard_normal((T, nh, hd)) * 2).astype(F32)
+        nq = T * Q + T * Q // 32 * 8
+        consts = dict(T=T, n_head=nh, n_kv=nkv, head_dim=hd, q_stride=Q, scale=float(1 / np.sqrt(hd)), window=0)
+        first, last = np.zeros(T, np.int32), pos.copy()
+        first[pos < 0] = -1
+        for batched in (False, True):
+            name = ("attention_batched" if batched else "attention") + "{}" + sfx
+            lead = [cuda_dev.upload(q), kb, vb] + ([cuda_dev.upload(first), cuda_dev.upload(last)] if batched
+                                                   else [cuda_dev.upload(pos)])
+            c = dict(consts, rows=ctx) if batched else dict(consts, ctx=ctx)
+            outs = []
+            for fused in (False, True):
+                out = cuda_dev.upload(np.full((T, nh, hd), np.nan, F32))
+                ws = [cuda_dev.upload(a) for a in att_workspace(T, nh, hd)]
+                xq = cuda_dev.upload(np.full(nq, 0xFF, np.uint8))
+                ex = cuda_dev.executor()
+                if fused:
+                    ex.dispatch(name.format("_quantize"), lead + [out] + ws + [xq], c)
+                else:
+                    ex.dispatch(name.format(""), lead + [out] + ws, c)
+                    ex.dispatch("quantize_q8_1", [out, xq], dict(T=T, K=Q))
+                ro, rq = ex.download(out), ex.download(xq)
+                await ex.submit_and_wait()
+                outs.append((ro.numpy((T, Q), F32), rq.numpy((nq,), np.uint8)))
+            what = f"{name.format('_quantize')} heads {nh}/{nkv} x {hd} T={T}"
+            (ref_o, ref_q), (got_o, got_q) = outs
+            assert np.array_equal(got_o.view(np.uint32), ref_o.view(np.uint32)), f"{what}: out"
+            assert np.array_equal(got_q, ref_q), f"{what}: xq differs from quantize_q8_1's"
+            mq, md, ms = quantize_q8_1(got_o)
+            gq, gd, gs = _planar(got_q, T, Q)
+            assert np.array_equal(gq, mq) and np.array_equal(gd.view(np.uint32), md.view(np.uint32)) and \
+                np.array_equal(gs.view(np.uint32), ms.view(np.uint32)), f"{what}: xq is not the model's"
+            if T > 1:
+                assert not got_o[3].any() and not gq[3].any() and not gd[3].any(), f"{what}: the zero row"
+
+
+@pytest.mark.cuda
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["q4_1", "q4_k_m"])
 async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatch, tmp_path, dtype):
@@ -333,7 +385,8 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
     CTA), the same logits bit for bit; with the residual products quantizing the next product's
     tokens (the default: qmatmul_normq, the rmsnorm after the sums) the same logits 1 and 4 tokens a
     step, bit for bit, close to the others (relative 2e-3 of the largest) with the same top-1 at
-    most positions; the first runs load the qmatmul kernels, the default's the normq ones."""
+    most positions; the first runs load the qmatmul kernels, the default's the normq ones and
+    attention_quantize (XINFER_QATT, on throughout: the same bits as its quantizer launch)."""
     from xinfer_async import llm
     from xinfer_async.llm._synthetic import SHAPES as MODEL_SHAPES
     from xinfer_async.llm._synthetic import write_synthetic_gguf
@@ -354,7 +407,7 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
         if on == "1":
             assert any(n.startswith("qmatmul_") for n in cuda_dev._kernels), "the path did not run"
         if normq == "1":
-            for fam in ("qmatmul_normq_", "qmatmul_rms_swiglu_", "qmatmul_rms_"):
+            for fam in ("qmatmul_normq_", "qmatmul_rms_swiglu_", "qmatmul_rms_", "attention_quantize"):
                 assert any(n.startswith(fam) for n in cuda_dev._kernels), f"{fam} did not run"
     for chunk in (4, 1):
         a, b = got["10", chunk], got["00", chunk]
@@ -369,14 +422,15 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
 
 
 @pytest.mark.parametrize("dtype", ["q4_1", "q4_k_m"])
-@pytest.mark.parametrize("normq", [True, False])
-def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq):
+@pytest.mark.parametrize("normq,qatt", [(True, True), (True, False), (False, True), (False, False)])
+def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt):
     """``forward``'s dispatches (cpu, no kernel run) with the cuda decisions forced -- every product on
     1..8 tokens takes quantized tokens, ``normq_fits`` as given -- for a 3-block model, every plan
     (decode, prefill, score and the batched ones): each qmatmul_rms* reads xqn as the last qmatmul_normq
     left it, with nothing writing x in between; that normq's norm is the next product's (the block's
     ffn_norm after o, the next block's attn_norm after down: not after the last block's down); each
-    plain qmatmul reads xq after a quantizer and after its input's last write; with normq off, none."""
+    qmatmul (plain or normq) reads xq after a quantizer (or attention_quantize, with XINFER_QATT) and
+    after its input's last write; with normq off, no normq; with XINFER_QATT=0, no attention_quantize."""
     from xinfer_async.llm import _llama
     from xinfer_async.llm._gguf import load_gguf
     from xinfer_async.llm._synthetic import SHAPES as MODEL_SHAPES
@@ -389,6 +443,7 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq):
                               ffn_dim=512, vocab_size=512, context_length=64)
     g = load_gguf(write_synthetic_gguf(tmp_path / "m.gguf", cfg, dtype, seed=1, progress=False), check_tokenizer=False)
     types = {d.label for d in QMATMUL_DTYPES}
+    monkeypatch.setenv("XINFER_QATT", "1" if qatt else "0")
     with xinfer_async.open_device("cpu") as dev:
         be = type(dev.backend)
         monkeypatch.setattr(be, "quantized_activations",
@@ -414,7 +469,7 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq):
         for T, all_logits, batched in plans:
             L = b._layouts[T]
             last = {}  # buffer id -> step of its last write
-            normqs, xqn_writer, x_last, readers = [], None, -1, 0
+            normqs, xqn_writer, x_last, readers, att_q = [], None, -1, 0, 0
             for step, c in enumerate(b.forward(T, all_logits, batched=batched)):
                 if not isinstance(c, tuple):
                     continue
@@ -425,10 +480,17 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq):
                     assert binds[1] is L["xqn"] and xqn_writer is not None and x_last == xqn_writer, what
                 elif name.startswith("qmatmul_"):
                     q = last.get(id(binds[1]))
-                    assert binds[1] is L["xq"] and q is not None and q[1].startswith(("quantize_q8_1", "rmsnorm_quantize")), what
-                    assert last.get(id(q[2]), (-1,))[0] < q[0], f"{what}: its input changed after the quantizer"
+                    assert binds[1] is L["xq"] and q is not None and \
+                        q[1].startswith(("quantize_q8_1", "rmsnorm_quantize", "attention")), what
+                    if q[2] is not None:
+                        assert last.get(id(q[2]), (-1,))[0] < q[0], f"{what}: its input changed after the quantizer"
+                    if q[1].startswith("attention"):
+                        assert any(binds[0] is blk.wo[0] for blk in b.blocks), f"{what}: not an o product"
                 if name.startswith(("quantize_q8_1", "rmsnorm_quantize")):
                     last[id(binds[-1])] = (step, name, binds[0])
+                if "_quantize" in name and name.startswith("attention"):
+                    att_q += 1
+                    last[id(binds[-1])] = (step, name, None)
                 if name.startswith("qmatmul_normq"):
                     normqs.append(binds[3])
                     xqn_writer = step
@@ -441,3 +503,4 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq):
                 assert readers >= len(want_norms), (T, batched)
             else:
                 assert not normqs and not readers, (T, batched)
+            assert att_q == (len(b.blocks) if T <= 8 and qatt else 0), (T, batched, att_q)

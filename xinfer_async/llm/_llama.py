@@ -78,6 +78,20 @@ def kv_cache_dtype(value: str | None = None, environ: Mapping[str, str] = os.env
     return v
 
 
+def attention_quant_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """``XINFER_QATT`` unset or ``1``: where the o product takes its tokens quantized beforehand, the
+    attention also writes its output quantized for it (``attention_quantize``, cuda; head_dim a
+    multiple of 32) instead of a ``quantize_q8_1`` launch; ``0``: that launch (the A/B of the H200
+    measurements). The bits are the same either way.
+
+    Raises:
+        ValueError: XINFER_QATT is set to something else than ``0`` / ``1``."""
+    v = environ.get("XINFER_QATT", "").strip()
+    if v not in ("", "0", "1"):
+        raise ValueError(f"XINFER_QATT={v!r} is not one of '', '0', '1'")
+    return v != "0"
+
+
 def prefill_chunk(device_name: str, ctx: int) -> int:
     """The default prompt tokens of a prefill step on ``device_name``: ``PREFILL_CHUNK`` (cuda:
     512), else ``PREFILL_CHUNK_OTHER`` (64), at most ``ctx``."""
@@ -293,6 +307,15 @@ class LlamaBuilder:
         self._quantized = {T: self._quantized_products(T) for T in self.plan_sizes}
         #: T -> the residual products that also quantize the next product's tokens (``_normq_products``)
         self._normq = {T: self._normq_products(T) for T in self.plan_sizes}
+        #: whether the attention writes the o product's tokens itself (``attention_quantize``, where the o
+        #: product takes quantized tokens: ``forward``), its kernels registered here
+        self._qatt = attention_quant_enabled() and cfg.head_dim % 32 == 0 and not cfg.architecture.post_norms and \
+            any(("matmul", b.wo[1], T, cfg.dim, cfg.q_dim) in self._quantized[T] for b in self.blocks
+                for T in self.plan_sizes)
+        if self._qatt:
+            self.session.kernel("attention_quantize" + self._kv_sfx)
+            if batch_seqs:
+                self.session.kernel("attention_batched_quantize" + self._kv_sfx)
         self._layouts = {T: self._layout(T) for T in self.plan_sizes}
         self.definition = s.freeze(ModelContext(device))
         self._tensors = None  # the memory map is no longer needed
@@ -597,14 +620,13 @@ class LlamaBuilder:
             dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, row_stride=qkv_w, ctx=ctx,
                  theta=b.theta))
 
-        def residual(w, src, k, norm, next_norm=None):
+        def residual(w, src, k, norm, next_norm=None, ready=None):
             """x += src @ w^T, or with a post-norm x += rmsnorm(src @ w^T) * norm; ``next_norm``: and
-            the next product's tokens, rmsnorm(x) * next_norm, into xqn (``qmatmul_normq_DT``)."""
+            the next product's tokens, rmsnorm(x) * next_norm, into xqn (``qmatmul_normq_DT``);
+            ``ready``: src's tokens already quantized (``_product``: the attention wrote them)."""
             if norm is None:
-                if next_norm is not None:
-                    return self._product("matmul", w, src, None, x, T, dim, k, accumulate=1, qa=qa,
-                                         normq=(next_norm, xqn))
-                return mm(w, src, x, dim, k, 1)
+                return self._product("matmul", w, src, None, x, T, dim, k, accumulate=1, qa=qa, ready=ready,
+                                     normq=None if next_norm is None else (next_norm, xqn))
             return mm(w, src, tmp, dim, k, 0) + [
                 self._dispatch("rmsnorm_add", [tmp, norm, (x, RW)], dict(rows=T, dim=dim, eps=cfg.rms_eps))]
 
@@ -642,22 +664,26 @@ class LlamaBuilder:
                 cmds.append(self._dispatch("qk_rmsnorm", [(qkv, RW), b.q_norm, b.k_norm],
                                            dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim,
                                                 row_stride=qkv_w, eps=cfg.rms_eps)))
+            # the attention writes the o product's tokens too, into xq (``attention_quantize``)
+            att_q = self._qatt and b.post_attn_norm is None and ("matmul", b.wo[1], T, dim, qd) in self._quantized[T]
+            aq, xq_out = ("_quantize", [(qa[1], W_)]) if att_q else ("", [])
             if batched:
                 cmds += [
                     rope_kv(b, row, b.bk_cache, b.bv_cache, rows),
-                    self._dispatch("attention_batched" + self._kv_sfx,
-                                   [qkv, b.bk_cache, b.bv_cache, first, klast, (att, W_), (part, RW), (count, RW)],
-                                   dict(heads, rows=rows, window=b.window)),
+                    self._dispatch("attention_batched" + aq + self._kv_sfx,
+                                   [qkv, b.bk_cache, b.bv_cache, first, klast, (att, W_), (part, RW), (count, RW)]
+                                   + xq_out, dict(heads, rows=rows, window=b.window)),
                 ]
             else:
                 cmds += [
                     rope_kv(b, pos, b.k_cache, b.v_cache, self.ctx),
-                    self._dispatch("attention" + self._kv_sfx,
-                                   [qkv, b.k_cache, b.v_cache, pos, (att, W_), (part, RW), (count, RW)],
+                    self._dispatch("attention" + aq + self._kv_sfx,
+                                   [qkv, b.k_cache, b.v_cache, pos, (att, W_), (part, RW), (count, RW)] + xq_out,
                                    dict(heads, ctx=self.ctx, window=b.window)),
                 ]
             o_nq = ("o", i) in nq
-            cmds += residual(b.wo, att, qd, b.post_attn_norm, b.ffn_norm if o_nq else None)
+            cmds += residual(b.wo, att, qd, b.post_attn_norm, b.ffn_norm if o_nq else None,
+                             (qa[1], False) if att_q else None)
             ready = (xqn, True) if o_nq else None
             if arch.activation == "silu":
                 cmds += self._product("rmsnorm_matmul_swiglu", b.wgu, x, b.ffn_norm, act, T, ffn, dim, qa=qa, ready=ready)

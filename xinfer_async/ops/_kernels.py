@@ -108,30 +108,42 @@ def _kv_bytes(dt: DType, rows: str):
 
 def _declare_attention(dt: DType) -> None:
     """attention[_f16] and attention_batched[_f16]: the cache of ``dt`` (f16: converted to f32 as loaded; on
-    cpu q and the probabilities rounded to f16 as llama.cpp does, native/kernels/attention.c)."""
+    cpu q and the probabilities rounded to f16 as llama.cpp does, native/kernels/attention.c); and their
+    ``_quantize`` twins (cuda only), which also write the output as the next product's q8_1 tokens."""
     sfx, kvd = ("" if dt is DType.f32 else f"_{dt.label}"), f"{dt.label} " if dt is not DType.f32 else ""
-    _declare("attention" + sfx, [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
-                                 ("k", R, f"(ctx, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "ctx")),
-                                 ("v", R, f"(ctx, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "ctx")),
-                                 ("pos", R, "(T) i32", _f32(lambda c: c["T"])),
-                                 ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))] + _SPLIT,
-             ["T", "n_head", "n_kv", "head_dim", "ctx", "q_stride", "scale:f32", "window"], struct="attention",
-             check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok, _window_ok), cuda=_ATTENTION,
-             doc="query row t (starting at t*q_stride) attends keys 0..pos[t] inclusive (window > 0: only keys j with "
-                 "pos[t] - j < window, a sliding window); query head h reads kv head h / (n_head / n_kv); softmax with "
-                 "max subtracted; pos[t] < 0 gives a zero row" + _SPLIT_DOC)
-    _declare("attention_batched" + sfx, [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
-                                         ("k", R, f"(rows, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "rows")),
-                                         ("v", R, f"(rows, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "rows")),
-                                         ("first", R, "(T) i32", _f32(lambda c: c["T"])),
-                                         ("last", R, "(T) i32", _f32(lambda c: c["T"])),
-                                         ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))] + _SPLIT,
-             ["T", "n_head", "n_kv", "head_dim", "rows", "q_stride", "scale:f32", "window"], struct="attention_batched",
-             check=_all(_stride_ok("T", "q_stride", _q_width), _gqa_ok, _window_ok), cuda=_ATTENTION,
-             doc="query row t attends key rows first[t]..last[t] inclusive (last clamped to rows - 1; window > 0: first "
-                 "raised to last - window + 1); first[t] < 0 or last[t] < first[t] gives a zero row; otherwise the math and accumulation order of `attention` with "
-                 "pos = last - first over the cache starting at row first[t] (bit-identical): one launch serves several "
-                 "sequences' caches stacked in one allocation" + _SPLIT_DOC)
+    plain = [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
+             ("k", R, f"(ctx, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "ctx")),
+             ("v", R, f"(ctx, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "ctx")),
+             ("pos", R, "(T) i32", _f32(lambda c: c["T"])),
+             ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))] + _SPLIT
+    consts = ["T", "n_head", "n_kv", "head_dim", "ctx", "q_stride", "scale:f32", "window"]
+    check = _all(_stride_ok("T", "q_stride", _q_width), _gqa_ok, _window_ok)
+    doc = ("query row t (starting at t*q_stride) attends keys 0..pos[t] inclusive (window > 0: only keys j with "
+           "pos[t] - j < window, a sliding window); query head h reads kv head h / (n_head / n_kv); softmax with "
+           "max subtracted; pos[t] < 0 gives a zero row" + _SPLIT_DOC)
+    batched = [("q", R, "(T, n_head, hd)", _strided("T", "q_stride", _q_width)),
+               ("k", R, f"(rows, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "rows")),
+               ("v", R, f"(rows, n_kv, hd) {kvd}".strip(), _kv_bytes(dt, "rows")),
+               ("first", R, "(T) i32", _f32(lambda c: c["T"])),
+               ("last", R, "(T) i32", _f32(lambda c: c["T"])),
+               ("out", W, "(T, n_head, hd)", _f32(lambda c: c["T"] * _q_width(c)))] + _SPLIT
+    bconsts = ["T", "n_head", "n_kv", "head_dim", "rows", "q_stride", "scale:f32", "window"]
+    bdoc = ("query row t attends key rows first[t]..last[t] inclusive (last clamped to rows - 1; window > 0: first "
+            "raised to last - window + 1); first[t] < 0 or last[t] < first[t] gives a zero row; otherwise the math and accumulation order of `attention` with "
+            "pos = last - first over the cache starting at row first[t] (bit-identical): one launch serves several "
+            "sequences' caches stacked in one allocation" + _SPLIT_DOC)
+    _declare("attention" + sfx, plain, consts, struct="attention", check=check, cuda=_ATTENTION, doc=doc)
+    _declare("attention_batched" + sfx, batched, bconsts, struct="attention_batched", check=check, cuda=_ATTENTION,
+             doc=bdoc)
+    xq = ("xq", W, "(T, n_head hd) q8_1 planar", lambda c: max(0, c["T"]) * (_q_width(c) + _q_width(c) // 32 * 8))
+    hd32 = lambda c: f"head_dim={c['head_dim']} is not a multiple of 32" if c["head_dim"] % 32 else None  # noqa: E731
+    qdoc = ("; and xq = out quantized per block of 32 (32 dims of a head) as `quantize_q8_1` does, its bits (K of xq: "
+            "n_head * head_dim; a warp's values are a block: xi_attention.cuh QOUT); head_dim a multiple of 32; "
+            "cuda only")
+    _declare("attention_quantize" + sfx, plain + [xq], consts, struct="attention_quantize", check=_all(check, hd32),
+             cuda=_ATTENTION, cpu=False, doc="`attention" + sfx + "`" + qdoc)
+    _declare("attention_batched_quantize" + sfx, batched + [xq], bconsts, struct="attention_batched_quantize",
+             check=_all(check, hd32), cuda=_ATTENTION, cpu=False, doc="`attention_batched" + sfx + "`" + qdoc)
 
 
 _declare_attention(DType.f32)
