@@ -386,9 +386,10 @@ _declare("rmsnorm_quantize_q8_1", [("x", R, "(T, K)", _f32(lambda c: c["T"] * c[
          doc="xq = h quantized per block of 32, h = (x * inv) * norm with inv = 1 / sqrt(mean(x^2) + eps) summed as "
              "the cuda `_pq` entries do (tests/_mmq_model.py rmsnorm_inv_cta): their tokens' bits; " + _Q8_1_DOC)
 for _dt in QMATMUL_DTYPES:
+    _qk = _K2048 if _dt.label == "q6_k" else _K256  # rows of whole 16-byte words (xi_mvq.cuh)
     _declare(f"qmatmul_{_dt.label}", [("w", R, "(N, K) DT", _matrix(_dt)), ("xq", R, "(T, K) q8_1 planar", _q8_1),
                                       ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
-             ["T", "N", "K", "accumulate"], check=_K2048 if _dt.label == "q6_k" else _K256, struct="qmatmul", cpu=False,
+             ["T", "N", "K", "accumulate"], check=_qk, struct="qmatmul", cpu=False,
              cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "0"))),
              doc="y[t,n] = (accumulate ? y[t,n] : 0) + w[n] . h[t] with h the tokens of xq (`quantize_q8_1`), "
                  "llama.cpp's integer numerics: the cuda `_pq` entry of `matmul_DT` on those tokens, bit for bit "
@@ -412,7 +413,7 @@ for _dt in QMATMUL_DTYPES:
     _declare(f"qmatmul_swiglu_{_dt.label}", [("w", R, "(2N, K) DT", _matrix(_dt, 2)),
                                              ("xq", R, "(T, K) q8_1 planar", _q8_1),
                                              ("y", W, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
-             ["T", "N", "K"], check=_K2048 if _dt.label == "q6_k" else _K256, struct="qmatmul_swiglu", cpu=False,
+             ["T", "N", "K"], check=_qk, struct="qmatmul_swiglu", cpu=False,
              cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "1"))),
              doc="y = silu(gate) * up, gate and up the `qmatmul_DT` rows [0, N) and [N, 2N) of w on the tokens of xq: "
                  "the cuda `_pq` entry of `rmsnorm_matmul_swiglu_DT` on those tokens, bit for bit; cuda only")
