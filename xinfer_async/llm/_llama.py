@@ -32,6 +32,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .._switches import env_switch
 from ..hal import Access, GGUFError, TensorDesc
 from ..model import Binding, Copy, Dispatch, Fill, IODesc, ModelContext, ModelSession
 from ..ops._attention_split import SPLIT_T_MAX, count_ints, workspace_floats
@@ -86,10 +87,7 @@ def attention_quant_enabled(environ: Mapping[str, str] = os.environ) -> bool:
 
     Raises:
         ValueError: XINFER_QATT is set to something else than ``0`` / ``1``."""
-    v = environ.get("XINFER_QATT", "").strip()
-    if v not in ("", "0", "1"):
-        raise ValueError(f"XINFER_QATT={v!r} is not one of '', '0', '1'")
-    return v != "0"
+    return env_switch(environ, "XINFER_QATT")
 
 
 def prefill_chunk(device_name: str, ctx: int) -> int:

@@ -10,6 +10,7 @@ import functools
 import os
 from typing import Callable, Mapping
 
+from ..._switches import env_switch
 from ...ops._attention_split import SPLIT_T_MAX, segments
 
 
@@ -325,18 +326,6 @@ def mvp_weight(dt: str, n: int, k: int, t: int, glu: bool, stage_max: int, cc: t
     return wbytes >= MVP_MIN_BYTES and mvp_shared(dt, k, t, glu) <= stage_max
 
 
-def _switch(environ: Mapping[str, str], name: str) -> bool:
-    """An on/off A/B switch: ``name`` unset or ``1`` is on, ``0`` off.
-
-    Raises:
-        ValueError: ``name`` is set to something else.
-    """
-    v = environ.get(name, "").strip()
-    if v not in ("", "0", "1"):
-        raise ValueError(f"{name}={v!r} is not one of '', '0', '1'")
-    return v != "0"
-
-
 def mvp_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether the pipelined kernel may run (``mvp_weight``): ``XINFER_MVP`` unset or ``1``; ``0``
     turns it off (an A/B switch: its rows give the same bits as the kernels it replaces).
@@ -344,7 +333,7 @@ def mvp_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     Raises:
         ValueError: XINFER_MVP is set to something else.
     """
-    return _switch(environ, "XINFER_MVP")
+    return env_switch(environ, "XINFER_MVP")
 
 
 #: the weight types of the integer decode kernel (shaders/xi_mvq.cuh, entry ``_pq``)
@@ -476,7 +465,7 @@ def mvq_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     Raises:
         ValueError: XINFER_MVQ is set to something else.
     """
-    return _switch(environ, "XINFER_MVQ")
+    return env_switch(environ, "XINFER_MVQ")
 
 
 def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
@@ -719,7 +708,7 @@ def normq_fits(dt: str, n: int, k: int, sms: int, cc: tuple[int, int], pq_max: i
 
     Raises:
         ValueError: XINFER_NORMQ set to something else."""
-    if not _switch(environ, "XINFER_NORMQ") or n % 32 or dt not in MVQ_TYPES:
+    if not env_switch(environ, "XINFER_NORMQ") or n % 32 or dt not in MVQ_TYPES:
         return False
     try:
         normq_launch(dict(T=1, N=n, K=k, accumulate=0), dt, sms, cc, pq_max)
@@ -735,7 +724,7 @@ def prequant_enabled(environ: Mapping[str, str] = os.environ) -> bool:
 
     Raises:
         ValueError: XINFER_PREQUANT is set to something else."""
-    return _switch(environ, "XINFER_PREQUANT")
+    return env_switch(environ, "XINFER_PREQUANT")
 
 
 def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = 0) -> Family:
