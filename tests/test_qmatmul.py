@@ -21,9 +21,12 @@ import pytest
 from _kernel_refs import launch_matrix_kind
 from _mmq_model import (check_against_model, error_bound, mvq_matmul, normq_inv, normq_tokens, quantize_q8_1,
                         rms_matmul, rms_swiglu, rmsnorm_h, rmsnorm_inv_cta)
+from test_8b_widths import BOUND
 from test_mvq_kernels import EPS, KINDS, SHAPES, SHAPES_Q6K, TYPES, _force, _model, tokens, weights
+from test_reference import _naive_forward
 
 from xinfer_async.backends.cuda import _launch
+from xinfer_async.llm._gguf import load_gguf
 from xinfer_async.ops._kernels import KERNELS, QMATMUL_DTYPES
 
 F32 = np.float32
@@ -384,9 +387,12 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
     quantizer launch before each product) and with XINFER_PREQUANT=0 (``_pq`` quantizes in every
     CTA), the same logits bit for bit; with the residual products quantizing the next product's
     tokens (the default: qmatmul_normq, the rmsnorm after the sums) the same logits 1 and 4 tokens a
-    step, bit for bit, close to the others (relative 2e-3 of the largest) with the same top-1 at
-    most positions; the first runs load the qmatmul kernels, the default's the normq ones and
-    attention_quantize (XINFER_QATT, on throughout: the same bits as its quantizer launch)."""
+    step, bit for bit, and as close to the float64 loops of tests/test_reference.py as the quantizer
+    launch's (within test_8b_widths' BOUND, and within 1.5x its distance plus 0.01: both are roundings
+    of the same activations, z's codes instead of h's; on the H200 the two paths differed by 0.013
+    (q4_1) and 0.0045 (Q4_K_M) of the largest logit, the int8 rounding itself being 0.02-0.04); the
+    first runs load the qmatmul kernels, the default's the normq ones and attention_quantize
+    (XINFER_QATT, on throughout: the same bits as its quantizer launch)."""
     from xinfer_async import llm
     from xinfer_async.llm._synthetic import SHAPES as MODEL_SHAPES
     from xinfer_async.llm._synthetic import write_synthetic_gguf
@@ -415,10 +421,15 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
     assert np.array_equal(got["10", 4].view(np.uint32), got["10", 1].view(np.uint32))
     n4, n1, ref = got["11", 4], got["11", 1], got["10", 1]
     assert not np.isnan(n4).any() and np.array_equal(n4.view(np.uint32), n1.view(np.uint32)), f"{dtype} normq chunk"
+    f64 = _naive_forward(load_gguf(path), np.asarray(ids))
+    scale = np.abs(f64).max()
+    d_nq, d_q = (np.abs(v.astype(np.float64) - f64).max() / scale for v in (n1, ref))
     rel = np.abs(n1 - ref).max() / np.abs(ref).max()
-    same = (n1.argmax(-1) == ref.argmax(-1)).mean()
-    print(f"{dtype}: normq logits vs a quantizer launch: max |diff| / max |logit| {rel:.2e}, top-1 equal at {same:.0%}")
-    assert 0 < rel < 2e-3 and same >= 0.75, (rel, same)
+    report = (f"{dtype}: max |logits - float64| / max |float64|: normq {d_nq:.3g}, a quantizer launch {d_q:.3g}; "
+              f"between them {rel:.3g}, top-1 equal at {(n1.argmax(-1) == ref.argmax(-1)).mean():.0%}")
+    print(report)
+    assert rel > 0, "normq gave the quantizer launch's bits: did it run?"
+    assert d_nq <= BOUND and d_nq <= 1.5 * d_q + 0.01, report
 
 
 @pytest.mark.parametrize("dtype", ["q4_1", "q4_k_m"])
