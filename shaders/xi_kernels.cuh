@@ -38,3 +38,5 @@ struct xi_qmatmul_normq_c { int32_t T; int32_t N; int32_t K; int32_t accumulate;
 struct xi_qmatmul_swiglu_c { int32_t T; int32_t N; int32_t K; };
 struct xi_qmatmul_rms_c { int32_t T; int32_t N; int32_t K; int32_t accumulate; float eps; };
 struct xi_qmatmul_rms_swiglu_c { int32_t T; int32_t N; int32_t K; float eps; };
+struct xi_qmatmul_pair_c { int32_t T; int32_t N; int32_t N2; int32_t K; };
+struct xi_qmatmul_rms_pair_c { int32_t T; int32_t N; int32_t N2; int32_t K; float eps; };

@@ -222,7 +222,12 @@ __device__ __forceinline__ float *xi_mvq_rows() {
 struct XiMvqOut {
     const float *norm;  // (N) f32
     uint8_t *xq;        // (T, N) planar q8_1 with block sums of squares (above)
+    // qmatmul_pair (a launch of two products): this CTA is CTA bx of the gx CTAs of its product (gx 0:
+    // the whole grid is the product's, bx = blockIdx.x), and y's rows are ldy floats apart (0: N)
+    int bx = 0, gx = 0, ldy = 0;
 };
+__device__ __forceinline__ int xi_mvq_bx(const XiMvqOut &o) { return o.gx ? o.bx : (int)blockIdx.x; }
+__device__ __forceinline__ int xi_mvq_gx(const XiMvqOut &o) { return o.gx ? o.gx : (int)gridDim.x; }
 
 // The vector body (see the top): tokens [tg0, tg0 + tn), tn <= TT; smem: xi_mvq_shared bytes for tn.
 // PRE (the qmatmul entries): a.x is not f32 but the tokens already quantized, in the planar q8_1
@@ -244,7 +249,8 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
     const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5;
     const int nb = a.K >> 5, gpr = nb >> 3, cpt = (gpr + CG - 1) / CG;  // blocks, groups a row, chunks a tile
     const size_t_ rb = (size_t_)gpr * GB;
-    const int ntile = (a.N + R - 1) / R, gw = blockIdx.x * XI_MVQ_WARPS + wi, GW = gridDim.x * XI_MVQ_WARPS;
+    const int bx = xi_mvq_bx(o), ntile = (a.N + R - 1) / R, gw = bx * XI_MVQ_WARPS + wi, GW = xi_mvq_gx(o) * XI_MVQ_WARPS;
+    const size_t_ ldy = o.ldy ? o.ldy : a.N;
     const int nchunk = gw < ntile ? ((ntile - 1 - gw) / GW + 1) * cpt : 0;
     uint8_t *st = smem + (size_t_)wi * S * NR * CGB;  // this warp's S stages
     uint8_t *xq = smem + (size_t_)XI_MVQ_WARPS * S * NR * CGB;  // (tn, K) codes
@@ -352,14 +358,14 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
                         }
                         const int n = ct * R + r;
                         if (lane == 0 && n < a.N) {
-                            float *yo = a.y + (size_t_)(tg0 + t) * a.N + n;
+                            float *yo = a.y + (size_t_)(tg0 + t) * ldy + n;
                             if (RMS) {  // qmatmul_normq's tokens: the rmsnorm's scale, after the sums
                                 sg = __fmul_rn(sg, inv[t]);
                                 if (GLU) su = __fmul_rn(su, inv[t]);
                             }
                             const float v = GLU ? sg / (1.0f + expf(-sg)) * su : a.accumulate ? __fadd_rn(*yo, sg) : sg;
                             *yo = v;
-                            if (NQ) yb[32 * t + n - blockIdx.x * (XI_MVQ_WARPS * R)] = v;
+                            if (NQ) yb[32 * t + n - bx * (XI_MVQ_WARPS * R)] = v;
                         }
                     }
                 }
@@ -372,18 +378,18 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
         __syncwarp();  // every lane has read stage cs before the next issue() refills it
     }
     xi_mvp_wait<0>();
-    if (NQ) {  // the CTA's block (rows 32 blockIdx.x ..) of each token: warp t quantizes token tg0 + t
+    if (NQ) {  // the CTA's block (rows 32 bx ..) of each token: warp t quantizes token tg0 + t
         __syncthreads();
         if (wi < tn) {
-            const int nbn = a.N >> 5, t = tg0 + wi, n = 32 * blockIdx.x + lane;
+            const int nbn = a.N >> 5, t = tg0 + wi, n = 32 * bx + lane;
             const float v = yb[32 * wi + lane];
             float2 *pairs = reinterpret_cast<float2 *>(o.xq + (size_t_)a.T * a.N);
             float *ssq = reinterpret_cast<float *>(o.xq + (size_t_)a.T * a.N + (size_t_)a.T * nbn * 8);
-            xi_q8_1_warp(__fmul_rn(v, __ldg(o.norm + n)), o.xq + (size_t_)t * a.N + n, pairs + (size_t_)t * nbn + blockIdx.x);
+            xi_q8_1_warp(__fmul_rn(v, __ldg(o.norm + n)), o.xq + (size_t_)t * a.N + n, pairs + (size_t_)t * nbn + bx);
             float q = __fmul_rn(v, v);
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1) q = __fadd_rn(q, __shfl_xor_sync(0xffffffffu, q, off));
-            if (lane == 0) ssq[(size_t_)t * nbn + blockIdx.x] = q;
+            if (lane == 0) ssq[(size_t_)t * nbn + bx] = q;
         }
     }
 }
@@ -398,7 +404,8 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
     // code for 8 (qmatmul_DT keeps its own, unchanged)
     constexpr bool SMALL_TT = NQ || (RMS && !GLU);
     extern __shared__ uint4 xi_mvq_dyn[];
-    if (blockIdx.y == 0) xi_prefetch_rows<TYPE, GLU>(a, (long long)blockIdx.x * XI_MVQ_WARPS * R, XI_MVQ_WARPS * R);
+    const int bx = xi_mvq_bx(o), gx = xi_mvq_gx(o);
+    if (blockIdx.y == 0) xi_prefetch_rows<TYPE, GLU>(a, (long long)bx * XI_MVQ_WARPS * R, XI_MVQ_WARPS * R);
     xi_grid_begin();
     const int tt = (a.T + (int)gridDim.y - 1) / (int)gridDim.y, tg0 = blockIdx.y * tt;
     if (tg0 >= a.T) return;
@@ -406,13 +413,13 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
     uint8_t *smem = reinterpret_cast<uint8_t *>(xi_mvq_dyn);
     const bool ok = (a.K & 255) == 0 && (xi_row_bytes_of(TYPE, a.K) & 15) == 0 && (((size_t_)a.w) & 15) == 0 &&
                     (!PRE || (((size_t_)a.x) & 15) == 0) &&
-                    (!NQ || ((a.N & 31) == 0 && (long long)gridDim.x * XI_MVQ_WARPS * R == a.N)) &&
+                    (!NQ || ((a.N & 31) == 0 && (long long)gx * XI_MVQ_WARPS * R == a.N)) &&
                     (!SMALL_TT || tt <= XI_MVQ_NQ_TT);
     if (!ok || tt > XI_MVQ_TT) {  // not a launch of mvq_launch (normq_launch): poison this CTA's rows
         for (int t = tg0; t < tg0 + tn; t++)
-            for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < a.N; n += gridDim.x * blockDim.x)
-                a.y[(size_t_)t * a.N + n] = XI_NAN;
-        if (NQ && blockIdx.x == 0)  // and the next product's tokens: NaN scales
+            for (int n = bx * blockDim.x + threadIdx.x; n < a.N; n += gx * blockDim.x)
+                a.y[(size_t_)t * (o.ldy ? o.ldy : a.N) + n] = XI_NAN;
+        if (NQ && bx == 0)  // and the next product's tokens: NaN scales
             for (int i = threadIdx.x; i < (tn * a.N) >> 5; i += blockDim.x)
                 reinterpret_cast<float2 *>(o.xq + (size_t_)a.T * a.N)[(size_t_)tg0 * (a.N >> 5) + i] = make_float2(XI_NAN, XI_NAN);
         return;
@@ -496,4 +503,47 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
         const XiMvcArgs a{w, reinterpret_cast<const float *>(xq), nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};      \
         xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0, 0), XI_MVQ_S(TYPE, 0, 0), XI_MVQ_CG(TYPE), false, false, true, true>(   \
             a, XiMvqOut{norm, xqn});                                                                                   \
+    }
+
+// qmatmul_pair_A_B.cu / qmatmul_rms_pair_A_B.cu: two products on the same tokens in one launch (a layer's
+// q, k, v in two types, as llama.cpp's Q4_K_M mix gives them: Q4_K q and k, Q6_K v on some layers),
+// w (N, K) of type A into y's columns [0, N) and w2 (N2, K) of type B into [N, N + N2), y (T, N + N2):
+// the first CTAs run the first product as qmatmul_A (qmatmul_rms_A with RMS) would over that many CTAs,
+// the rest the second (with XI_MVQ_PAIR_R2 rows a warp), split in proportion to the weights' bytes (the launch, _launch.py pair_launch,
+// gives the grid; any split gives the same bits: a row's sums do not depend on which CTAs run the
+// others, nor on how many there are). So each row is the single-type launch's, bit for bit, with
+// one launch's tail and wait instead of two.
+// The second product's rows a warp: 2, not the matmul kind's 4, so that its stages (q6_k: 8 warps x 2
+// stages x 2 rows x 1,680 bytes) stay under the first's and two CTAs still fit an SM (4 rows: 107 KB of
+// q6_k stages, one CTA an SM for both products). backends/cuda/_launch.py PAIR_R2 repeats it.
+#define XI_MVQ_PAIR_R2 2
+template <int TA, int TB, bool RMS>
+__device__ __forceinline__ void xi_qmatmul_pair(const uint8_t *w, const uint8_t *w2, const uint8_t *xq, float *y, int T,
+                                                int N, int N2, int K, float eps) {
+    const long long b1 = (long long)N * xi_row_bytes_of(TA, K), b2 = (long long)N2 * xi_row_bytes_of(TB, K);
+    const int gx = (int)gridDim.x;
+    int g1 = (int)(((long long)gx * b1 + (b1 + b2) / 2) / (b1 + b2));
+    g1 = g1 < 1 ? 1 : g1 > gx - 1 ? gx - 1 : g1;
+    const float *x = reinterpret_cast<const float *>(xq);
+    if ((int)blockIdx.x < g1) {
+        const XiMvcArgs a{w, x, nullptr, y, T, N, K, 0, eps};
+        xi_mvq_kernel<TA, XI_MVQ_R(TA, 0, 0), XI_MVQ_S(TA, 0, 0), XI_MVQ_CG(TA), false, false, true, false, RMS>(
+            a, XiMvqOut{nullptr, nullptr, (int)blockIdx.x, g1, N + N2});
+    } else {
+        const XiMvcArgs a{w2, x, nullptr, y + N, T, N2, K, 0, eps};
+        xi_mvq_kernel<TB, XI_MVQ_PAIR_R2, XI_MVQ_S(TB, 0, 0), XI_MVQ_CG(TB), false, false, true, false, RMS>(
+            a, XiMvqOut{nullptr, nullptr, (int)blockIdx.x - g1, gx - g1, N + N2});
+    }
+}
+#define XI_QMATMUL_PAIR_ENTRIES(A, B, TA, TB)                                                                         \
+    extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_pair_##A##_##B(                                      \
+        const uint8_t *__restrict__ w, const uint8_t *__restrict__ w2, const uint8_t *__restrict__ xq,                 \
+        float *__restrict__ y, xi_qmatmul_pair_c c) {                                                                  \
+        xi_qmatmul_pair<TA, TB, false>(w, w2, xq, y, c.T, c.N, c.N2, c.K, 0.0f);                                       \
+    }
+#define XI_QMATMUL_RMS_PAIR_ENTRIES(A, B, TA, TB)                                                                     \
+    extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_rms_pair_##A##_##B(                                  \
+        const uint8_t *__restrict__ w, const uint8_t *__restrict__ w2, const uint8_t *__restrict__ xq,                 \
+        float *__restrict__ y, xi_qmatmul_rms_pair_c c) {                                                              \
+        xi_qmatmul_pair<TA, TB, true>(w, w2, xq, y, c.T, c.N, c.N2, c.K, c.eps);                                       \
     }

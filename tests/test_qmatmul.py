@@ -27,7 +27,7 @@ from test_reference import _naive_forward
 
 from xinfer_async.backends.cuda import _launch
 from xinfer_async.llm._gguf import load_gguf
-from xinfer_async.ops._kernels import KERNELS, QMATMUL_DTYPES
+from xinfer_async.ops._kernels import KERNELS, QMATMUL_DTYPES, QMATMUL_PAIRS
 
 F32 = np.float32
 H200 = dict(sms=132, stage_max=_launch.stage_max_for(227 * 1024), cc=(9, 0), pq_max=_launch.PQ_STAGE_MAX)
@@ -159,6 +159,35 @@ def test_the_normq_declarations():
         spec.pack(dict(T=1, N=4008, K=4096, accumulate=1))
     for name in ("qmatmul_rms_q6_k", "qmatmul_rms_swiglu_q4_k"):
         assert KERNELS[name].bindings[1].nbytes(dict(T=2, N=64, K=4096, eps=EPS, accumulate=0)) == 2 * 4096 + 2 * 128 * 12
+
+
+def test_the_pair_launch_and_rule(monkeypatch):
+    """qmatmul_pair: declared for ops/_kernels.py QMATMUL_PAIRS, which ``_launch.PAIR_TYPES`` repeats;
+    the launch holds both products' CTAs (the second's at PAIR_R2 rows a warp), the larger shared bytes
+    of the smaller tokens a CTA, and two CTAs an SM on the H200 for the 8B Q4_K_M qkv (the q6_k part at
+    the matmul kind's 4 rows would take one); ``pair_fits`` only for a declared pair, XINFER_QPAIR=0 off,
+    anything else an error."""
+    monkeypatch.delenv("XINFER_QPAIR", raising=False)
+    assert tuple((x.label, y.label) for x, y in QMATMUL_PAIRS) == _launch.PAIR_TYPES
+    for a, b in _launch.PAIR_TYPES:
+        for name in (f"qmatmul_pair_{a}_{b}", f"qmatmul_rms_pair_{a}_{b}"):
+            assert not KERNELS[name].cpu and KERNELS[name].cuda.family == "qmatmul_pair"
+            assert KERNELS[name].check(dict(T=1, N=64, N2=64, K=1024, eps=EPS))  # K % 2048
+    sms, cc, pq = H200["sms"], H200["cc"], H200["pq_max"]
+    for T in (1, 2, 3, 4, 5, 8):
+        (gx, gy, _), block, shared, sfx = _launch.pair_launch(dict(T=T, N=5120, N2=1024, K=4096), "q4_k", "q6_k", sms, cc, pq)
+        first = _launch.qmatmul_launch(dict(T=T, N=5120, K=4096, accumulate=0), "q4_k", False, sms, cc, pq)
+        assert (gy, block, sfx) == (first[0][1], (256, 1, 1), "") and shared == first[2], T
+        assert gx == first[0][0] + _launch._cdiv(_launch._cdiv(1024, _launch.PAIR_R2), 8), T
+        assert _launch.mvp_ctas_per_sm(shared, cc) == 2, T
+    assert _launch.pair_fits("q4_k", "q6_k", 5120, 1024, 4096, sms, cc, pq)
+    assert not _launch.pair_fits("q6_k", "q4_k", 1024, 5120, 4096, sms, cc, pq)
+    assert not _launch.pair_fits("q4_1", "q6_k", 5120, 1024, 4096, sms, cc, pq)
+    monkeypatch.setenv("XINFER_QPAIR", "0")
+    assert not _launch.pair_fits("q4_k", "q6_k", 5120, 1024, 4096, sms, cc, pq)
+    monkeypatch.setenv("XINFER_QPAIR", "yes")
+    with pytest.raises(ValueError, match="XINFER_QPAIR"):
+        _launch.pair_fits("q4_k", "q6_k", 5120, 1024, 4096, sms, cc, pq)
 
 
 # ---- cuda ---------------------------------------------------------------------------------------
@@ -326,6 +355,60 @@ async def test_normq_and_its_readers_equal_the_model(cuda_dev, monkeypatch, rng,
                             assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"{what}: token {t} alone, {name}"
 
 
+def _planar_bytes(q, d, s, ss=None):
+    """The planar q8_1 bytes of ``quantize_q8_1``'s (q, d, s): codes int8 (T, K), (d, s) f32 pairs (T, K/32),
+    then the block sums of squares ss f32 (T, K/32) where given (``qmatmul_normq_DT``'s xqn)."""
+    parts = [q.astype(np.int8).reshape(-1).view(np.uint8), np.stack([d, s], -1).astype(F32).reshape(-1).view(np.uint8)]
+    if ss is not None:
+        parts.append(np.asarray(ss, F32).reshape(-1).view(np.uint8))
+    return np.concatenate(parts)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("rms", [False, True])
+@pytest.mark.parametrize("a,b", [(x.label, y.label) for x, y in QMATMUL_PAIRS])
+async def test_a_pair_launch_equals_its_two_launches_and_the_model(cuda_dev, monkeypatch, rng, a, b, rms):
+    """qmatmul_pair_A_B (qmatmul_rms_pair_A_B on normq's tokens with block sums of squares): y (T, N +
+    N2) poisoned first, its columns [0, N) bit for bit the qmatmul_A (qmatmul_rms_A) launch's and
+    [N, N + N2) the B launch's on the same tokens, and the model (``mvq_matmul`` / ``rms_matmul``);
+    T = 1, 2, 3, 5, 8 (token tiles of 1, 2, 4, the last short); the 8B Q4_K_M qkv (5120 + 1024, 4096)
+    and a small shape; the distance from float64 printed and bounded (``error_bound``) without rms."""
+    _force(monkeypatch)
+    for N, N2, K in [(5120, 1024, 4096), (512, 256, 2048)]:
+        (wa, fa), (wb, fb) = weights(rng, a, N, K), weights(rng, b, N2, K)
+        bufs = cuda_dev.upload(wa), cuda_dev.upload(wb)
+        norm = (rng.standard_normal(K) * 0.5 + 1).astype(F32)
+        pre, eps = ("qmatmul_rms_", dict(eps=EPS)) if rms else ("qmatmul_", {})
+        for T in (1, 2, 3, 5, 8):
+            x = tokens(rng, T, K)
+            what = f"{pre}pair_{a}_{b} N={N} N2={N2} K={K} T={T}"
+            if rms:
+                q, d, s, ss = normq_tokens(x, norm)
+                z, inv = (x * norm).astype(F32), normq_inv(ss, K, EPS)
+                models = rms_matmul(wa, a, z, inv), rms_matmul(wb, b, z, inv)
+                xq = cuda_dev.upload(_planar_bytes(q, d, s, ss))
+            else:
+                models = mvq_matmul(wa, a, x), mvq_matmul(wb, b, x)
+                xq = cuda_dev.upload(_planar_bytes(*quantize_q8_1(x)))
+            y, ya, yb = (cuda_dev.upload(np.full((T, n), np.nan, F32)) for n in (N + N2, N, N2))
+            ex = cuda_dev.executor()
+            ex.dispatch(f"{pre}pair_{a}_{b}", [bufs[0], bufs[1], xq, y], dict(T=T, N=N, N2=N2, K=K, **eps))
+            ex.dispatch(f"{pre}{a}", [bufs[0], xq, ya], dict(T=T, N=N, K=K, accumulate=0, **eps))
+            ex.dispatch(f"{pre}{b}", [bufs[1], xq, yb], dict(T=T, N=N2, K=K, accumulate=0, **eps))
+            rbs = [ex.download(v) for v in (y, ya, yb)]
+            await ex.submit_and_wait()
+            got, ga, gb = (r.numpy((T, n), F32) for r, n in zip(rbs, (N + N2, N, N2)))
+            for cols, single, ref, part in ((got[:, :N], ga, models[0], a), (got[:, N:], gb, models[1], b)):
+                assert np.array_equal(cols.view(np.uint32), single.view(np.uint32)), f"{what}: not {pre}{part}'s bits"
+                check_against_model("matmul", cols, ref, f"{what}: {part}")
+            if not rms:
+                x64 = x.astype(np.float64)
+                for cols, wq, w64, part in ((got[:, :N], wa, fa, a), (got[:, N:], wb, fb, b)):
+                    dist, bound = np.abs(cols - x64 @ w64.T), error_bound(wq, part, x64)
+                    print(f"{what}: {part} max |y - float64| {dist.max():.3g}, max / bound {(dist / bound).max():.3f}")
+                    assert (dist <= bound).all(), f"{what}: {part} beyond the bound"
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("kv", ["f32", "f16"])
 @pytest.mark.parametrize("nh,nkv,hd", [(9, 3, 64), (32, 8, 128), (4, 2, 256)])
@@ -433,15 +516,18 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
 
 
 @pytest.mark.parametrize("dtype", ["q4_1", "q4_k_m"])
-@pytest.mark.parametrize("normq,qatt", [(True, True), (True, False), (False, True), (False, False)])
-def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt):
+@pytest.mark.parametrize("normq,qatt,pair", [(True, True, True), (True, False, False), (False, True, True),
+                                             (False, False, False)])
+def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt, pair):
     """``forward``'s dispatches (cpu, no kernel run) with the cuda decisions forced -- every product on
     1..8 tokens takes quantized tokens, ``normq_fits`` as given -- for a 3-block model, every plan
     (decode, prefill, score and the batched ones): each qmatmul_rms* reads xqn as the last qmatmul_normq
     left it, with nothing writing x in between; that normq's norm is the next product's (the block's
     ffn_norm after o, the next block's attn_norm after down: not after the last block's down); each
     qmatmul (plain or normq) reads xq after a quantizer (or attention_quantize, with XINFER_QATT) and
-    after its input's last write; with normq off, no normq; with XINFER_QATT=0, no attention_quantize."""
+    after its input's last write; with normq off, no normq; with XINFER_QATT=0, no attention_quantize;
+    with ``pair_fits`` (Q4_K_M's blocks of a Q6_K attn_v: two qkv parts of two types), one
+    qmatmul[_rms]_pair launch for each such block's qkv, its tokens as above, into qkv itself."""
     from xinfer_async.llm import _llama
     from xinfer_async.llm._gguf import load_gguf
     from xinfer_async.llm._synthetic import SHAPES as MODEL_SHAPES
@@ -460,6 +546,7 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt):
         monkeypatch.setattr(be, "quantized_activations",
                             lambda self, kind, dt, rows, n, k: rows <= 8 and dt.replace("_r8", "") in types)
         monkeypatch.setattr(be, "normq_fits", lambda self, dt, rows, n, k: normq)
+        monkeypatch.setattr(be, "pair_fits", lambda self, dt, dt2, n, n2, k: pair)
         kernel = _session.ModelSession.kernel
 
         def lenient(self, name, *a, **kw):  # the cuda-only kernels: not on cpu, not needed to trace
@@ -480,18 +567,22 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt):
         for T, all_logits, batched in plans:
             L = b._layouts[T]
             last = {}  # buffer id -> step of its last write
-            normqs, xqn_writer, x_last, readers, att_q = [], None, -1, 0, 0
+            normqs, xqn_writer, x_last, readers, att_q, pairs = [], None, -1, 0, 0, 0
             for step, c in enumerate(b.forward(T, all_logits, batched=batched)):
                 if not isinstance(c, tuple):
                     continue
                 name, binds = c
                 what = f"{dtype} T={T} batched={batched} step {step} {name}"
+                xi = 2 if "_pair_" in name else 1  # the tokens' binding
+                if "_pair_" in name:
+                    pairs += 1
+                    assert binds[3] is L["qkv"], what
                 if name.startswith("qmatmul_rms"):
                     readers += 1
-                    assert binds[1] is L["xqn"] and xqn_writer is not None and x_last == xqn_writer, what
+                    assert binds[xi] is L["xqn"] and xqn_writer is not None and x_last == xqn_writer, what
                 elif name.startswith("qmatmul_"):
-                    q = last.get(id(binds[1]))
-                    assert binds[1] is L["xq"] and q is not None and \
+                    q = last.get(id(binds[xi]))
+                    assert binds[xi] is L["xq"] and q is not None and \
                         q[1].startswith(("quantize_q8_1", "rmsnorm_quantize", "attention")), what
                     if q[2] is not None:
                         assert last.get(id(q[2]), (-1,))[0] < q[0], f"{what}: its input changed after the quantizer"
@@ -515,3 +606,7 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt):
             else:
                 assert not normqs and not readers, (T, batched)
             assert att_q == (len(b.blocks) if T <= 8 and qatt else 0), (T, batched, att_q)
+            two = sum(len(blk.wqkv) == 2 for blk in b.blocks)
+            assert pairs == (two if T <= 8 and pair else 0), (T, batched, pairs, two)
+            if dtype == "q4_k_m":
+                assert two > 0, "the mix has no block of two qkv types: the pair is not exercised"

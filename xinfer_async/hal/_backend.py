@@ -117,6 +117,13 @@ class Backend(abc.ABC):
         do not depend on its batch). False by default (the cpu backend has no ``qmatmul``)."""
         return False
 
+    def pair_fits(self, dtype: str, dtype2: str, n: int, n2: int, k: int) -> bool:
+        """Whether two products on the same quantized tokens -- ``(n, k)`` of ``dtype`` and ``(n2, k)``
+        of ``dtype2``, each taking its tokens quantized (``quantized_activations``) -- run as one
+        launch (``qmatmul_pair_A_B``, a row the bits of its own type's launch). False by default
+        (the cpu backend has no ``qmatmul``)."""
+        return False
+
     def repack(self, data: Any, dtype: Any, shape: tuple, layout: Any) -> Any:
         """The bytes of the ``(N, K)`` matrix ``data`` (``numpy.uint8``, ``dtype``'s layout) in
         ``layout`` (what ``matrix_dtype`` answered): a new ``numpy.uint8`` array of the same size.

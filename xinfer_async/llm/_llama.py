@@ -305,6 +305,8 @@ class LlamaBuilder:
         self._quantized = {T: self._quantized_products(T) for T in self.plan_sizes}
         #: T -> the residual products that also quantize the next product's tokens (``_normq_products``)
         self._normq = {T: self._normq_products(T) for T in self.plan_sizes}
+        #: T -> the blocks whose qkv of two types runs as one launch (``_pair_blocks``)
+        self._pairs = {T: self._pair_blocks(T) for T in self.plan_sizes}
         #: whether the attention writes the o product's tokens itself (``attention_quantize``, where the o
         #: product takes quantized tokens: ``forward``), its kernels registered here
         self._qatt = attention_quant_enabled() and cfg.head_dim % 32 == 0 and not cfg.architecture.post_norms and \
@@ -481,6 +483,27 @@ class LlamaBuilder:
                                              "qmatmul_rms_") + dtype)
         return out
 
+    def _pair_blocks(self, T: int) -> set[int]:
+        """The blocks of a T-token pass whose qkv is two parts of two types (llama.cpp's Q4_K_M /
+        Q5_K_M mixes: Q4_K q and k, Q6_K v on the ``use_more_bits`` layers), both taking quantized
+        tokens (``_quantized``), run as one ``qmatmul_pair_A_B`` launch (``qmatmul_rms_pair_A_B`` on
+        the previous down product's tokens, ``_normq_products``) where the device's launch fits
+        (``ModelSession.pair_fits``, XINFER_QPAIR): each row the bits of its own type's launch, one
+        launch's tail and wait instead of two. Their kernels registered here."""
+        cfg, dim, q = self.cfg, self.cfg.dim, self._quantized[T]
+        out = set()
+        for i, b in enumerate(self.blocks):
+            if len(b.wqkv) != 2:
+                continue
+            p0, p1 = b.wqkv
+            if p0.row0 != 0 or p1.row0 != p0.n or any(("rmsnorm_matmul", p.wd[1], T, p.n, dim) not in q for p in b.wqkv):
+                continue
+            if self.session.pair_fits(p0.wd[1], p1.wd[1], p0.n, p1.n, dim):
+                out.add(i)
+                rms = i > 0 and ("down", i - 1) in self._normq[T]
+                self.session.kernel(f"qmatmul_{'rms_' if rms else ''}pair_{p0.wd[1]}_{p1.wd[1]}")
+        return out
+
     def _fused_dtype(self, prefix: str, parts: list[str]) -> str:
         """The dtype of ``_fused``'s stacked weight: the parts' one dtype and K, else f32."""
         ts = [self._tensor(f"{prefix}{p}.weight") for p in parts]
@@ -628,12 +651,16 @@ class LlamaBuilder:
             return mm(w, src, tmp, dim, k, 0) + [
                 self._dispatch("rmsnorm_add", [tmp, norm, (x, RW)], dict(rows=T, dim=dim, eps=cfg.rms_eps))]
 
-        def qkv_product(b, ready):
+        def qkv_product(b, ready, pair):
             """qkv = rmsnorm(x) @ Wqkv^T, a product a part (``_Part``: a run of one type): a part alone
-            straight into qkv; several at T == 1 each into its columns, at T > 1 each into its (T, n)
+            straight into qkv; two parts with ``pair`` (``_pair_blocks``) in one launch straight into
+            their columns; else several at T == 1 each into its columns, at T > 1 each into its (T, n)
             block of ``qkv_parts`` (part after part), then its T rows copied into their columns.
             ``ready``: the tokens already quantized (``_product``; the previous block's down product
             wrote them), else the first part that takes quantized tokens quantizes them for the rest."""
+            if pair:
+                return self._product("rmsnorm_matmul", b.wqkv[0].wd, x, b.attn_norm, qkv, T, b.wqkv[0].n, dim, qa=qa,
+                                     ready=ready, pair=b.wqkv[1])
             if len(b.wqkv) == 1:
                 return self._product("rmsnorm_matmul", b.wqkv[0].wd, x, b.attn_norm, qkv, T, qkv_w, dim, qa=qa,
                                      ready=ready)
@@ -655,7 +682,7 @@ class LlamaBuilder:
         heads = dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, q_stride=qkv_w,
                      scale=1.0 / math.sqrt(cfg.head_dim))
         for i, b in enumerate(self.blocks):
-            cmds += qkv_product(b, (xqn, True) if ("down", i - 1) in nq else None)
+            cmds += qkv_product(b, (xqn, True) if ("down", i - 1) in nq else None, i in self._pairs[T])
             if b.bqkv is not None:
                 cmds.append(self._dispatch("bias_add", [(qkv, RW), b.bqkv], dict(rows=T, n=qkv_w)))
             if b.q_norm is not None:
@@ -709,7 +736,8 @@ class LlamaBuilder:
         return d.fragment(cmds, [ins[k] for k in spec.inputs], [outs[k] for k in spec.outputs])
 
     def _product(self, kind: str, wd, x, norm, y, rows: int, n: int, k: int, accumulate: int = 0,
-                 qa: tuple | None = None, ready: tuple | None = None, normq: tuple | None = None) -> list:
+                 qa: tuple | None = None, ready: tuple | None = None, normq: tuple | None = None,
+                 pair: Any = None) -> list:
         """The commands of one matrix product of ``kind`` (``matmul``, ``rmsnorm_matmul``,
         ``rmsnorm_matmul_swiglu``: the kernel families of ``ops/_kernels.py``) with weight ``wd``
         ((region, dtype), (n, k); swiglu: (2n, k)), input ``x`` (rows, k), output ``y`` (rows, n):
@@ -720,7 +748,11 @@ class LlamaBuilder:
         with rms, ``qmatmul_normq_DT``'s (rmsnorm after the sums: ``qmatmul_rms_DT``,
         ``qmatmul_rms_swiglu_DT``), else the same x and norm just quantized; where ``normq`` is
         (norm, buffer), a matmul's launch also writes rmsnorm(y) * norm's tokens there
-        (``qmatmul_normq_DT``, ``_normq_products``); else the kernel."""
+        (``qmatmul_normq_DT``, ``_normq_products``); where ``pair`` is a second ``_Part`` on the same
+        tokens, both in one launch (``qmatmul_pair_A_B`` / ``qmatmul_rms_pair_A_B``, ``_pair_blocks``),
+        y the (rows, n + its n) of both; else the kernel."""
+        if pair is not None and (qa is None or (kind, wd[1], rows, n, k) not in qa[0]):  # _pair_blocks asks only there
+            raise RuntimeError(f"{kind} {wd[1]} ({n}, {k}) at T={rows}: a pair launch, but it takes no quantized tokens")
         if self._gemm is not None and lowers(wd[1], rows, self.gemm_min_t):
             return self._gemm.commands(self.definition.kernels, wd[0], wd[1], x, y, rows, n, k, norm=norm,
                                        eps=self.cfg.rms_eps, accumulate=accumulate,
@@ -732,6 +764,9 @@ class LlamaBuilder:
                 self._dispatch("rmsnorm_quantize_q8_1", [x, norm, (xq, W_)], dict(T=rows, K=k, eps=self.cfg.rms_eps))]
             eps = dict(eps=self.cfg.rms_eps) if rms else {}
             pre = "qmatmul_rms_" if rms else "qmatmul_"
+            if pair is not None:
+                return cmds + [self._dispatch(f"{pre}pair_{wd[1]}_{pair.wd[1]}", [wd[0], pair.wd[0], xq, (y, W_)],
+                                              dict(T=rows, N=n, N2=pair.n, K=k, **eps))]
             if kind == "rmsnorm_matmul_swiglu":
                 return cmds + [self._dispatch(f"{pre}swiglu_{wd[1]}", [wd[0], xq, (y, W_)], dict(T=rows, N=n, K=k, **eps))]
             if normq is not None:

@@ -69,6 +69,11 @@ class ModelSession:
         (``Backend.normq_fits``: ``qmatmul_normq_DT``, read by ``qmatmul_rms_DT``)."""
         return self.device.backend.normq_fits(dtype, rows, n, k)
 
+    def pair_fits(self, dtype: str, dtype2: str, n: int, n2: int, k: int) -> bool:
+        """Whether two products on the same quantized tokens run as one launch (``Backend.pair_fits``:
+        ``qmatmul_pair_A_B``)."""
+        return self.device.backend.pair_fits(dtype, dtype2, n, n2, k)
+
     def weight(self, data: Any, desc: TensorDesc, name: str = "", *, matrix: bool = False) -> Region:
         """Upload an immutable weight (once; every plan and slot shares it).
 

@@ -433,6 +433,29 @@ for _dt in QMATMUL_DTYPES:
              doc="y = silu(g) * u with g = inv * gate total, u = inv * up total (`qmatmul_swiglu_DT`'s sums), where "
                  + _RMS_DOC)
 
+#: the (first, second) weight types of ``qmatmul_pair_A_B`` / ``qmatmul_rms_pair_A_B``: a layer's q, k, v in
+#: two types as llama.cpp's Q4_K_M / Q5_K_M mixes give them (attn_v Q6_K on the ``use_more_bits`` layers)
+QMATMUL_PAIRS = ((DType.q4_k, DType.q6_k), (DType.q5_k, DType.q6_k))
+_PAIR_DOC = ("two products on the same tokens in one launch: w (N, K) A into y's columns [0, N), w2 (N2, K) B into "
+             "[N, N + N2) (y rows N + N2 apart), each row bit for bit what {single}_A` / {single}_B` give it (shaders/"
+             "xi_mvq.cuh xi_qmatmul_pair: the CTAs split in proportion to the weights' bytes); K a multiple of 2048; "
+             "cuda only")
+for _a, _b in QMATMUL_PAIRS:
+    _pair = f"{_a.label}_{_b.label}"
+    _w2 = (lambda dt: lambda c: dt.nbytes(c["N2"] * c["K"]))(_b)
+    _y2 = _f32(lambda c: c["T"] * (c["N"] + c["N2"]))
+    _declare(f"qmatmul_pair_{_pair}", [("w", R, "(N, K) A", _matrix(_a)), ("w2", R, "(N2, K) B", _w2),
+                                         ("xq", R, "(T, K) q8_1 planar", _q8_1), ("y", W, "(T, N + N2)", _y2)],
+             ["T", "N", "N2", "K"], check=_K2048, struct="qmatmul_pair", cpu=False,
+             cuda=CudaLaunch(family="qmatmul_pair", params=(("dt", _a.label), ("dt2", _b.label))),
+             doc=_PAIR_DOC.format(single="`qmatmul"))
+    _declare(f"qmatmul_rms_pair_{_pair}", [("w", R, "(N, K) A", _matrix(_a)), ("w2", R, "(N2, K) B", _w2),
+                                             ("xq", R, "(T, K) q8_1 planar + ss", _q8_1ss),
+                                             ("y", W, "(T, N + N2)", _y2)],
+             ["T", "N", "N2", "K", "eps:f32"], check=_K2048, struct="qmatmul_rms_pair", cpu=False,
+             cuda=CudaLaunch(family="qmatmul_pair", params=(("dt", _a.label), ("dt2", _b.label))),
+             doc=_PAIR_DOC.format(single="`qmatmul_rms") + "; " + _RMS_DOC)
+
 
 def kernel_spec(name: str) -> KernelSpec:
     """The declaration of kernel ``name``.

@@ -256,6 +256,11 @@ class CUDABackend(Backend):
         """``_launch.normq_fits`` on this device (XINFER_NORMQ=0 turns it off)."""
         return _launch.normq_fits(dtype, n, k, self.multiprocessors, self.compute_capability, self.pq_stage_max)
 
+    def pair_fits(self, dtype: str, dtype2: str, n: int, n2: int, k: int) -> bool:
+        """``_launch.pair_fits`` on this device (XINFER_QPAIR=0 turns it off)."""
+        return _launch.pair_fits(dtype, dtype2, n, n2, k, self.multiprocessors, self.compute_capability,
+                                 self.pq_stage_max)
+
     def load_kernel(self, spec: Any) -> CUDAKernel:
         """The kernel ``spec`` (an ``ops.KernelSpec``, or its name) compiled for this device, once
         (``_kernel.load_kernel``: NVRTC, entry points, launch geometry from the declaration).

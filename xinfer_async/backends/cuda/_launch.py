@@ -727,6 +727,63 @@ def prequant_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     return env_switch(environ, "XINFER_PREQUANT")
 
 
+def pair_launch(c: dict, dt: str, dt2: str, sms: int, cc: tuple[int, int] = (9, 0),
+                pq_max: int = PQ_STAGE_MAX) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+    """(grid, block, shared bytes, entry suffix ``""``) of qmatmul_pair_A_B / qmatmul_rms_pair_A_B (two
+    products on the same tokens, shaders/xi_mvq.cuh xi_qmatmul_pair): the matmul kind's parameters,
+    PAIR_R2 rows a warp for the second product, tokens a CTA the smaller of the two types'
+    (``mvq_tokens``), the larger of their shared bytes for those tokens,
+    and the two launches' CTAs side by side (the kernel splits them in proportion to the weights'
+    bytes: the bits do not depend on the split).
+
+    Raises:
+        ValueError: one token's shared bytes of either type exceed ``pq_max``."""
+    first = dict(T=c["T"], N=c["N"], K=c["K"], accumulate=0)
+    second = dict(first, N=c["N2"])
+    p2 = (PAIR_R2,) + mvq_params(dt2, False, norm=False)[1:]
+    tt = min(mvq_tokens(dt, c["K"], c["T"], False, pq_max, norm=False),
+             mvq_tokens(dt2, c["K"], c["T"], False, pq_max, p2, norm=False))
+    if tt < 1:
+        raise ValueError(f"qmatmul_pair_{dt}_{dt2} with K={c['K']}: one token's shared bytes exceed {pq_max}")
+    (g1, ty, _), block, s1, _ = mvq_launch(first, dt, False, sms, cc, pq_max, tt=tt, norm=False)
+    (g2, _, _), _, s2, _ = mvq_launch(second, dt2, False, sms, cc, pq_max, params=p2, tt=tt, norm=False)
+    return (g1 + g2, ty, 1), block, max(s1, s2), ""
+
+
+def pair_fits(dt: str, dt2: str, n: int, n2: int, k: int, sms: int, cc: tuple[int, int],
+              pq_max: int = PQ_STAGE_MAX, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether two products of one kind on the same quantized tokens -- ``dt`` (n, k) and ``dt2`` (n2,
+    k), each of which takes its tokens quantized (``quantized_activations``) -- run as one
+    ``qmatmul_pair_A_B`` launch: a declared pair (ops/_kernels.py QMATMUL_PAIRS), ``pair_launch``
+    fits, and ``XINFER_QPAIR`` unset or ``1`` (``0``: a launch a type, the A/B of the H200
+    measurements; the same bits).
+
+    Raises:
+        ValueError: XINFER_QPAIR set to something else."""
+    if not env_switch(environ, "XINFER_QPAIR") or (dt, dt2) not in PAIR_TYPES or n < 1 or n2 < 1:
+        return False
+    try:
+        pair_launch(dict(T=1, N=n, N2=n2, K=k), dt, dt2, sms, cc, pq_max)
+    except ValueError:
+        return False
+    return True
+
+
+#: rows a warp of the second product of a qmatmul_pair launch (XI_MVQ_PAIR_R2: its q6_k stages then stay
+#: under the first product's, two CTAs an SM)
+PAIR_R2 = 2
+#: the (first, second) types of the qmatmul_pair kernels (ops/_kernels.py QMATMUL_PAIRS repeats them)
+PAIR_TYPES = (("q4_k", "q6_k"), ("q5_k", "q6_k"))
+
+
+def _qmatmul_pair_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int],
+                         pq_max: int = PQ_STAGE_MAX) -> Family:
+    """qmatmul_pair_A_B, qmatmul_rms_pair_A_B (``params``: ``dt``, ``dt2``): ``pair_launch``, one entry,
+    opted in to ``pq_max`` shared bytes."""
+    return Family(("",), functools.partial(pair_launch, dt=params["dt"], dt2=params["dt2"], sms=sms, cc=cc,
+                                           pq_max=pq_max), {"": pq_max} if pq_max > 48 * 1024 else {})
+
+
 def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = 0) -> Family:
     """attention, attention_batched (and their ``_f16``): ``attention_launch``."""
     return Family(attention_entries(), functools.partial(attention_launch, sms=sms), {})
@@ -734,4 +791,4 @@ def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int
 
 #: family name (``CudaLaunch.family`` of a declaration) -> (params, sms=, stage_max=, cc=[, pq_max=]) -> ``Family``
 FAMILIES: dict[str, Callable[..., Family]] = {"matmul": _matmul_family, "attention": _attention_family,
-                                               "qmatmul": _qmatmul_family}
+                                               "qmatmul": _qmatmul_family, "qmatmul_pair": _qmatmul_pair_family}
