@@ -5,7 +5,7 @@
 // is bit-identical to the other, by construction.
 //
 // Split-K (flash decoding, Dao et al. 2023). A row attending keys 0..p cuts them into segments of
-// xi_att_seg_keys(p) keys (512, doubled as often as needed to keep at most XI_ATT_SEGS_MAX segments): a
+// xi_att_seg_keys(p) keys (256, doubled as often as needed to keep at most XI_ATT_SEGS_MAX segments): a
 // function of p and of these constants only, never of T, of the batch or of the device. Each segment's
 // partial (max m, sum l, unnormalized p @ V r) per (head, dim) is computed the same way wherever it
 // runs, and the partials are merged in segment order by xi_att_merge (online: running max, rescale).
@@ -15,7 +15,7 @@
 //     (S' = min(S, segments)) and writes their partials to the workspace; the last of those S' blocks
 //     to finish (an atomic counter, zeroed before the launch, reset by that block) merges them.
 // Both give a (token, head) the same bits: the result never depends on the other tokens or heads of the
-// launch, nor on S. With one segment (p < 512) the result is that of the single-pass kernel before
+// launch, nor on S. With one segment (p < 256) the result is that of the single-pass kernel before
 // split-K (one segment, merged with the initial state, is r * (1 / l) exactly).
 //
 // A segment: a block of 256 threads (8 warps); its keys in chunks of 32, chunk c to warp c % 8. In a
@@ -36,11 +36,11 @@
 #define XI_ATT_MAXD 8  // head_dim / 32 per lane, at most
 #define XI_ATT_GMAX 4  // query heads a block, at most
 // the split-K constants: ops/_attention_split.py (SEG_KEYS, SEGS_MAX, SPLIT_T_MAX) mirrors them
-#define XI_ATT_SEG_KEYS 512
+#define XI_ATT_SEG_KEYS 256
 #define XI_ATT_SEGS_MAX 32
 #define XI_ATT_SPLIT_T_MAX 8
 
-// Keys a segment of a row attending keys 0..p (p >= 0): 512 * ceil((p + 1) / (512 * XI_ATT_SEGS_MAX)).
+// Keys a segment of a row attending keys 0..p (p >= 0): 256 * ceil((p + 1) / (256 * XI_ATT_SEGS_MAX)).
 __device__ __forceinline__ int xi_att_seg_keys(int p) {
     const int per = XI_ATT_SEG_KEYS * XI_ATT_SEGS_MAX;
     return XI_ATT_SEG_KEYS * (int)(((long long)p + per) / per);
@@ -100,7 +100,7 @@ __device__ __forceinline__ void xi_att_segment(const KV *__restrict__ kb, const 
             if (lane < nk) {
                 const KV *kr = kb + (size_t_)j * kv_row;
                 if (vec) {
-#pragma unroll 4
+#pragma unroll 8
                     for (int d = 0; d < hd; d += 4) {
                         const float4 k4 = xi_kv4(kr + d);
 #pragma unroll

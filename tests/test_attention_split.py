@@ -31,7 +31,8 @@ SHADERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # -- the rules (no device) ---------------------------------------------------------------------------
 def test_segments_cover_the_keys_in_at_most_segs_max_segments():
-    assert [segments(p) for p in (-1, 0, 511, 512, 1023, 1024, 16383, 16384, 32767, 131071)] == \
+    S = SEG_KEYS
+    assert [segments(p) for p in (-1, 0, S - 1, S, 2 * S - 1, 2 * S, 32 * S - 1, 32 * S, 64 * S - 1, 256 * S - 1)] == \
         [0, 1, 1, 2, 2, 3, 32, 17, 32, 32]
     for p in list(range(0, 20000, 7)) + [2**20 - 1, 2**24 + 5]:
         seg, n = segment_keys(p), segments(p)
@@ -53,14 +54,15 @@ def test_split_rule():
     sms = 132
     # Llama-3.1-8B heads, one token: as many blocks as the longest row has segments, up to ~8 an SM
     assert attention_split(_c(1, 16384), sms) == 32 and attention_grid(_c(1, 16384), sms) == (1, 8 * 32, 1)
-    assert attention_split(_c(1, 4096), sms) == 8
-    assert attention_grid(_c(1, 4096), sms) == (1, 64, 4)  # 64 blocks < the SMs: a query head a block
-    assert attention_split(_c(1, 1024), sms) == 2
+    assert SEG_KEYS == 256  # the figures below
+    assert attention_split(_c(1, 4096), sms) == 16
+    assert attention_grid(_c(1, 4096), sms) == (1, 128, 4)  # 128 blocks < the SMs: a query head a block
+    assert attention_split(_c(1, 1024), sms) == 4
     # the single-pass kernel where no row can have two segments, or where the tokens fill the device
     assert attention_split(_c(1, SEG_KEYS), sms) == 1 and attention_grid(_c(1, SEG_KEYS), sms) == (1, 8, 4)
     assert attention_split(_c(SPLIT_T_MAX + 1, 16384), sms) == 1
-    assert attention_split(_c(1, 16384, window=500), sms) == 1  # a sliding window of 500 keys: one segment
-    assert attention_split(_c(1, 16384, window=4096), sms) == 8
+    assert attention_split(_c(1, 16384, window=250), sms) == 1  # a sliding window of 250 keys: one segment
+    assert attention_split(_c(1, 16384, window=4096), sms) == 16
     # the batched kernel's cache length is its rows; T tokens share the block budget
     cb = dict(_c(8, 0), rows=64 * 16384)
     del cb["ctx"]

@@ -15,10 +15,12 @@ inference" (2023).
 
 from __future__ import annotations
 
-#: keys of a segment, at least (XI_ATT_SEG_KEYS: two chunks of 32 keys for each of the 8 warps of a
-#: block; a segment ends in a merge of the 8 warps' states through shared memory, which a block that
-#: walks every segment of its row (T > SPLIT_T_MAX) pays once a segment)
-SEG_KEYS = 512
+#: keys of a segment, at least (XI_ATT_SEG_KEYS: one chunk of 32 keys for each of the 8 warps of a
+#: block, so a decode launch's block waits for one chunk's loads, not two in a row: H200, Llama-3.1-8B
+#: shape, 512 keys a segment took ~10.7 us a layer in a decode step at 512-576 keys of context; a
+#: segment ends in a merge of the 8 warps' states through shared memory, which a block that walks every
+#: segment of its row (T > SPLIT_T_MAX) pays once a segment)
+SEG_KEYS = 256
 #: segments of a row, at most (XI_ATT_SEGS_MAX): past SEG_KEYS * SEGS_MAX keys the segments grow
 SEGS_MAX = 32
 #: tokens of a launch that may spread a row over several blocks (XI_ATT_SPLIT_T_MAX): decode and small
