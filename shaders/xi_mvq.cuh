@@ -115,17 +115,27 @@ template <int TYPE> struct XiMvqB {
                 c[k] = __vsub4(lo, 0x10101010u);
                 c[4 + k] = __vsub4(hi, 0x10101010u);
             }
-        } else if constexpr (TYPE == XI_Q4_K || TYPE == XI_Q5_K) {  // d, dmin, scales[12], (qh[32]), qs[128]: 4-aligned
-            const uint32_t *p = reinterpret_cast<const uint32_t *>(grp);
+        } else if constexpr (TYPE == XI_Q4_K || TYPE == XI_Q5_K) {  // d, dmin, scales[12], (qh[32]), qs[128]
+            // 16-byte aligned (a group is 144 / 176 bytes, a chunk starts on 16): the header, the block's
+            // 32 code bytes (and q5_k's qh) in 16-byte loads, 3 (5) instead of 12 (20) of 4 bytes
+            const uint4 *p = reinterpret_cast<const uint4 *>(grp);
+            const uint4 hd = p[0];
             int sc, m;
-            xk_scale_min_w(j, p[1], p[2], p[3], sc, m);
-            dw = __fmul_rn(xi_h2f(p[0] & 0xffff), (float)sc);
-            mw = -__fmul_rn(xi_h2f(p[0] >> 16), (float)m);
-            const int qs = (TYPE == XI_Q4_K ? 4 : 12) + 8 * (j >> 1), sft = 4 * (j & 1);
+            xk_scale_min_w(j, hd.y, hd.z, hd.w, sc, m);
+            dw = __fmul_rn(xi_h2f(hd.x & 0xffff), (float)sc);
+            mw = -__fmul_rn(xi_h2f(hd.x >> 16), (float)m);
+            const int qs = (TYPE == XI_Q4_K ? 1 : 3) + 2 * (j >> 1), sft = 4 * (j & 1);
+            const uint4 q0 = p[qs], q1 = p[qs + 1];
+            const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+            uint32_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            if constexpr (TYPE == XI_Q5_K) {
+                const uint4 h0 = p[1], h1 = p[2];
+                h[0] = h0.x; h[1] = h0.y; h[2] = h0.z; h[3] = h0.w; h[4] = h1.x; h[5] = h1.y; h[6] = h1.z; h[7] = h1.w;
+            }
 #pragma unroll
             for (int k = 0; k < 8; k++) {
-                c[k] = (p[qs + k] >> sft) & 0x0F0F0F0Fu;
-                if (TYPE == XI_Q5_K) c[k] |= ((p[4 + k] >> j) & 0x01010101u) << 4;
+                c[k] = (w[k] >> sft) & 0x0F0F0F0Fu;
+                if (TYPE == XI_Q5_K) c[k] |= ((h[k] >> j) & 0x01010101u) << 4;
             }
         } else if constexpr (TYPE == XI_Q6_K) {  // ql[128], qh[64], scales[16] int8, d: 210 bytes, 2-aligned
             const int h = j >> 2, k4 = j & 3;
