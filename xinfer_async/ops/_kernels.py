@@ -26,6 +26,11 @@ def _f32(expr: Callable[[Consts], int]) -> Callable[[Consts], int]:
     return lambda c: 4 * max(0, expr(c))
 
 
+def _q8_1_bytes(t: int, k: int) -> int:
+    """Bytes of the planar q8_1 activations of t tokens of k: int8 codes (t, k), then (d, s) f32 pairs (t, k / 32)."""
+    return max(0, t) * (k + k // 32 * 8)
+
+
 def _strided(rows: str, stride: str, width: Callable[[Consts], int]) -> Callable[[Consts], int]:
     return _f32(lambda c: (c[rows] - 1) * c[stride] + width(c) if c[rows] > 0 else 0)
 
@@ -135,7 +140,7 @@ def _declare_attention(dt: DType) -> None:
     _declare("attention" + sfx, plain, consts, struct="attention", check=check, cuda=_ATTENTION, doc=doc)
     _declare("attention_batched" + sfx, batched, bconsts, struct="attention_batched", check=check, cuda=_ATTENTION,
              doc=bdoc)
-    xq = ("xq", W, "(T, n_head hd) q8_1 planar", lambda c: max(0, c["T"]) * (_q_width(c) + _q_width(c) // 32 * 8))
+    xq = ("xq", W, "(T, n_head hd) q8_1 planar", lambda c: _q8_1_bytes(c["T"], _q_width(c)))
     hd32 = lambda c: f"head_dim={c['head_dim']} is not a multiple of 32" if c["head_dim"] % 32 else None  # noqa: E731
     qdoc = ("; and xq = out quantized per block of 32 (32 dims of a head) as `quantize_q8_1` does, its bits (K of xq: "
             "n_head * head_dim; a warp's values are a block: xi_attention.cuh QOUT); head_dim a multiple of 32; "
@@ -360,7 +365,7 @@ _declare("swiglu_unscale", [("gu", R, "(rows, 2n)", _f32(lambda c: c["rows"] * 2
 #: the weight types of ``qmatmul_DT`` / ``qmatmul_swiglu_DT`` (backends/cuda/_launch.py MVQ_TYPES)
 QMATMUL_DTYPES = (DType.q4_0, DType.q4_1, DType.q5_0, DType.q8_0, DType.q4_k, DType.q5_k, DType.q6_k)
 #: bytes of the planar q8_1 activations of T tokens of K: int8 codes (T, K), then (d, s) f32 pairs (T, K / 32)
-_q8_1 = lambda c: max(0, c["T"]) * (c["K"] + c["K"] // 32 * 8)  # noqa: E731
+_q8_1 = lambda c: _q8_1_bytes(c["T"], c["K"])  # noqa: E731
 #: ... and with the block sums of squares after the pairs, f32 (T, K / 32) (`qmatmul_normq_DT`'s xqn)
 _q8_1ss = lambda c, k="K": max(0, c["T"]) * (c[k] + c[k] // 32 * 12)  # noqa: E731
 _RMS_DOC = ("xq is `qmatmul_normq_DT`'s xqn (codes of z = x * norm with block sums of squares ss of x), and each "
@@ -401,7 +406,7 @@ for _dt in QMATMUL_DTYPES:
                                             ("norm", R, "(N)", _f32(lambda c: c["N"])),
                                             ("xqn", W, "(T, N) q8_1 planar + ss", lambda c: _q8_1ss(c, "N"))],
              ["T", "N", "K", "accumulate"],
-             check=_all(_K2048 if _dt.label == "q6_k" else _K256,
+             check=_all(_qk,
                         lambda c: f"N={c['N']} is not a multiple of 32" if c["N"] % 32 else None),
              struct="qmatmul_normq", cpu=False,
              cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "0"), ("normq", "1"))),
@@ -420,14 +425,14 @@ for _dt in QMATMUL_DTYPES:
     _declare(f"qmatmul_rms_{_dt.label}", [("w", R, "(N, K) DT", _matrix(_dt)),
                                           ("xq", R, "(T, K) q8_1 planar + ss", _q8_1ss),
                                           ("y", RW, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
-             ["T", "N", "K", "accumulate", "eps:f32"], check=_K2048 if _dt.label == "q6_k" else _K256,
+             ["T", "N", "K", "accumulate", "eps:f32"], check=_qk,
              struct="qmatmul_rms", cpu=False,
              cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "0"))),
              doc="y[t,n] = (accumulate ? y[t,n] : 0) + inv[t] * (w[n] . z[t]) as `qmatmul_DT` sums it, where " + _RMS_DOC)
     _declare(f"qmatmul_rms_swiglu_{_dt.label}", [("w", R, "(2N, K) DT", _matrix(_dt, 2)),
                                                  ("xq", R, "(T, K) q8_1 planar + ss", _q8_1ss),
                                                  ("y", W, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],
-             ["T", "N", "K", "eps:f32"], check=_K2048 if _dt.label == "q6_k" else _K256,
+             ["T", "N", "K", "eps:f32"], check=_qk,
              struct="qmatmul_rms_swiglu", cpu=False,
              cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "1"))),
              doc="y = silu(g) * u with g = inv * gate total, u = inv * up total (`qmatmul_swiglu_DT`'s sums), where "
