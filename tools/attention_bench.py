@@ -3,7 +3,8 @@
 
 A research tool, not part of the package (it drives the cuda backend's private modules, like
 tools/mmq_bench.py, whose graph timing it reuses); run it from the repository root with
-``PYTHONPATH=$PWD:$PWD/tools``.
+``PYTHONPATH=$PWD:$PWD/tools``. ``--only VARIANT`` times one variant alone (no comparison): the
+launches a profiler sees are then that variant's (.ci/h200's ncu-attention stage).
 
 Shapes: Llama-3.1-8B's heads (32 query heads, 8 kv heads, head_dim 128) and SmolLM2's (9 / 3, 64); every
 token attends the whole cache (p = ctx - 1). Variants (rows):
@@ -35,6 +36,7 @@ from gemv_variants import graph_replay_ms
 from xinfer_async.hal._commands import CopyCmd, DispatchCmd
 
 HEADS = {"8b": (32, 8, 128), "smollm2": (9, 3, 64)}
+VARIANTS = ("old", "one", "split", "split f16")
 LAUNCHES = 20
 OLD_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_bench_old.cuh")
 
@@ -69,6 +71,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ctx", default="128,1024,4096,16384", help="context lengths (default: 128,1024,4096,16384)")
     ap.add_argument("--ts", default="1", help="tokens a launch, each over the whole cache (default: 1)")
     ap.add_argument("--heads", default="8b,smollm2", help=f"head shapes of {sorted(HEADS)} (default: both)")
+    ap.add_argument("--only", choices=VARIANTS, default=None,
+                    help="time that variant alone, no comparison (e.g. for a profiler: its launches alone)")
     args = ap.parse_args(argv)
 
     from xinfer_async.backends.cuda import CUDABackend
@@ -146,7 +150,7 @@ def main(argv=None) -> int:
                     return DispatchCmd(k, g, addrs, packed)
 
                 results, cells = {}, []
-                for variant in ("old", "one", "split", "split f16"):
+                for variant in (args.only,) if args.only else VARIANTS:
                     be._enqueue(q.stream, cmd(variant, 0))
                     q.synchronize()
                     o = np.empty(T * nh * hd, np.float32)
@@ -158,6 +162,11 @@ def main(argv=None) -> int:
                     gbs = 2 * caches[dt][3] / us / 1e3
                     results[variant + " us"] = us
                     cells.append(f"{us:8.1f} {gbs:6.0f} S={S:<3}")
+                if args.only:
+                    print(f"  {ctx:>6} {args.only}: {cells[0]}", flush=True)
+                    for p in (*bufs.values(), out, part, count, *(v[0] for v in caches.values())):
+                        be.free(p)
+                    continue
                 ref = results["old"]
                 diffs = []
                 for variant in ("one", "split", "split f16"):
