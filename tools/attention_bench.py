@@ -164,19 +164,17 @@ def main(argv=None) -> int:
                     cells.append(f"{us:8.1f} {gbs:6.0f} S={S:<3}")
                 if args.only:
                     print(f"  {ctx:>6} {args.only}: {cells[0]}", flush=True)
-                    for p in (*bufs.values(), out, part, count, *(v[0] for v in caches.values())):
-                        be.free(p)
-                    continue
-                ref = results["old"]
-                diffs = []
-                for variant in ("one", "split", "split f16"):
-                    d = float(np.max(np.abs(results[variant] - ref)) / max(1e-30, float(np.max(np.abs(ref)))))
-                    diffs.append(d)
-                    if not math.isfinite(d) or d > (1e-2 if "f16" in variant else 1e-4):
-                        rc = 1
-                speed = results["old us"] / results["split us"]
-                print(f"  {ctx:>6} " + " ".join(f"{cell:>22}" for cell in cells)
-                      + "   " + ", ".join(f"{d:.1e}" for d in diffs) + f"   old/split {speed:.2f}x", flush=True)
+                else:
+                    ref = results["old"]
+                    diffs = []
+                    for variant in ("one", "split", "split f16"):
+                        d = float(np.max(np.abs(results[variant] - ref)) / max(1e-30, float(np.max(np.abs(ref)))))
+                        diffs.append(d)
+                        if not math.isfinite(d) or d > (1e-2 if "f16" in variant else 1e-4):
+                            rc = 1
+                    speed = results["old us"] / results["split us"]
+                    print(f"  {ctx:>6} " + " ".join(f"{cell:>22}" for cell in cells)
+                          + "   " + ", ".join(f"{d:.1e}" for d in diffs) + f"   old/split {speed:.2f}x", flush=True)
                 for p in (*bufs.values(), out, part, count, *(v[0] for v in caches.values())):
                     be.free(p)
     return rc
