@@ -40,6 +40,8 @@
 #define XI_ATT_SEG_KEYS 256
 #define XI_ATT_SEGS_MAX 32
 #define XI_ATT_SPLIT_T_MAX 8
+// DEEP segments (the decode entries): v rows a load round (8: 255 registers, no spill; 16 spills)
+#define XI_ATT_VB 8
 
 // Keys a segment of a row attending keys 0..p (p >= 0): 256 * ceil((p + 1) / (256 * XI_ATT_SEGS_MAX)).
 __device__ __forceinline__ int xi_att_seg_keys(int p) {
@@ -84,7 +86,7 @@ __device__ __forceinline__ void xi_att_merge(float &M, float &L, float &R, float
 // One segment: keys 0..n-1 (n >= 1) of kb/vb (key j at + j*kv_row) for the gn <= G heads whose q is in
 // sm.q; thread idx < gn * hd gets the partial (pm, pl, pr) of head idx / hd, dim idx % hd (one element
 // a thread: G * 32 * D == 256 for every entry). vec: k rows read 4 values at a time.
-template <int D, int G, typename KV>
+template <int D, int G, typename KV, bool DEEP = false>
 __device__ __forceinline__ void xi_att_segment(const KV *__restrict__ kb, const KV *__restrict__ vb, size_t_ kv_row,
                                                int n, int hd, int gn, float scale, bool vec, xi_att_smem &sm,
                                                float &pm, float &pl, float &pr) {
@@ -117,10 +119,15 @@ __device__ __forceinline__ void xi_att_segment(const KV *__restrict__ kb, const 
                 // there a block's chunk waits on its loads' round trips, not on L1)
                 float *st = sm.k[warp];
                 const int r4 = lane >> 3, c4 = (lane & 7) * 4;
-                float4 nx[8];
+                // DEEP (the decode entries): every piece's loads at once, one round trip for the
+                // chunk's k instead of one a piece; else the next piece's loads in flight
+                float4 nx[DEEP ? D : 1][8];
 #pragma unroll
-                for (int i = 0; i < 8; i++)
-                    if (r4 + 4 * i < nk && c4 < hd) nx[i] = xi_kv4(kb + (size_t_)(c0 + r4 + 4 * i) * kv_row + c4);
+                for (int pc = 0; pc < (DEEP ? D : 1); pc++)
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        if (r4 + 4 * i < nk && 32 * pc + c4 < hd)
+                            nx[pc][i] = xi_kv4(kb + (size_t_)(c0 + r4 + 4 * i) * kv_row + 32 * pc + c4);
 #pragma unroll
                 for (int pc = 0; pc < D; pc++) {
                     const int d0 = 32 * pc;
@@ -129,12 +136,12 @@ __device__ __forceinline__ void xi_att_segment(const KV *__restrict__ kb, const 
 #pragma unroll
                     for (int i = 0; i < 8; i++)
                         if (r4 + 4 * i < nk && d0 + c4 < hd)
-                            *reinterpret_cast<float4 *>(&st[(r4 + 4 * i) * XI_ATT_KST + c4]) = nx[i];
-                    if (pc + 1 < D && d0 + 32 < hd) {
+                            *reinterpret_cast<float4 *>(&st[(r4 + 4 * i) * XI_ATT_KST + c4]) = nx[DEEP ? pc : 0][i];
+                    if (!DEEP && pc + 1 < D && d0 + 32 < hd) {
 #pragma unroll
                         for (int i = 0; i < 8; i++)
                             if (r4 + 4 * i < nk && d0 + 32 + c4 < hd)
-                                nx[i] = xi_kv4(kb + (size_t_)(c0 + r4 + 4 * i) * kv_row + d0 + 32 + c4);
+                                nx[0][i] = xi_kv4(kb + (size_t_)(c0 + r4 + 4 * i) * kv_row + d0 + 32 + c4);
                     }
                     __syncwarp();
                     if (lane < nk) {
@@ -186,6 +193,30 @@ __device__ __forceinline__ void xi_att_segment(const KV *__restrict__ kb, const 
         }
         // p @ V over the chunk's keys in order
         const KV *vr = vb + (size_t_)c0 * kv_row;
+        if constexpr (DEEP) {  // XI_ATT_VB rows' loads a round, then their products in key order
+#pragma unroll
+            for (int j0 = 0; j0 < 32; j0 += XI_ATT_VB) {
+                if (j0 >= nk) break;
+                float vv[XI_ATT_VB][D];
+#pragma unroll
+                for (int jj = 0; jj < XI_ATT_VB; jj++)
+#pragma unroll
+                    for (int i = 0; i < D; i++) {
+                        const int d = lane + 32 * i;
+                        vv[jj][i] = j0 + jj < nk && d < hd ? xi_kv1(vr + (size_t_)(j0 + jj) * kv_row + d) : 0.0f;
+                    }
+#pragma unroll
+                for (int jj = 0; jj < XI_ATT_VB; jj++) {
+                    if (j0 + jj >= nk) break;
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        const float w = __shfl_sync(0xffffffffu, pw[g], j0 + jj);
+#pragma unroll
+                        for (int i = 0; i < D; i++) acc[g][i] = __fmaf_rn(w, vv[jj][i], acc[g][i]);
+                    }
+                }
+            }
+        } else
 #pragma unroll 8
         for (int jj = 0; jj < 32; jj++) {
             if (jj >= nk) break;
@@ -283,7 +314,7 @@ __device__ __forceinline__ int xi_att_heads(int n_head, int n_kv, int *h0, int *
 // a warp's 32 consecutive values (32 dims of one head) one q8_1 block (xi_q8_1_warp): its code at
 // qc[e] for o[e], its (d, s) at qp[e / 32] -- the planar q8_1 of the (T, n_head hd) output, the next
 // product's tokens (``quantize_q8_1``'s bits on out, without its launch).
-template <int D, int G, typename KV, bool QOUT = false>
+template <int D, int G, typename KV, bool QOUT = false, bool DEEP = false>
 __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV *__restrict__ kb,
                                           const KV *__restrict__ vb, size_t_ kv_row, int p, int hd, int gn,
                                           float scale, float *__restrict__ o, int t, int s, int S,
@@ -330,8 +361,8 @@ __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV
                 xi_att_prefetch(kb + (k0 + (size_t_)parts * seg) * kv_row, vb + (k0 + (size_t_)parts * seg) * kv_row, kv_row,
                                 min(seg, p + 1 - (i + parts) * seg), hd, (int)blockIdx.z, (int)gridDim.z);
             float pm = 0.0f, pl = 0.0f, pr = 0.0f;
-            xi_att_segment<D, G, KV>(kb + k0 * kv_row, vb + k0 * kv_row, kv_row, min(seg, p + 1 - i * seg), hd, gr,
-                                     scale, vec, sm, pm, pl, pr);
+            xi_att_segment<D, G, KV, DEEP>(kb + k0 * kv_row, vb + k0 * kv_row, kv_row, min(seg, p + 1 - i * seg), hd, gr,
+                                           scale, vec, sm, pm, pl, pr);
             if (idx < gr * hd) {
                 if (direct) {
                     xi_att_merge(M, L, R, pm, pl, pr);
@@ -383,7 +414,7 @@ __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV
 // pos[t] - j < window, i.e. the cache from row pos[t] - window + 1); query head h reads kv head
 // h / (n_head / n_kv) (GQA); pos[t] < 0 gives a zero row. Grid (T, n_kv * S, z): block (t, kvh * S + s,
 // z) runs split-K share s of the z-th share of kv head kvh's query heads (xi_att_heads), 256 threads.
-template <int D, int G, typename KV, bool QOUT = false, typename C = xi_attention_c>
+template <int D, int G, typename KV, bool QOUT = false, bool DEEP = false, typename C = xi_attention_c>
 __device__ __forceinline__ void attention_body(const float *__restrict__ q, const KV *__restrict__ k,
                                                const KV *__restrict__ v, const int32_t *__restrict__ pos,
                                                float *__restrict__ out, float *__restrict__ part,
@@ -400,7 +431,7 @@ __device__ __forceinline__ void attention_body(const float *__restrict__ q, cons
     const size_t_ kv_row = (size_t_)c.n_kv * hd, kvo = (size_t_)w0 * kv_row + (size_t_)kvh * hd;
     const size_t_ th = (size_t_)t * c.n_head + h0;
     float2 *qp = QOUT ? reinterpret_cast<float2 *>(xq + (size_t_)c.T * c.n_head * hd) + ((th * hd) >> 5) : nullptr;
-    xi_attend<D, G, KV, QOUT>(q + (size_t_)t * c.q_stride + (size_t_)h0 * hd, k + kvo, v + kvo, kv_row, p, hd, gn,
+    xi_attend<D, G, KV, QOUT, DEEP>(q + (size_t_)t * c.q_stride + (size_t_)h0 * hd, k + kvo, v + kvo, kv_row, p, hd, gn,
                               c.scale, out + th * hd, t, s, S, part + th * XI_ATT_SEGS_MAX * (hd + 2), count + th,
                               QOUT ? xq + th * hd : nullptr, qp);
 }
@@ -411,7 +442,7 @@ __device__ __forceinline__ void attention_body(const float *__restrict__ q, cons
 // window > 0: first raised to last - window + 1); first < 0 or last < first gives a zero row. Query
 // head h reads kv head h / (n_head / n_kv) (GQA). attention over the cache starting at row first[t]
 // (the same body), so a row is bit-identical to attention with pos = last - first on that cache.
-template <int D, int G, typename KV, bool QOUT = false, typename C = xi_attention_batched_c>
+template <int D, int G, typename KV, bool QOUT = false, bool DEEP = false, typename C = xi_attention_batched_c>
 __device__ __forceinline__ void attention_batched_body(const float *__restrict__ q, const KV *__restrict__ k,
                                                        const KV *__restrict__ v, const int32_t *__restrict__ first,
                                                        const int32_t *__restrict__ last, float *__restrict__ out,
@@ -430,23 +461,39 @@ __device__ __forceinline__ void attention_batched_body(const float *__restrict__
     const size_t_ kvo = (p < 0 ? 0 : (size_t_)f * kv_row) + (size_t_)kvh * hd;
     const size_t_ th = (size_t_)t * c.n_head + h0;
     float2 *qp = QOUT ? reinterpret_cast<float2 *>(xq + (size_t_)c.T * c.n_head * hd) + ((th * hd) >> 5) : nullptr;
-    xi_attend<D, G, KV, QOUT>(q + (size_t_)t * c.q_stride + (size_t_)h0 * hd, k + kvo, v + kvo, kv_row, p, hd, gn,
+    xi_attend<D, G, KV, QOUT, DEEP>(q + (size_t_)t * c.q_stride + (size_t_)h0 * hd, k + kvo, v + kvo, kv_row, p, hd, gn,
                               c.scale, out + th * hd, t, s, S, part + th * XI_ATT_SEGS_MAX * (hd + 2), count + th,
                               QOUT ? xq + th * hd : nullptr, qp);
 }
 
 // The entry points of a kernel: NAME (head_dim <= 64, the query heads of a block in one run), NAME_d4
-// (<= 128, runs of 2), NAME_d8 (<= 256, a head at a time), each calling BODY<D, G, KV>(args...).
+// (<= 128, runs of 2), NAME_d8 (<= 256, a head at a time), each calling BODY<D, G, KV>(args...); and
+// the decode entries NAME_s, NAME_d4s (the same D, G; DEEP segments: a chunk's k in one load round, its
+// v rows XI_ATT_VB a round; up to 255 registers, one block an SM), which the host launches where T <=
+// XI_ATT_SPLIT_T_MAX (_launch.attention_launch): there a launch is a block an SM or fewer (96 blocks
+// for Llama-3.1-8B's heads at ~600 keys), so occupancy costs nothing and each chunk waits on 2 + 4
+// round trips instead of 4 + 4. Their rows are the other entries' bit for bit (the same products in
+// the same order).
 #define XI_ATT_ENTRIES(NAME, BODY, KV, PARAMS, ARGS)                                                          \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME PARAMS { xi_grid_begin(); BODY<2, XI_ATT_GMAX, KV> ARGS; } \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d4 PARAMS { xi_grid_begin(); BODY<4, 2, KV> ARGS; }      \
-    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d8 PARAMS { xi_grid_begin(); BODY<8, 1, KV> ARGS; }
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d8 PARAMS { xi_grid_begin(); BODY<8, 1, KV> ARGS; }      \
+    extern "C" __global__ void __launch_bounds__(256, 1) NAME##_s PARAMS {                                          \
+        xi_grid_begin();                                                                                         \
+        BODY<2, XI_ATT_GMAX, KV, false, true> ARGS;                                                              \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(256, 1) NAME##_d4s PARAMS { xi_grid_begin(); BODY<4, 2, KV, false, true> ARGS; }
 
 // The attention_quantize entries (cuda only): BODY<D, G, KV, true>, the xq pointer after count.
 #define XI_ATT_QUANT_ENTRIES(NAME, BODY, KV, PARAMS, ARGS)                                                          \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME PARAMS { xi_grid_begin(); BODY<2, XI_ATT_GMAX, KV, true> ARGS; } \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d4 PARAMS { xi_grid_begin(); BODY<4, 2, KV, true> ARGS; }      \
-    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d8 PARAMS { xi_grid_begin(); BODY<8, 1, KV, true> ARGS; }
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_d8 PARAMS { xi_grid_begin(); BODY<8, 1, KV, true> ARGS; }      \
+    extern "C" __global__ void __launch_bounds__(256, 1) NAME##_s PARAMS {                                                \
+        xi_grid_begin();                                                                                               \
+        BODY<2, XI_ATT_GMAX, KV, true, true> ARGS;                                                                     \
+    }                                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(256, 1) NAME##_d4s PARAMS { xi_grid_begin(); BODY<4, 2, KV, true, true> ARGS; }
 
 #define XI_ATT_PARAMS(KV) \
     (const float *__restrict__ q, const KV *__restrict__ k, const KV *__restrict__ v, const int32_t *__restrict__ pos, \

@@ -70,9 +70,12 @@ __device__ __forceinline__ float xi_block_max(float v, float *scratch /* [32] */
 // Programmatic dependent launch (compute capability 9.0 and later). The backend launches every
 // kernel of shaders/ with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION where the device has
 // it, so a kernel's blocks may start while the previous kernel of the stream still runs. Each entry
-// therefore calls xi_grid_begin() in every thread before it touches a buffer (xi_prefetch_l2 aside)
-// and before any return: griddepcontrol.wait holds the thread until the previous kernel has completed
-// and its writes are visible, so the order of the stream is kept whatever a kernel does or skips;
+// therefore calls xi_grid_begin() in every thread before it touches a buffer and before any return;
+// two exceptions: xi_prefetch_l2 (a hint), and the weight reads of the integer decode kernels'
+// first stages (xi_mvq.cuh), which rely on no kernel writing a weight (the model uploads weights by
+// copies, and model/_session.py's derived_weight awaits the kernel that computes one).
+// griddepcontrol.wait holds the thread until the previous kernel has completed and its writes are
+// visible, so the order of the stream is kept whatever a kernel does or skips;
 // griddepcontrol.launch_dependents then lets the next kernel's blocks be scheduled (to run their own
 // prologue up to their wait) while this one works. Launched without the attribute, both are no-ops.
 // (CUDA C++ Programming Guide, "Programmatic Dependent Launch"; PTX ISA, griddepcontrol.)

@@ -292,15 +292,22 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
         }
         xi_mvp_commit();  // an empty group past the end keeps the count of pending groups uniform
     };
-    if (PRE) {  // the tokens' codes and (d, s) pairs, into the first group (L2 only: cp.async.cg)
-        const uint8_t *g = reinterpret_cast<const uint8_t *>(a.x);
-        const uint8_t *gc = g + (size_t_)tg0 * a.K, *gd = g + (size_t_)a.T * a.K + (size_t_)tg0 * nb * 8;
-        const int nc = tn * a.K / 16, nd = tn * nb / 2;  // 16-byte words: K % 256 == 0
-        for (int i = tid; i < nc; i += XI_MVQ_WARPS * 32) xi_cp16(xq + 16 * i, gc + 16 * i);
-        for (int i = tid; i < nd; i += XI_MVQ_WARPS * 32) xi_cp16(reinterpret_cast<uint8_t *>(ds) + 16 * i, gd + 16 * i);
-    }
+    // The weights' first S - 1 stages, before the wait for the previous kernel: no kernel writes a
+    // weight (the model uploads them by copies and awaits the kernels that derive others: see
+    // xi_grid_begin in xi_common.cuh), so they may be read while the previous kernel still runs, and
+    // the first chunks are in shared memory when it ends instead of one L2 round trip after.
 #pragma unroll
     for (int c = 0; c < S - 1; c++) issue();
+    xi_grid_begin();
+    if (PRE) {  // the tokens' codes and (d, s) pairs (16-byte words, from L2: the previous kernel wrote them)
+        const uint4 *g = reinterpret_cast<const uint4 *>(a.x);
+        const uint4 *gc = g + (size_t_)tg0 * a.K / 16, *gd = g + ((size_t_)a.T * a.K + (size_t_)tg0 * nb * 8) / 16;
+        const int nc = tn * a.K / 16, nd = tn * nb / 2;  // K % 256 == 0
+#pragma unroll 4
+        for (int i = tid; i < nc; i += XI_MVQ_WARPS * 32) reinterpret_cast<uint4 *>(xq)[i] = __ldcg(gc + i);
+#pragma unroll 4
+        for (int i = tid; i < nd; i += XI_MVQ_WARPS * 32) reinterpret_cast<uint4 *>(ds)[i] = __ldcg(gd + i);
+    }
 
     if (RMS) {  // inv of the tokens from their block sums of squares: warp t, token tg0 + t
         if (wi < tn) {
@@ -313,9 +320,7 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
             if (lane == 0) inv[wi] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(v, (float)a.K), a.eps)));
         }
     }
-    if (PRE) {  // the first group is in: every thread's part of the tokens
-        xi_mvp_wait<S - 2>();
-    } else {  // the tokens, quantized once a CTA while the first chunks are in flight
+    if (!PRE) {  // the tokens, quantized once a CTA while the first chunks are in flight
         if (NORM) xi_mvq_inv<TT>(a, tg0, tn, inv);
         xi_mmq_quant<NORM, 4, true>(a, inv, tg0, tn, 0, nb, xq, a.K, ds, XI_MVQ_WARPS * 32);
     }
@@ -416,9 +421,12 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
     extern __shared__ uint4 xi_mvq_dyn[];
     const int bx = xi_mvq_bx(o), gx = xi_mvq_gx(o);
     if (blockIdx.y == 0) xi_prefetch_rows<TYPE, GLU>(a, (long long)bx * XI_MVQ_WARPS * R, XI_MVQ_WARPS * R);
-    xi_grid_begin();
+    // xi_grid_begin: on each path before it returns (xi_mvq: after the weights' first stages)
     const int tt = (a.T + (int)gridDim.y - 1) / (int)gridDim.y, tg0 = blockIdx.y * tt;
-    if (tg0 >= a.T) return;
+    if (tg0 >= a.T) {
+        xi_grid_begin();
+        return;
+    }
     const int tn = a.T - tg0 < tt ? a.T - tg0 : tt;
     uint8_t *smem = reinterpret_cast<uint8_t *>(xi_mvq_dyn);
     const bool ok = (a.K & 255) == 0 && (xi_row_bytes_of(TYPE, a.K) & 15) == 0 && (((size_t_)a.w) & 15) == 0 &&
@@ -426,6 +434,7 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
                     (!NQ || ((a.N & 31) == 0 && (long long)gx * XI_MVQ_WARPS * R == a.N)) &&
                     (!SMALL_TT || tt <= XI_MVQ_NQ_TT);
     if (!ok || tt > XI_MVQ_TT) {  // not a launch of mvq_launch (normq_launch): poison this CTA's rows
+        xi_grid_begin();
         for (int t = tg0; t < tg0 + tn; t++)
             for (int n = bx * blockDim.x + threadIdx.x; n < a.N; n += gx * blockDim.x)
                 a.y[(size_t_)t * (o.ldy ? o.ldy : a.N) + n] = XI_NAN;
@@ -438,6 +447,7 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
     else if (tt == 2) xi_mvq<TYPE, R, S, CG, NORM, GLU, 2, PRE, NQ, RMS>(a, smem, tg0, tn, o);
     else if (tt <= 4) xi_mvq<TYPE, R, S, CG, NORM, GLU, 4, PRE, NQ, RMS>(a, smem, tg0, tn, o);
     else if constexpr (!SMALL_TT) xi_mvq<TYPE, R, S, CG, NORM, GLU, 8, PRE, NQ, RMS>(a, smem, tg0, tn, o);
+    else xi_grid_begin();  // (unreached: ok holds tt to XI_MVQ_NQ_TT there)
 }
 
 // (R, S, CG) by type and kind (NORM: rmsnorm_matmul and SwiGLU; else matmul), from the H200 sweep of

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 from _kernel_refs import att_workspace, attention_f16_cache_ref, attention_ref
 
-from xinfer_async.backends.cuda._launch import ATT_SPLIT_BLOCKS_PER_SM, attention_grid, attention_split
+from xinfer_async.backends.cuda._launch import (ATT_SPLIT_BLOCKS_PER_SM, FAMILIES, attention_entries, attention_grid,
+                                                attention_launch, attention_split)
 from xinfer_async.ops import kernel_spec
 from xinfer_async.ops._attention_split import (SEG_KEYS, SEGS_MAX, SPLIT_T_MAX, count_ints, segment_keys, segments,
                                                workspace_floats)
@@ -71,6 +72,28 @@ def test_split_rule():
         for ctx in (513, 1000, 5000, 70000):
             s = attention_split(_c(T, ctx, 9, 3, 64), sms)
             assert 1 <= s <= segments(ctx - 1)
+
+
+def test_decode_entries_are_launched_for_decode_sized_launches_only(monkeypatch):
+    """attention_launch: T <= SPLIT_T_MAX takes the head_dim's decode entry (``_s``, ``_d4s``: the same bits,
+    fewer load rounds), unless turned off (XINFER_ATT_DEEP=0, read by the family when a kernel loads)."""
+    sms = 132
+    assert set(attention_entries()) == {"", "_d4", "_d8", "_s", "_d4s"}
+    for T, hd, deep, entry in [(1, 128, True, "_d4s"), (SPLIT_T_MAX, 64, True, "_s"), (SPLIT_T_MAX + 1, 128, True, "_d4"),
+                               (1, 256, True, "_d8"), (1, 128, False, "_d4"), (1, 64, False, "")]:
+        c = _c(T, 640, 32, 8, hd)
+        grid, block, shared, suffix = attention_launch(c, sms, deep=deep)
+        assert (grid, block, shared, suffix) == (attention_grid(c, sms), (256, 1, 1), 0, entry)
+    family = FAMILIES["attention"]
+    for env, entry in [(None, "_d4s"), ("1", "_d4s"), ("0", "_d4")]:
+        if env is None:
+            monkeypatch.delenv("XINFER_ATT_DEEP", raising=False)
+        else:
+            monkeypatch.setenv("XINFER_ATT_DEEP", env)
+        assert family({}, sms=sms, stage_max=0, cc=(9, 0)).launch(_c(1, 640, 32, 8, 128))[3] == entry
+    monkeypatch.setenv("XINFER_ATT_DEEP", "yes")
+    with pytest.raises(ValueError, match="XINFER_ATT_DEEP"):
+        family({}, sms=sms, stage_max=0, cc=(9, 0))
 
 
 def test_workspace_bindings_are_declared_for_the_split_tokens():

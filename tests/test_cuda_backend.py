@@ -489,6 +489,9 @@ def test_errors(be):
     g = att.launch_grid(dict(T=many, n_head=28, n_kv=4, head_dim=128, rows=64, window=0))
     assert g == (many, 4, 2) and g.function == att.entries["_d4"] != att.function
     assert att.launch_grid(dict(T=1, n_head=8, n_kv=8, head_dim=256, rows=64, window=0)).function == att.entries["_d8"]
+    # decode-sized launches (T <= SPLIT_T_MAX) take the decode entries where the head_dim has one
+    for T, hd, entry in [(1, 128, "_d4s"), (8, 64, "_s"), (9, 128, "_d4"), (8, 256, "_d8")]:
+        assert att.launch_grid(dict(T=T, n_head=32, n_kv=8, head_dim=hd, rows=640, window=0)).function == att.entries[entry]
 
 
 # ---- fences ------------------------------------------------------------------------------------

@@ -7,6 +7,13 @@ of ``native/KERNELS.md`` are generated from here (``python -m xinfer_async.ops._
 bodies are ``native/kernels/*.c`` (``xi_k_<name>``) and ``shaders/<name>.cu``.
 
 Adding a kernel: one ``_declare(...)`` below, its C body, its ``.cu`` file, then run the generator.
+
+The weights of the matrix kernels (``w``, ``w2``): on cuda the integer decode entries (the ``_pq``
+entries of ``matmul_DT``, ``rmsnorm_matmul_DT`` and ``rmsnorm_matmul_swiglu_DT``, and every
+``qmatmul_*``) start reading them before the kernel dispatched just before them in the stream has
+ended (programmatic dependent launch: shaders/xi_common.cuh, xi_mvq.cuh), so a buffer bound there must
+not be written by that kernel. A model's weights never are: they are uploaded by copies, and
+``ModelSession.derived_weight`` awaits the kernel that computes one.
 """
 
 from __future__ import annotations

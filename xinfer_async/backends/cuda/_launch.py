@@ -561,20 +561,23 @@ def attention_grid(c: dict, sms: int) -> tuple[int, int, int]:
     return (t, n_kv * split, _cdiv(group, ATT_GMAX) if t * n_kv * split >= sms else group)
 
 
-#: the entries of an attention kernel, by head_dim at most
-_ATT_ENTRIES = ((64, ""), (128, "_d4"), (256, "_d8"))
+#: the entries of an attention kernel, by head_dim at most: (head_dim, entry, decode entry or None)
+_ATT_ENTRIES = ((64, "", "_s"), (128, "_d4", "_d4s"), (256, "_d8", None))
 
 
 def attention_entries() -> tuple[str, ...]:
     """The entry suffixes of an attention shader (XI_ATT_ENTRIES in shaders/xi_attention.cuh)."""
-    return tuple(suffix for _, suffix in _ATT_ENTRIES)
+    return tuple(e[1] for e in _ATT_ENTRIES) + tuple(e[2] for e in _ATT_ENTRIES if e[2])
 
 
-def attention_launch(c: dict, sms: int) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+def attention_launch(c: dict, sms: int, deep: bool = True) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, shared bytes, entry suffix) of an attention kernel: ``attention_grid``, 256
     threads, the entry of the narrowest head_dim that holds ``c["head_dim"]`` (a wider one than the
-    widest entry gets that entry, which writes NaN rows: the kernels' checks say so)."""
-    suffix = next((s for d, s in _ATT_ENTRIES if c["head_dim"] <= d), _ATT_ENTRIES[-1][1])
+    widest entry gets that entry, which writes NaN rows: the kernels' checks say so); where T <=
+    SPLIT_T_MAX and ``deep``, that head_dim's decode entry (``_s``, ``_d4s``: a chunk's loads in fewer
+    rounds at one block an SM; the same bits) where it has one."""
+    e = next((e for e in _ATT_ENTRIES if c["head_dim"] <= e[0]), _ATT_ENTRIES[-1])
+    suffix = e[2] if deep and e[2] and max(1, c["T"]) <= SPLIT_T_MAX else e[1]
     return attention_grid(c, sms), (256, 1, 1), 0, suffix
 
 
@@ -785,8 +788,13 @@ def _qmatmul_pair_family(params: dict, sms: int, stage_max: int, cc: tuple[int, 
 
 
 def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = 0) -> Family:
-    """attention, attention_batched (and their ``_f16``): ``attention_launch``."""
-    return Family(attention_entries(), functools.partial(attention_launch, sms=sms), {})
+    """attention, attention_batched (and their ``_f16``, ``_quantize``): ``attention_launch``, its decode
+    entries unless ``XINFER_ATT_DEEP=0`` (read when the kernel is loaded: the A/B of the H200 figures).
+
+    Raises:
+        ValueError: XINFER_ATT_DEEP set to something other than '', '0', '1'."""
+    return Family(attention_entries(), functools.partial(attention_launch, sms=sms,
+                                                         deep=env_switch(os.environ, "XINFER_ATT_DEEP")), {})
 
 
 #: family name (``CudaLaunch.family`` of a declaration) -> (params, sms=, stage_max=, cc=[, pq_max=]) -> ``Family``
