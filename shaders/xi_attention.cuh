@@ -40,7 +40,7 @@
 #define XI_ATT_SEG_KEYS 256
 #define XI_ATT_SEGS_MAX 32
 #define XI_ATT_SPLIT_T_MAX 8
-// DEEP segments (the decode entries): v rows a load round (8: 255 registers, no spill; 16 spills)
+// DEEP segments (the decode entries): v rows a load round (8: no spill; 16 measured slower on the 8B shape)
 #define XI_ATT_VB 8
 
 // Keys a segment of a row attending keys 0..p (p >= 0): 256 * ceil((p + 1) / (256 * XI_ATT_SEGS_MAX)).
@@ -471,8 +471,8 @@ __device__ __forceinline__ void attention_batched_body(const float *__restrict__
 // the decode entries NAME_s, NAME_d4s (the same D, G; DEEP segments: a chunk's k in one load round, its
 // v rows XI_ATT_VB a round; up to 255 registers, one block an SM), which the host launches where T <=
 // XI_ATT_SPLIT_T_MAX (_launch.attention_launch): there a launch is a block an SM or fewer (96 blocks
-// for Llama-3.1-8B's heads at ~600 keys), so occupancy costs nothing and each chunk waits on 2 + 4
-// round trips instead of 4 + 4. Their rows are the other entries' bit for bit (the same products in
+// for Llama-3.1-8B's heads at ~600 keys), so occupancy costs nothing and each chunk waits on 1 + 4
+// load rounds instead of 4 + 4. Their rows are the other entries' bit for bit (the same products in
 // the same order).
 #define XI_ATT_ENTRIES(NAME, BODY, KV, PARAMS, ARGS)                                                          \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME PARAMS { xi_grid_begin(); BODY<2, XI_ATT_GMAX, KV> ARGS; } \
