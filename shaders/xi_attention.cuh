@@ -216,21 +216,22 @@ __device__ __forceinline__ void xi_att_segment(const KV *__restrict__ kb, const 
                     }
                 }
             }
-        } else
+        } else {  // a row's loads at a time, 8 rows unrolled
 #pragma unroll 8
-        for (int jj = 0; jj < 32; jj++) {
-            if (jj >= nk) break;
-            float vv[D];
+            for (int jj = 0; jj < 32; jj++) {
+                if (jj >= nk) break;
+                float vv[D];
 #pragma unroll
-            for (int i = 0; i < D; i++) {
-                const int d = lane + 32 * i;
-                vv[i] = d < hd ? xi_kv1(vr + (size_t_)jj * kv_row + d) : 0.0f;
-            }
+                for (int i = 0; i < D; i++) {
+                    const int d = lane + 32 * i;
+                    vv[i] = d < hd ? xi_kv1(vr + (size_t_)jj * kv_row + d) : 0.0f;
+                }
 #pragma unroll
-            for (int g = 0; g < G; g++) {
-                const float w = __shfl_sync(0xffffffffu, pw[g], jj);
+                for (int g = 0; g < G; g++) {
+                    const float w = __shfl_sync(0xffffffffu, pw[g], jj);
 #pragma unroll
-                for (int i = 0; i < D; i++) acc[g][i] = __fmaf_rn(w, vv[i], acc[g][i]);
+                    for (int i = 0; i < D; i++) acc[g][i] = __fmaf_rn(w, vv[i], acc[g][i]);
+                }
             }
         }
     }
