@@ -237,7 +237,8 @@ __device__ __forceinline__ float *xi_mvq_rows() {
 // exact no-op), written to y, the k pair also into k_cache[row[t]], a v pair into y and
 // v_cache[row[t]] (rows outside [0, ctx) not stored; kv16: f16 caches, rounded to nearest even).
 // The same function of the same f32 totals as rope_kv_store on the rows qmatmul_rms writes: the
-// same bits, one launch fewer.
+// same bits, one launch fewer. (A launch outside the rule -- xi_mvq_kernel's NaN rows -- poisons y
+// only: the caches keep their rows, where the two launches would store NaN.)
 struct XiRope {
     const int32_t *pos, *row;
     void *k_cache, *v_cache;
@@ -417,12 +418,10 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
                         for (int o = 16; o > 0; o >>= 1) sg = __fadd_rn(sg, __shfl_xor_sync(0xffffffffu, sg, o));
                         tot[r] = RMS ? __fmul_rn(sg, inv[t]) : sg;
                     }
-                    if (lane == 0) {
 #pragma unroll
-                        for (int r = 0; r < R; r += 2)
-                            if (ct * R + r < a.N)
-                                xi_rope_pair_out(o.rope, a.y + (size_t_)(tg0 + t) * ldy, ct * R + r, tot[r], tot[r + 1], tg0 + t);
-                    }
+                    for (int r = 0; r < R; r += 2)  // pair r / 2 by lane r / 2 (every lane holds every total)
+                        if (lane == r / 2 && ct * R + r < a.N)
+                            xi_rope_pair_out(o.rope, a.y + (size_t_)(tg0 + t) * ldy, ct * R + r, tot[r], tot[r + 1], tg0 + t);
                 } else if (t < tn) {
 #pragma unroll
                     for (int r = 0; r < R; r++) {

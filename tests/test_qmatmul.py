@@ -418,14 +418,20 @@ async def test_the_rope_form_equals_the_product_then_rope_kv_store(cuda_dev, mon
     y, the k cache and the v cache bit for bit what the product (qmatmul[_rms]_DT / the pair) then
     rope_kv_store[_ff][_f16] leave -- every buffer poisoned first, the caches with old rows to keep --
     with and without freq factors (ones: the no-op the model binds), T = 1, 3, 8, a token at pos -1
-    (not rotated) and one whose row is past the cache (not stored); heads 8 / 2 of 128 (6 + 1024 v
-    rows for a pair: the 8B Q4_K_M qkv's split), K 2048."""
+    (not rotated) and one whose row is past the cache (not stored); heads 8 / 2 of 128, K 2048; a
+    pair split as the 8B Q4_K_M qkv (q and k, then v) and after the q heads (k rotated and stored
+    by the second product)."""
     _force(monkeypatch)
     nh, nkv, hd, K, ctx = 8, 2, 128, 2048, 40
     a, b = dt.split("+") if "+" in dt else (dt, None)
     width = (nh + 2 * nkv) * hd
-    N = width if b is None else (nh + nkv) * hd
-    N2 = width - N
+    for N in ([width] if b is None else [(nh + nkv) * hd, nh * hd]):
+        await _rope_form_case(cuda_dev, rng, a, b, N, width - N, rms, kv, nh, nkv, hd, K, ctx)
+
+
+async def _rope_form_case(cuda_dev, rng, a, b, N, N2, rms, kv, nh, nkv, hd, K, ctx):
+    """One split of ``test_the_rope_form_equals_the_product_then_rope_kv_store``."""
+    width = N + N2
     wa = weights(rng, a, N, K)[0]
     wb = weights(rng, b, N2, K)[0] if b else None
     bufs = [cuda_dev.upload(wa)] + ([cuda_dev.upload(wb)] if b else [])
@@ -468,7 +474,7 @@ async def test_the_rope_form_equals_the_product_then_rope_kv_store(cuda_dev, mon
                 r = [ex.download(v) for v in (y, kc, vc)]
                 await ex.submit_and_wait()
                 outs.append([r[0].numpy((T, width), F32)] + [v.numpy((ctx, nkv * hd), kvt) for v in r[1:]])
-            what = f"{name} T={T} ff={'ones' if ones else 'file'}"
+            what = f"{name} N={N} N2={N2} T={T} ff={'ones' if ones else 'file'}"
             for got, ref, part in zip(outs[1], outs[0], ("y", "k cache", "v cache")):
                 assert not np.isnan(ref).any(), f"{what}: the two launches left NaN in {part}"
                 assert np.array_equal(got.view(np.uint8), ref.view(np.uint8)), f"{what}: {part} differs"
@@ -636,7 +642,8 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt, pa
         monkeypatch.setattr(_session.ModelSession, "kernel", lenient)
         b = _llama.LlamaBuilder(g, dev, 64, 4, batch_seqs=2, slots=1, gemm_min_t=None)
         monkeypatch.setattr(_llama.LlamaBuilder, "_dispatch",
-                            lambda self, name, binds, consts: (name, [x[0] if isinstance(x, tuple) else x for x in binds]))
+                            lambda self, name, binds, consts: (name, [x[0] if isinstance(x, tuple) else x for x in binds],
+                                                              consts))
         b.definition = type("Frag", (), {"fragment": lambda self, cmds, ins, outs: cmds})()
         want_norms = []
         for i, blk in enumerate(b.blocks):
@@ -650,7 +657,7 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt, pa
             for step, c in enumerate(b.forward(T, all_logits, batched=batched)):
                 if not isinstance(c, tuple):
                     continue
-                name, binds = c
+                name, binds, consts = c
                 what = f"{dtype} T={T} batched={batched} step {step} {name}"
                 xi = 2 if "_pair_" in name else 1  # the tokens' binding
                 if "_pair_" in name:
@@ -677,11 +684,16 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt, pa
                     xqn_writer = step
                 rope = "_rope_" in name
                 if rope:  # y, then pos, the destination rows, the caches of the block, the freq factors
-                    p, dst, kc, vc = binds[xi + 2:xi + 6]
+                    p, dst, kc, vc, ff = binds[xi + 2:xi + 7]
                     blk = next(k for k in b.blocks if binds[0] is k.wqkv[0].wd[0])
                     assert binds[xi + 1] is L["qkv"] and p is L["pos"], what
                     assert (dst, kc, vc) == ((L["row"], blk.bk_cache, blk.bv_cache) if batched else
                                              (L["pos"], blk.k_cache, blk.v_cache)), what
+                    assert ff is b._rope_ff and ff is not None, what
+                    assert consts["ctx"] == (b.batch_seqs * b.ctx if batched else b.ctx), what
+                    assert consts["theta"] == blk.theta and consts["kv16"] == 0, what
+                    assert (consts["n_head"], consts["n_kv"], consts["head_dim"]) == (
+                        cfg.n_head, cfg.n_kv_head, cfg.head_dim), what
                     ropes.append(step)
                 stores += name.startswith("rope_kv_store")
                 out = binds[xi + 1] if rope else binds[2] if name.startswith("qmatmul_normq") else binds[-1]

@@ -479,13 +479,16 @@ _ROPE_CONSTS = ["n_head", "n_kv", "head_dim", "ctx", "kv16", "theta:f32"]
 
 
 def _rope_ok(width: str):
-    """The rope entries' checks: the product's rows are a whole qkv row, head_dim even, kv16 0 or 1."""
+    """The rope entries' checks: the product's rows are a whole qkv row, head_dim even, kv16 0 or 1; a
+    pair's first product whole heads (its pairs then never straddle the two products)."""
     def check(c):
         n = c["N"] + c.get("N2", 0)
         if n != _qkv_width(c):
             return f"{width}={n} is not (n_head + 2 n_kv) * head_dim = {_qkv_width(c)}"
         if c["head_dim"] % 2:
             return f"head_dim={c['head_dim']} must be even"
+        if "N2" in c and c["head_dim"] and c["N"] % c["head_dim"]:
+            return f"N={c['N']} is not whole heads of head_dim={c['head_dim']}"
         if c["kv16"] not in (0, 1):
             return f"kv16={c['kv16']} must be 0 or 1"
         return None
