@@ -18,6 +18,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import trio
 from _kernel_refs import launch_matrix_kind
 from _mmq_model import (check_against_model, error_bound, mvq_matmul, normq_inv, normq_tokens, quantize_q8_1,
                         rms_matmul, rms_swiglu, rmsnorm_h, rmsnorm_inv_cta)
@@ -593,6 +594,43 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
     print(report)
     assert rel > 0, "normq gave the quantizer launch's bits: did it run?"
     assert d_nq <= BOUND and d_nq <= 1.5 * d_q + 0.01, report
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["q4_1", "q4_k_m"])
+async def test_batched_requests_are_the_same_bits_with_the_rope_form(cuda_dev, monkeypatch, tmp_path, dtype):
+    """The batched forward's qkv launches in their rope form (XINFER_QROPE: pos, the sequences' rows, the
+    batched caches) against rope_kv_store's launch (XINFER_QROPE=0): three concurrent greedy requests on a
+    2-layer model of the 8B shape's widths, batched decode steps of 3 rows, each token's log-probabilities
+    (float64 of the step's logits on the host, top 5) equal bit for bit, and the rope form ran."""
+    from xinfer_async import llm
+    from xinfer_async.llm._synthetic import SHAPES as MODEL_SHAPES
+    from xinfer_async.llm._synthetic import write_synthetic_gguf
+
+    cfg = dataclasses.replace(MODEL_SHAPES["llama-3.1-8b"], n_layer=2, vocab_size=4096, context_length=128)
+    path = write_synthetic_gguf(tmp_path / "m.gguf", cfg, dtype, seed=5, progress=False)
+    rng = np.random.default_rng(9)
+    prompts = [rng.integers(0, cfg.vocab_size, size=n).tolist() for n in (5, 9, 3)]
+    got = {}
+    for qrope in ("1", "0"):
+        monkeypatch.setenv("XINFER_QROPE", qrope)
+        model = await llm.load(path, device=cuda_dev, slots=3, ctx=64, chunk=4, batching=True)
+        try:
+            results = [None] * len(prompts)
+
+            async def one(i):
+                results[i] = await model.complete(prompts[i], max_tokens=6, ignore_eos=True, logprobs=5)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(len(prompts)):
+                    nursery.start_soon(one, i)
+            got[qrope] = [[(e.token_id, e.logprob, e.top) for e in r.logprobs] for r in results]
+        finally:
+            await model.aclose()
+        if qrope == "1":
+            assert any("_rope_" in n for n in cuda_dev._kernels), "the rope form did not run"
+    assert got["1"] == got["0"], f"{dtype}: the batched requests differ with the rope form"
 
 
 @pytest.mark.parametrize("dtype", ["q4_1", "q4_k_m"])
