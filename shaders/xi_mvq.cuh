@@ -266,8 +266,10 @@ __device__ __forceinline__ void xi_rope_put(const XiRope &r, size_t_ e, float v0
     }
 }
 // rows n, n + 1 of the product (one adjacent pair: R is even, N even) of token t, totals e0, e1; yr: y's
-// row of the token
-__device__ __forceinline__ void xi_rope_pair_out(const XiRope &r, float *yr, int n, float e0, float e1, int t) {
+// row of the token. Out of line (noinline, r by value): the entries' one copy of the f64 angle's code
+// (pow, sincos), where inlined it was one for each of a tile's pairs and token counts (+43 KB of a
+// 114 KB entry; the decode kernels wait on instruction fetches: tools/cubin_stats.py).
+__device__ __noinline__ void xi_rope_pair_out(const XiRope r, float *yr, int n, float e0, float e1, int t) {
     const int c = r.col0 + n, nqk = (r.n_head + r.n_kv) * r.hd, width = r.n_kv * r.hd;
     const int p = r.pos[t], dst = r.row[t];
     const bool store = dst >= 0 && dst < r.ctx;
@@ -407,9 +409,12 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
             }
         }
         if (cc == cpt - 1) {  // the tile's rows are summed: write them
+            if constexpr (ROPE) {  // the same sums and scale as below; then pair r / 2 of token t by lane t R / 2 + r / 2
+                static_assert(TT * (R / 2) <= 32, "rope: a lane for each pair of a tile's tokens");
+                float e0 = 0.0f, e1 = 0.0f;
+                int pt = -1, pn = 0;  // this lane's pair: token tg0 + pt, rows pn, pn + 1 of the product
 #pragma unroll
-            for (int t = 0; t < TT; t++) {
-                if (ROPE && t < tn) {  // the same sums and scale as below, then a pair at a time (XiRope)
+                for (int t = 0; t < TT; t++) {
                     float tot[R];
 #pragma unroll
                     for (int r = 0; r < R; r++) {
@@ -417,35 +422,44 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
 #pragma unroll
                         for (int o = 16; o > 0; o >>= 1) sg = __fadd_rn(sg, __shfl_xor_sync(0xffffffffu, sg, o));
                         tot[r] = RMS ? __fmul_rn(sg, inv[t]) : sg;
+                        acc[t][r] = 0.0f;
                     }
 #pragma unroll
-                    for (int r = 0; r < R; r += 2)  // pair r / 2 by lane r / 2 (every lane holds every total)
-                        if (lane == r / 2 && ct * R + r < a.N)
-                            xi_rope_pair_out(o.rope, a.y + (size_t_)(tg0 + t) * ldy, ct * R + r, tot[r], tot[r + 1], tg0 + t);
-                } else if (t < tn) {
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        float sg = acc[t][r], su = GLU ? acc[t][NR - R + r] : 0.0f;
-#pragma unroll
-                        for (int o = 16; o > 0; o >>= 1) {
-                            sg = __fadd_rn(sg, __shfl_xor_sync(0xffffffffu, sg, o));
-                            if (GLU) su = __fadd_rn(su, __shfl_xor_sync(0xffffffffu, su, o));
-                        }
-                        const int n = ct * R + r;
-                        if (lane == 0 && n < a.N) {
-                            float *yo = a.y + (size_t_)(tg0 + t) * ldy + n;
-                            if (RMS) {  // qmatmul_normq's tokens: the rmsnorm's scale, after the sums
-                                sg = __fmul_rn(sg, inv[t]);
-                                if (GLU) su = __fmul_rn(su, inv[t]);
-                            }
-                            const float v = GLU ? sg / (1.0f + expf(-sg)) * su : a.accumulate ? __fadd_rn(*yo, sg) : sg;
-                            *yo = v;
-                            if (NQ) yb[32 * t + n - bx * (XI_MVQ_WARPS * R)] = v;
-                        }
-                    }
+                    for (int r = 0; r < R; r += 2)  // every lane holds every total: each keeps its pair's
+                        if (lane == t * (R / 2) + r / 2) { e0 = tot[r]; e1 = tot[r + 1]; pt = t; pn = ct * R + r; }
                 }
+                // one call a lane (xi_rope_pair_out is out of line: one copy of the f64 angle's code, not
+                // one for each pair and token count; the tile's pairs rotate at once, in parallel lanes)
+                if (pt >= 0 && pt < tn && pn < a.N)
+                    xi_rope_pair_out(o.rope, a.y + (size_t_)(tg0 + pt) * ldy, pn, e0, e1, tg0 + pt);
+            } else {
 #pragma unroll
-                for (int q = 0; q < NR; q++) acc[t][q] = 0.0f;
+                for (int t = 0; t < TT; t++) {
+                    if (t < tn) {
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            float sg = acc[t][r], su = GLU ? acc[t][NR - R + r] : 0.0f;
+#pragma unroll
+                            for (int o = 16; o > 0; o >>= 1) {
+                                sg = __fadd_rn(sg, __shfl_xor_sync(0xffffffffu, sg, o));
+                                if (GLU) su = __fadd_rn(su, __shfl_xor_sync(0xffffffffu, su, o));
+                            }
+                            const int n = ct * R + r;
+                            if (lane == 0 && n < a.N) {
+                                float *yo = a.y + (size_t_)(tg0 + t) * ldy + n;
+                                if (RMS) {  // qmatmul_normq's tokens: the rmsnorm's scale, after the sums
+                                    sg = __fmul_rn(sg, inv[t]);
+                                    if (GLU) su = __fmul_rn(su, inv[t]);
+                                }
+                                const float v = GLU ? sg / (1.0f + expf(-sg)) * su : a.accumulate ? __fadd_rn(*yo, sg) : sg;
+                                *yo = v;
+                                if (NQ) yb[32 * t + n - bx * (XI_MVQ_WARPS * R)] = v;
+                            }
+                        }
+                    }
+#pragma unroll
+                    for (int q = 0; q < NR; q++) acc[t][q] = 0.0f;
+                }
             }
         }
         cs = cs + 1 == S ? 0 : cs + 1;
