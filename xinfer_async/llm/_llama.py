@@ -800,8 +800,10 @@ class LlamaBuilder:
         tokens, both in one launch (``qmatmul_pair_A_B`` / ``qmatmul_rms_pair_A_B``, ``_pair_blocks``),
         y the (rows, n + its n) of both; where ``rope`` is (bindings, constants) of ``rope_kv_store``'s
         work, the qkv launch's rope form does it (``_rope_blocks``); else the kernel."""
-        if pair is not None and (qa is None or (kind, wd[1], rows, n, k) not in qa[0]):  # _pair_blocks asks only there
-            raise RuntimeError(f"{kind} {wd[1]} ({n}, {k}) at T={rows}: a pair launch, but it takes no quantized tokens")
+        if (pair is not None or rope is not None) and (qa is None or (kind, wd[1], rows, n, k) not in qa[0]):
+            # _pair_blocks and _rope_blocks ask only there (a gemm launch would drop the pair or the rope)
+            what = "a pair launch" if pair is not None else "the rope form"
+            raise RuntimeError(f"{kind} {wd[1]} ({n}, {k}) at T={rows}: {what}, but it takes no quantized tokens")
         if self._gemm is not None and lowers(wd[1], rows, self.gemm_min_t):
             return self._gemm.commands(self.definition.kernels, wd[0], wd[1], x, y, rows, n, k, norm=norm,
                                        eps=self.cfg.rms_eps, accumulate=accumulate,
@@ -831,7 +833,7 @@ class LlamaBuilder:
                                               dict(T=rows, N=n, K=k, accumulate=accumulate))]
             return cmds + [self._dispatch(f"{pre}{wd[1]}", [wd[0], xq, (y, RW)],
                                           dict(T=rows, N=n, K=k, accumulate=accumulate, **eps))]
-        if normq is not None or ready is not None or rope is not None:  # their callers ask only where qa holds it
+        if normq is not None or ready is not None:  # their callers ask only where qa holds it
             raise RuntimeError(f"{kind} {wd[1]} ({n}, {k}) at T={rows}: tokens quantized for it, but it takes none")
         consts = dict(T=rows, N=n, K=k)
         if kind != "rmsnorm_matmul_swiglu":
