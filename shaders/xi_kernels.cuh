@@ -40,3 +40,7 @@ struct xi_qmatmul_rms_c { int32_t T; int32_t N; int32_t K; int32_t accumulate; f
 struct xi_qmatmul_rms_swiglu_c { int32_t T; int32_t N; int32_t K; float eps; };
 struct xi_qmatmul_pair_c { int32_t T; int32_t N; int32_t N2; int32_t K; };
 struct xi_qmatmul_rms_pair_c { int32_t T; int32_t N; int32_t N2; int32_t K; float eps; };
+struct xi_qmatmul_rope_c { int32_t T; int32_t N; int32_t K; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t ctx; int32_t kv16; float theta; };
+struct xi_qmatmul_rms_rope_c { int32_t T; int32_t N; int32_t K; float eps; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t ctx; int32_t kv16; float theta; };
+struct xi_qmatmul_rope_pair_c { int32_t T; int32_t N; int32_t N2; int32_t K; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t ctx; int32_t kv16; float theta; };
+struct xi_qmatmul_rms_rope_pair_c { int32_t T; int32_t N; int32_t N2; int32_t K; float eps; int32_t n_head; int32_t n_kv; int32_t head_dim; int32_t ctx; int32_t kv16; float theta; };

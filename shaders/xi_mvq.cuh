@@ -45,6 +45,7 @@
 #pragma once
 #include "xi_mvp.cuh"
 #include "xi_mmq.cuh"
+#include "xi_rope.cuh"
 
 #define XI_MVQ_WARPS 8  // warps a CTA (256 threads)
 #define XI_MVQ_TT 8     // tokens a CTA at most
@@ -229,13 +230,60 @@ __device__ __forceinline__ float *xi_mvq_rows() {
     __shared__ float rows[XI_MVQ_NQ_TT * 32];
     return rows;
 }
+// What the qmatmul rope entries do with a layer's q, k, v rows instead of leaving them to
+// rope_kv_store (xi_rope.cuh): the product's columns are columns col0.. of the token's qkv row (n_head
+// q heads, n_kv k heads, n_kv v heads of hd); each adjacent pair of a q or k head rotated by pos[t]
+// where pos[t] >= 0 (xi_rope_pair with ff[i]: the model binds ones where it has no freq factors, an
+// exact no-op), written to y, the k pair also into k_cache[row[t]], a v pair into y and
+// v_cache[row[t]] (rows outside [0, ctx) not stored; kv16: f16 caches, rounded to nearest even).
+// The same function of the same f32 totals as rope_kv_store on the rows qmatmul_rms writes: the
+// same bits, one launch fewer. (A launch outside the rule -- xi_mvq_kernel's NaN rows -- poisons y
+// only: the caches keep their rows, where the two launches would store NaN.)
+struct XiRope {
+    const int32_t *pos, *row;
+    void *k_cache, *v_cache;
+    const float *ff;
+    int n_head, n_kv, hd, ctx, kv16, col0;
+    float theta;
+};
 struct XiMvqOut {
     const float *norm;  // (N) f32
     uint8_t *xq;        // (T, N) planar q8_1 with block sums of squares (above)
     // qmatmul_pair (a launch of two products): this CTA is CTA bx of the gx CTAs of its product (gx 0:
     // the whole grid is the product's, bx = blockIdx.x), and y's rows are ldy floats apart (0: N)
     int bx = 0, gx = 0, ldy = 0;
+    XiRope rope = {};  // the rope entries' (ROPE)
 };
+__device__ __forceinline__ void xi_rope_put(const XiRope &r, size_t_ e, float v0, float v1, bool k) {
+    if (r.kv16) {
+        uint16_t *c = reinterpret_cast<uint16_t *>(k ? r.k_cache : r.v_cache) + e;
+        c[0] = xi_f2h(v0);
+        c[1] = xi_f2h(v1);
+    } else {
+        float *c = reinterpret_cast<float *>(k ? r.k_cache : r.v_cache) + e;
+        c[0] = v0;
+        c[1] = v1;
+    }
+}
+// rows n, n + 1 of the product (one adjacent pair: R is even, N even) of token t, totals e0, e1; yr: y's
+// row of the token. Out of line (noinline, r by value): the entries' one copy of the f64 angle's code
+// (pow, sincos), where inlined it was one for each of a tile's pairs and token counts (+43 KB of a
+// 114 KB entry; the decode kernels wait on instruction fetches: tools/cubin_stats.py).
+__device__ __noinline__ void xi_rope_pair_out(const XiRope r, float *yr, int n, float e0, float e1, int t) {
+    const int c = r.col0 + n, nqk = (r.n_head + r.n_kv) * r.hd, width = r.n_kv * r.hd;
+    const int p = r.pos[t], dst = r.row[t];
+    const bool store = dst >= 0 && dst < r.ctx;
+    float e[2] = {e0, e1};
+    if (c < nqk) {
+        const int h = c / r.hd, i = (c - h * r.hd) >> 1;
+        if (p >= 0) xi_rope_pair(e, p, i, r.hd, r.theta, r.ff[i]);
+        if (h >= r.n_head && store) xi_rope_put(r, (size_t_)dst * width + (h - r.n_head) * r.hd + 2 * i, e[0], e[1], true);
+    } else if (store) {
+        xi_rope_put(r, (size_t_)dst * width + (c - nqk), e[0], e[1], false);
+    }
+    yr[n] = e[0];
+    yr[n + 1] = e[1];
+}
 __device__ __forceinline__ int xi_mvq_bx(const XiMvqOut &o) { return o.gx ? o.bx : (int)blockIdx.x; }
 __device__ __forceinline__ int xi_mvq_gx(const XiMvqOut &o) { return o.gx ? o.gx : (int)gridDim.x; }
 
@@ -249,9 +297,10 @@ __device__ __forceinline__ int xi_mvq_gx(const XiMvqOut &o) { return o.gx ? o.gx
 // NQ (the qmatmul_normq entries): the CTA's rows of its tokens also into shared memory, then h of them
 // quantized into o.xq (XiMvqOut).
 template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, int TT, bool PRE = false, bool NQ = false,
-          bool RMS = false>
+          bool RMS = false, bool ROPE = false>
 __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg0, int tn, const XiMvqOut &o) {
     static_assert(!NQ || (R == 4 && !GLU && PRE), "qmatmul_normq: the matmul kind, 8 warps of 4 rows = a block of 32");
+    static_assert(!ROPE || (R % 2 == 0 && !GLU && !NQ && PRE), "rope: the matmul kind, whole pairs a tile");
     static_assert(!RMS || PRE, "rms: the tokens of qmatmul_normq");
     constexpr int GB = xi_mvp_group_bytes(TYPE), NR = GLU ? 2 * R : R, CGB = CG * GB, NCP = (CGB / 16 + 31) / 32;
     static_assert(CGB % 16 == 0, "a chunk of CG groups is whole 16-byte words");
@@ -360,32 +409,57 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
             }
         }
         if (cc == cpt - 1) {  // the tile's rows are summed: write them
+            if constexpr (ROPE) {  // the same sums and scale as below; then pair r / 2 of token t by lane t R / 2 + r / 2
+                static_assert(TT * (R / 2) <= 32, "rope: a lane for each pair of a tile's tokens");
+                float e0 = 0.0f, e1 = 0.0f;
+                int pt = -1, pn = 0;  // this lane's pair: token tg0 + pt, rows pn, pn + 1 of the product
 #pragma unroll
-            for (int t = 0; t < TT; t++) {
-                if (t < tn) {
+                for (int t = 0; t < TT; t++) {
+                    float tot[R];
 #pragma unroll
                     for (int r = 0; r < R; r++) {
-                        float sg = acc[t][r], su = GLU ? acc[t][NR - R + r] : 0.0f;
+                        float sg = acc[t][r];
 #pragma unroll
-                        for (int o = 16; o > 0; o >>= 1) {
-                            sg = __fadd_rn(sg, __shfl_xor_sync(0xffffffffu, sg, o));
-                            if (GLU) su = __fadd_rn(su, __shfl_xor_sync(0xffffffffu, su, o));
-                        }
-                        const int n = ct * R + r;
-                        if (lane == 0 && n < a.N) {
-                            float *yo = a.y + (size_t_)(tg0 + t) * ldy + n;
-                            if (RMS) {  // qmatmul_normq's tokens: the rmsnorm's scale, after the sums
-                                sg = __fmul_rn(sg, inv[t]);
-                                if (GLU) su = __fmul_rn(su, inv[t]);
+                        for (int o = 16; o > 0; o >>= 1) sg = __fadd_rn(sg, __shfl_xor_sync(0xffffffffu, sg, o));
+                        tot[r] = RMS ? __fmul_rn(sg, inv[t]) : sg;
+                        acc[t][r] = 0.0f;
+                    }
+#pragma unroll
+                    for (int r = 0; r < R; r += 2)  // every lane holds every total: each keeps its pair's
+                        if (lane == t * (R / 2) + r / 2) { e0 = tot[r]; e1 = tot[r + 1]; pt = t; pn = ct * R + r; }
+                }
+                // one call a lane (xi_rope_pair_out is out of line: one copy of the f64 angle's code, not
+                // one for each pair and token count; the tile's pairs rotate at once, in parallel lanes)
+                if (pt >= 0 && pt < tn && pn < a.N)
+                    xi_rope_pair_out(o.rope, a.y + (size_t_)(tg0 + pt) * ldy, pn, e0, e1, tg0 + pt);
+            } else {
+#pragma unroll
+                for (int t = 0; t < TT; t++) {
+                    if (t < tn) {
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            float sg = acc[t][r], su = GLU ? acc[t][NR - R + r] : 0.0f;
+#pragma unroll
+                            for (int o = 16; o > 0; o >>= 1) {
+                                sg = __fadd_rn(sg, __shfl_xor_sync(0xffffffffu, sg, o));
+                                if (GLU) su = __fadd_rn(su, __shfl_xor_sync(0xffffffffu, su, o));
                             }
-                            const float v = GLU ? sg / (1.0f + expf(-sg)) * su : a.accumulate ? __fadd_rn(*yo, sg) : sg;
-                            *yo = v;
-                            if (NQ) yb[32 * t + n - bx * (XI_MVQ_WARPS * R)] = v;
+                            const int n = ct * R + r;
+                            if (lane == 0 && n < a.N) {
+                                float *yo = a.y + (size_t_)(tg0 + t) * ldy + n;
+                                if (RMS) {  // qmatmul_normq's tokens: the rmsnorm's scale, after the sums
+                                    sg = __fmul_rn(sg, inv[t]);
+                                    if (GLU) su = __fmul_rn(su, inv[t]);
+                                }
+                                const float v = GLU ? sg / (1.0f + expf(-sg)) * su : a.accumulate ? __fadd_rn(*yo, sg) : sg;
+                                *yo = v;
+                                if (NQ) yb[32 * t + n - bx * (XI_MVQ_WARPS * R)] = v;
+                            }
                         }
                     }
-                }
 #pragma unroll
-                for (int q = 0; q < NR; q++) acc[t][q] = 0.0f;
+                    for (int q = 0; q < NR; q++) acc[t][q] = 0.0f;
+                }
             }
         }
         cs = cs + 1 == S ? 0 : cs + 1;
@@ -413,7 +487,8 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
 // dynamic shared bytes: backends/cuda/_launch.py's mvq_launch). A CTA's tokens: tt = ceil(T /
 // gridDim.y) from blockIdx.y tt, its accumulators sized for the next of 1, 2, 4, 8 (tt > 8, a
 // launch that breaks the rule, and the shapes the vector body does not take: NaN rows).
-template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, bool PRE = false, bool NQ = false, bool RMS = false>
+template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, bool PRE = false, bool NQ = false, bool RMS = false,
+          bool ROPE = false>
 __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut o = XiMvqOut{nullptr, nullptr}) {
     // the new entries of the matmul kind (normq, rms): at most XI_MVQ_NQ_TT tokens a CTA (mvq_tokens), no
     // code for 8 (qmatmul_DT keeps its own, unchanged)
@@ -443,10 +518,10 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
                 reinterpret_cast<float2 *>(o.xq + (size_t_)a.T * a.N)[(size_t_)tg0 * (a.N >> 5) + i] = make_float2(XI_NAN, XI_NAN);
         return;
     }
-    if (tt == 1) xi_mvq<TYPE, R, S, CG, NORM, GLU, 1, PRE, NQ, RMS>(a, smem, tg0, tn, o);
-    else if (tt == 2) xi_mvq<TYPE, R, S, CG, NORM, GLU, 2, PRE, NQ, RMS>(a, smem, tg0, tn, o);
-    else if (tt <= 4) xi_mvq<TYPE, R, S, CG, NORM, GLU, 4, PRE, NQ, RMS>(a, smem, tg0, tn, o);
-    else if constexpr (!SMALL_TT) xi_mvq<TYPE, R, S, CG, NORM, GLU, 8, PRE, NQ, RMS>(a, smem, tg0, tn, o);
+    if (tt == 1) xi_mvq<TYPE, R, S, CG, NORM, GLU, 1, PRE, NQ, RMS, ROPE>(a, smem, tg0, tn, o);
+    else if (tt == 2) xi_mvq<TYPE, R, S, CG, NORM, GLU, 2, PRE, NQ, RMS, ROPE>(a, smem, tg0, tn, o);
+    else if (tt <= 4) xi_mvq<TYPE, R, S, CG, NORM, GLU, 4, PRE, NQ, RMS, ROPE>(a, smem, tg0, tn, o);
+    else if constexpr (!SMALL_TT) xi_mvq<TYPE, R, S, CG, NORM, GLU, 8, PRE, NQ, RMS, ROPE>(a, smem, tg0, tn, o);
     else xi_grid_begin();  // (unreached: ok holds tt to XI_MVQ_NQ_TT there)
 }
 
@@ -537,9 +612,9 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
 // stages x 2 rows x 1,680 bytes) stay under the first's and two CTAs still fit an SM (4 rows: 107 KB of
 // q6_k stages, one CTA an SM for both products). backends/cuda/_launch.py PAIR_R2 repeats it.
 #define XI_MVQ_PAIR_R2 2
-template <int TA, int TB, bool RMS>
+template <int TA, int TB, bool RMS, bool ROPE = false>
 __device__ __forceinline__ void xi_qmatmul_pair(const uint8_t *w, const uint8_t *w2, const uint8_t *xq, float *y, int T,
-                                                int N, int N2, int K, float eps) {
+                                                int N, int N2, int K, float eps, XiRope rope = {}) {
     const long long b1 = (long long)N * xi_row_bytes_of(TA, K), b2 = (long long)N2 * xi_row_bytes_of(TB, K);
     const int gx = (int)gridDim.x;
     int g1 = (int)(((long long)gx * b1 + (b1 + b2) / 2) / (b1 + b2));
@@ -547,12 +622,13 @@ __device__ __forceinline__ void xi_qmatmul_pair(const uint8_t *w, const uint8_t 
     const float *x = reinterpret_cast<const float *>(xq);
     if ((int)blockIdx.x < g1) {
         const XiMvcArgs a{w, x, nullptr, y, T, N, K, 0, eps};
-        xi_mvq_kernel<TA, XI_MVQ_R(TA, 0, 0), XI_MVQ_S(TA, 0, 0), XI_MVQ_CG(TA), false, false, true, false, RMS>(
-            a, XiMvqOut{nullptr, nullptr, (int)blockIdx.x, g1, N + N2});
+        xi_mvq_kernel<TA, XI_MVQ_R(TA, 0, 0), XI_MVQ_S(TA, 0, 0), XI_MVQ_CG(TA), false, false, true, false, RMS, ROPE>(
+            a, XiMvqOut{nullptr, nullptr, (int)blockIdx.x, g1, N + N2, rope});
     } else {
         const XiMvcArgs a{w2, x, nullptr, y + N, T, N2, K, 0, eps};
-        xi_mvq_kernel<TB, XI_MVQ_PAIR_R2, XI_MVQ_S(TB, 0, 0), XI_MVQ_CG(TB), false, false, true, false, RMS>(
-            a, XiMvqOut{nullptr, nullptr, (int)blockIdx.x - g1, gx - g1, N + N2});
+        rope.col0 = N;  // the second product's columns start at N of the qkv row
+        xi_mvq_kernel<TB, XI_MVQ_PAIR_R2, XI_MVQ_S(TB, 0, 0), XI_MVQ_CG(TB), false, false, true, false, RMS, ROPE>(
+            a, XiMvqOut{nullptr, nullptr, (int)blockIdx.x - g1, gx - g1, N + N2, rope});
     }
 }
 #define XI_QMATMUL_PAIR_ENTRIES(A, B, TA, TB)                                                                         \
@@ -566,4 +642,41 @@ __device__ __forceinline__ void xi_qmatmul_pair(const uint8_t *w, const uint8_t 
         const uint8_t *__restrict__ w, const uint8_t *__restrict__ w2, const uint8_t *__restrict__ xq,                 \
         float *__restrict__ y, xi_qmatmul_rms_pair_c c) {                                                              \
         xi_qmatmul_pair<TA, TB, true>(w, w2, xq, y, c.T, c.N, c.N2, c.K, c.eps);                                       \
+    }
+
+// The rope entries (qmatmul_rope_DT.cu, qmatmul_rms_rope_DT.cu, qmatmul_rope_pair_A_B.cu,
+// qmatmul_rms_rope_pair_A_B.cu): a layer's qkv product as qmatmul_DT / qmatmul_rms_DT / the pairs
+// compute it, then rope_kv_store's rotation and cache stores in the epilogue (XiRope), so no
+// rope_kv_store launch follows; accumulate 0.
+#define XI_ROPE_PARAMS                                                                                           \
+    const int32_t *__restrict__ pos, const int32_t *__restrict__ row, void *__restrict__ k_cache,               \
+        void *__restrict__ v_cache, const float *__restrict__ ff
+#define XI_ROPE_ARGS(C) XiRope{pos, row, k_cache, v_cache, ff, C.n_head, C.n_kv, C.head_dim, C.ctx, C.kv16, 0, C.theta}
+#define XI_QMATMUL_ROPE_ENTRIES(DT, TYPE)                                                                             \
+    extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_rope_##DT(                                           \
+        const uint8_t *__restrict__ w, const uint8_t *__restrict__ xq, float *__restrict__ y, XI_ROPE_PARAMS,         \
+        xi_qmatmul_rope_c c) {                                                                                         \
+        const XiMvcArgs a{w, reinterpret_cast<const float *>(xq), nullptr, y, c.T, c.N, c.K, 0, 0.0f};                 \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0, 0), XI_MVQ_S(TYPE, 0, 0), XI_MVQ_CG(TYPE), false, false, true, false,   \
+                      false, true>(a, XiMvqOut{nullptr, nullptr, 0, 0, 0, XI_ROPE_ARGS(c)});                           \
+    }
+#define XI_QMATMUL_RMS_ROPE_ENTRIES(DT, TYPE)                                                                         \
+    extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_rms_rope_##DT(                                       \
+        const uint8_t *__restrict__ w, const uint8_t *__restrict__ xq, float *__restrict__ y, XI_ROPE_PARAMS,         \
+        xi_qmatmul_rms_rope_c c) {                                                                                     \
+        const XiMvcArgs a{w, reinterpret_cast<const float *>(xq), nullptr, y, c.T, c.N, c.K, 0, c.eps};                \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0, 0), XI_MVQ_S(TYPE, 0, 0), XI_MVQ_CG(TYPE), false, false, true, false,   \
+                      true, true>(a, XiMvqOut{nullptr, nullptr, 0, 0, 0, XI_ROPE_ARGS(c)});                            \
+    }
+#define XI_QMATMUL_ROPE_PAIR_ENTRIES(A, B, TA, TB)                                                                    \
+    extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_rope_pair_##A##_##B(                                 \
+        const uint8_t *__restrict__ w, const uint8_t *__restrict__ w2, const uint8_t *__restrict__ xq,                 \
+        float *__restrict__ y, XI_ROPE_PARAMS, xi_qmatmul_rope_pair_c c) {                                             \
+        xi_qmatmul_pair<TA, TB, false, true>(w, w2, xq, y, c.T, c.N, c.N2, c.K, 0.0f, XI_ROPE_ARGS(c));               \
+    }
+#define XI_QMATMUL_RMS_ROPE_PAIR_ENTRIES(A, B, TA, TB)                                                                \
+    extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_rms_rope_pair_##A##_##B(                             \
+        const uint8_t *__restrict__ w, const uint8_t *__restrict__ w2, const uint8_t *__restrict__ xq,                 \
+        float *__restrict__ y, XI_ROPE_PARAMS, xi_qmatmul_rms_rope_pair_c c) {                                         \
+        xi_qmatmul_pair<TA, TB, true, true>(w, w2, xq, y, c.T, c.N, c.N2, c.K, c.eps, XI_ROPE_ARGS(c));               \
     }

@@ -18,6 +18,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import trio
 from _kernel_refs import launch_matrix_kind
 from _mmq_model import (check_against_model, error_bound, mvq_matmul, normq_inv, normq_tokens, quantize_q8_1,
                         rms_matmul, rms_swiglu, rmsnorm_h, rmsnorm_inv_cta)
@@ -411,6 +412,81 @@ async def test_a_pair_launch_equals_its_two_launches_and_the_model(cuda_dev, mon
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("kv", ["f32", "f16"])
+@pytest.mark.parametrize("rms", [False, True])
+@pytest.mark.parametrize("dt", [d.label for d in QMATMUL_DTYPES] + [f"{a.label}+{b.label}" for a, b in QMATMUL_PAIRS])
+async def test_the_rope_form_equals_the_product_then_rope_kv_store(cuda_dev, monkeypatch, rng, dt, rms, kv):
+    """qmatmul[_rms]_rope_DT and qmatmul[_rms]_rope_pair_A_B (the qkv launch doing rope_kv_store's work):
+    y, the k cache and the v cache bit for bit what the product (qmatmul[_rms]_DT / the pair) then
+    rope_kv_store[_ff][_f16] leave -- every buffer poisoned first, the caches with old rows to keep --
+    with and without freq factors (ones: the no-op the model binds), T = 1, 3, 8, a token at pos -1
+    (not rotated) and one whose row is past the cache (not stored); heads 8 / 2 of 128, K 2048; a
+    pair split as the 8B Q4_K_M qkv (q and k, then v) and after the q heads (k rotated and stored
+    by the second product)."""
+    _force(monkeypatch)
+    nh, nkv, hd, K, ctx = 8, 2, 128, 2048, 40
+    a, b = dt.split("+") if "+" in dt else (dt, None)
+    width = (nh + 2 * nkv) * hd
+    for N in ([width] if b is None else [(nh + nkv) * hd, nh * hd]):
+        await _rope_form_case(cuda_dev, rng, a, b, N, width - N, rms, kv, nh, nkv, hd, K, ctx)
+
+
+async def _rope_form_case(cuda_dev, rng, a, b, N, N2, rms, kv, nh, nkv, hd, K, ctx):
+    """One split of ``test_the_rope_form_equals_the_product_then_rope_kv_store``."""
+    width = N + N2
+    wa = weights(rng, a, N, K)[0]
+    wb = weights(rng, b, N2, K)[0] if b else None
+    bufs = [cuda_dev.upload(wa)] + ([cuda_dev.upload(wb)] if b else [])
+    norm = (rng.standard_normal(K) * 0.5 + 1).astype(F32)
+    kvt = F32 if kv == "f32" else np.float16
+    sfx = "" if kv == "f32" else "_f16"
+    pre, eps = ("qmatmul_rms_", dict(eps=EPS)) if rms else ("qmatmul_", {})
+    name = f"{pre}rope_{a}" if b is None else f"{pre}rope_pair_{a}_{b}"
+    plain = f"{pre}{a}" if b is None else f"{pre}pair_{a}_{b}"
+    for T in (1, 3, 8):
+        x = tokens(rng, T, K)
+        if rms:
+            xq = cuda_dev.upload(_planar_bytes(*normq_tokens(x, norm)))
+        else:
+            xq = cuda_dev.upload(_planar_bytes(*quantize_q8_1(x)))
+        pos = rng.integers(0, 5000, T).astype(np.int32)
+        row = rng.permutation(ctx)[:T].astype(np.int32)
+        if T > 1:
+            pos[1], row[-1] = -1, ctx + 3  # not rotated; not stored
+        pb, rb = cuda_dev.upload(pos), cuda_dev.upload(row)
+        old = (rng.standard_normal((2, ctx, nkv * hd))).astype(kvt)
+        for ff in (np.ones(hd // 2, F32), (rng.uniform(1, 40, hd // 2)).astype(F32)):
+            ones = bool((ff == 1).all())
+            ffb = cuda_dev.upload(ff)
+            rope = dict(n_head=nh, n_kv=nkv, head_dim=hd, ctx=ctx, theta=500000.0)
+            outs = []
+            for fused in (False, True):
+                y = cuda_dev.upload(np.full((T, width), np.nan, F32))
+                kc, vc = cuda_dev.upload(old[0]), cuda_dev.upload(old[1])
+                ex = cuda_dev.executor()
+                if fused:
+                    ex.dispatch(name, bufs + [xq, y, pb, rb, kc, vc, ffb],
+                                dict(T=T, N=N, K=K, **({} if b is None else dict(N2=N2)), **eps, **rope,
+                                     kv16=int(kv == "f16")))
+                else:
+                    ex.dispatch(plain, bufs + [xq, y], dict(T=T, N=N, K=K, **eps, **(
+                        dict(accumulate=0) if b is None else dict(N2=N2))))
+                    ex.dispatch(("rope_kv_store" if ones else "rope_kv_store_ff") + sfx,
+                                [y, pb, rb, kc, vc] + ([] if ones else [ffb]), dict(T=T, row_stride=width, **rope))
+                r = [ex.download(v) for v in (y, kc, vc)]
+                await ex.submit_and_wait()
+                outs.append([r[0].numpy((T, width), F32)] + [v.numpy((ctx, nkv * hd), kvt) for v in r[1:]])
+            what = f"{name} N={N} N2={N2} T={T} ff={'ones' if ones else 'file'}"
+            for got, ref, part in zip(outs[1], outs[0], ("y", "k cache", "v cache")):
+                assert not np.isnan(ref).any(), f"{what}: the two launches left NaN in {part}"
+                assert np.array_equal(got.view(np.uint8), ref.view(np.uint8)), f"{what}: {part} differs"
+            stored = row[(row >= 0) & (row < ctx)]
+            kept = np.setdiff1d(np.arange(ctx), stored)
+            assert np.array_equal(outs[1][1][kept].view(np.uint8), old[0][kept].view(np.uint8)), f"{what}: old k rows"
+            assert not np.array_equal(outs[1][1][stored], old[0][stored]), f"{what}: k not stored"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kv", ["f32", "f16"])
 @pytest.mark.parametrize("nh,nkv,hd", [(9, 3, 64), (32, 8, 128), (4, 2, 256)])
 async def test_attention_quantize_equals_attention_then_quantize_and_the_model(cuda_dev, rng, kv, nh, nkv, hd):
     """attention_quantize[_f16] and attention_batched_quantize[_f16]: out bit for bit as attention's,
@@ -475,7 +551,8 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
     of the same activations, z's codes instead of h's; on the H200 the two paths differed by 0.013
     (q4_1) and 0.0045 (Q4_K_M) of the largest logit, the int8 rounding itself being 0.02-0.04); the
     first runs load the qmatmul kernels, the default's the normq ones and attention_quantize
-    (XINFER_QATT, on throughout: the same bits as its quantizer launch)."""
+    (XINFER_QATT, on throughout: the same bits as its quantizer launch) and the qkv launch's rope
+    form (XINFER_QROPE), whose logits equal those of rope_kv_store's launch (XINFER_QROPE=0) bit for bit."""
     from xinfer_async import llm
     from xinfer_async.llm._synthetic import SHAPES as MODEL_SHAPES
     from xinfer_async.llm._synthetic import write_synthetic_gguf
@@ -484,24 +561,28 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
     path = write_synthetic_gguf(tmp_path / "m.gguf", cfg, dtype, seed=7, progress=False)
     ids = np.random.default_rng(3).integers(0, cfg.vocab_size, size=12).tolist()
     got = {}
-    for on, normq in (("1", "0"), ("0", "0"), ("1", "1")):
+    for on, normq, qrope in (("1", "0", "1"), ("0", "0", "1"), ("1", "1", "1"), ("1", "1", "0")):
         monkeypatch.setenv("XINFER_PREQUANT", on)
         monkeypatch.setenv("XINFER_NORMQ", normq)
+        monkeypatch.setenv("XINFER_QROPE", qrope)
         for chunk in (4, 1):
             model = await llm.load(path, device=cuda_dev, slots=1, ctx=64, chunk=chunk, batching=False)
             try:
-                got[on + normq, chunk] = await model.logits(ids)
+                got[on + normq + ("" if qrope == "1" else "r0"), chunk] = await model.logits(ids)
             finally:
                 await model.aclose()
         if on == "1":
             assert any(n.startswith("qmatmul_") for n in cuda_dev._kernels), "the path did not run"
-        if normq == "1":
-            for fam in ("qmatmul_normq_", "qmatmul_rms_swiglu_", "qmatmul_rms_", "attention_quantize"):
+        if normq == "1" and qrope == "1":
+            for fam in ("qmatmul_normq_", "qmatmul_rms_swiglu_", "qmatmul_rms_rope_", "attention_quantize"):
                 assert any(n.startswith(fam) for n in cuda_dev._kernels), f"{fam} did not run"
     for chunk in (4, 1):
         a, b = got["10", chunk], got["00", chunk]
         assert not np.isnan(a).any() and np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"{dtype} chunk {chunk}"
     assert np.array_equal(got["10", 4].view(np.uint32), got["10", 1].view(np.uint32))
+    for chunk in (4, 1):  # the qkv launch's rope form (XINFER_QROPE) gives rope_kv_store's bits
+        a, b = got["11", chunk], got["11r0", chunk]
+        assert not np.isnan(a).any() and np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"{dtype} qrope {chunk}"
     n4, n1, ref = got["11", 4], got["11", 1], got["10", 1]
     assert not np.isnan(n4).any() and np.array_equal(n4.view(np.uint32), n1.view(np.uint32)), f"{dtype} normq chunk"
     f64 = _naive_forward(load_gguf(path), np.asarray(ids))
@@ -515,10 +596,48 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
     assert d_nq <= BOUND and d_nq <= 1.5 * d_q + 0.01, report
 
 
+@pytest.mark.cuda
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["q4_1", "q4_k_m"])
-@pytest.mark.parametrize("normq,qatt,pair", [(True, True, True), (True, False, False), (False, True, True),
-                                             (False, False, False)])
-def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt, pair):
+async def test_batched_requests_are_the_same_bits_with_the_rope_form(cuda_dev, monkeypatch, tmp_path, dtype):
+    """The batched forward's qkv launches in their rope form (XINFER_QROPE: pos, the sequences' rows, the
+    batched caches) against rope_kv_store's launch (XINFER_QROPE=0): three concurrent greedy requests on a
+    2-layer model of the 8B shape's widths, batched decode steps of 3 rows, each token's log-probabilities
+    (float64 of the step's logits on the host, top 5) equal bit for bit, and the rope form ran."""
+    from xinfer_async import llm
+    from xinfer_async.llm._synthetic import SHAPES as MODEL_SHAPES
+    from xinfer_async.llm._synthetic import write_synthetic_gguf
+
+    cfg = dataclasses.replace(MODEL_SHAPES["llama-3.1-8b"], n_layer=2, vocab_size=4096, context_length=128)
+    path = write_synthetic_gguf(tmp_path / "m.gguf", cfg, dtype, seed=5, progress=False)
+    rng = np.random.default_rng(9)
+    prompts = [rng.integers(0, cfg.vocab_size, size=n).tolist() for n in (5, 9, 3)]
+    got = {}
+    for qrope in ("1", "0"):
+        monkeypatch.setenv("XINFER_QROPE", qrope)
+        model = await llm.load(path, device=cuda_dev, slots=3, ctx=64, chunk=4, batching=True)
+        try:
+            results = [None] * len(prompts)
+
+            async def one(i):
+                results[i] = await model.complete(prompts[i], max_tokens=6, ignore_eos=True, logprobs=5)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(len(prompts)):
+                    nursery.start_soon(one, i)
+            got[qrope] = [[(e.token_id, e.logprob, e.top) for e in r.logprobs] for r in results]
+        finally:
+            await model.aclose()
+        if qrope == "1":
+            assert any("_rope_" in n for n in cuda_dev._kernels), "the rope form did not run"
+    assert got["1"] == got["0"], f"{dtype}: the batched requests differ with the rope form"
+
+
+@pytest.mark.parametrize("dtype", ["q4_1", "q4_k_m"])
+@pytest.mark.parametrize("normq,qatt,pair,qrope", [(True, True, True, True), (True, False, False, True),
+                                                   (False, True, True, False), (False, False, False, True),
+                                                   (True, True, True, False)])
+def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt, pair, qrope):
     """``forward``'s dispatches (cpu, no kernel run) with the cuda decisions forced -- every product on
     1..8 tokens takes quantized tokens, ``normq_fits`` as given -- for a 3-block model, every plan
     (decode, prefill, score and the batched ones): each qmatmul_rms* reads xqn as the last qmatmul_normq
@@ -527,7 +646,10 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt, pa
     qmatmul (plain or normq) reads xq after a quantizer (or attention_quantize, with XINFER_QATT) and
     after its input's last write; with normq off, no normq; with XINFER_QATT=0, no attention_quantize;
     with ``pair_fits`` (Q4_K_M's blocks of a Q6_K attn_v: two qkv parts of two types), one
-    qmatmul[_rms]_pair launch for each such block's qkv, its tokens as above, into qkv itself."""
+    qmatmul[_rms]_pair launch for each such block's qkv, its tokens as above, into qkv itself; with
+    XINFER_QROPE (``_rope_blocks``), each block's qkv launch of one type or a pair in its rope form
+    (pos, the destination rows, the block's caches) and no rope_kv_store after it, where a block of
+    two types without the pair keeps its rope_kv_store."""
     from xinfer_async.llm import _llama
     from xinfer_async.llm._gguf import load_gguf
     from xinfer_async.llm._synthetic import SHAPES as MODEL_SHAPES
@@ -541,6 +663,7 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt, pa
     g = load_gguf(write_synthetic_gguf(tmp_path / "m.gguf", cfg, dtype, seed=1, progress=False), check_tokenizer=False)
     types = {d.label for d in QMATMUL_DTYPES}
     monkeypatch.setenv("XINFER_QATT", "1" if qatt else "0")
+    monkeypatch.setenv("XINFER_QROPE", "1" if qrope else "0")
     with xinfer_async.open_device("cpu") as dev:
         be = type(dev.backend)
         monkeypatch.setattr(be, "quantized_activations",
@@ -557,7 +680,8 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt, pa
         monkeypatch.setattr(_session.ModelSession, "kernel", lenient)
         b = _llama.LlamaBuilder(g, dev, 64, 4, batch_seqs=2, slots=1, gemm_min_t=None)
         monkeypatch.setattr(_llama.LlamaBuilder, "_dispatch",
-                            lambda self, name, binds, consts: (name, [x[0] if isinstance(x, tuple) else x for x in binds]))
+                            lambda self, name, binds, consts: (name, [x[0] if isinstance(x, tuple) else x for x in binds],
+                                                              consts))
         b.definition = type("Frag", (), {"fragment": lambda self, cmds, ins, outs: cmds})()
         want_norms = []
         for i, blk in enumerate(b.blocks):
@@ -567,11 +691,11 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt, pa
         for T, all_logits, batched in plans:
             L = b._layouts[T]
             last = {}  # buffer id -> step of its last write
-            normqs, xqn_writer, x_last, readers, att_q, pairs = [], None, -1, 0, 0, 0
+            normqs, xqn_writer, x_last, readers, att_q, pairs, ropes, stores = [], None, -1, 0, 0, 0, [], 0
             for step, c in enumerate(b.forward(T, all_logits, batched=batched)):
                 if not isinstance(c, tuple):
                     continue
-                name, binds = c
+                name, binds, consts = c
                 what = f"{dtype} T={T} batched={batched} step {step} {name}"
                 xi = 2 if "_pair_" in name else 1  # the tokens' binding
                 if "_pair_" in name:
@@ -596,7 +720,21 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt, pa
                 if name.startswith("qmatmul_normq"):
                     normqs.append(binds[3])
                     xqn_writer = step
-                out = binds[2] if name.startswith("qmatmul_normq") else binds[-1]
+                rope = "_rope_" in name
+                if rope:  # y, then pos, the destination rows, the caches of the block, the freq factors
+                    p, dst, kc, vc, ff = binds[xi + 2:xi + 7]
+                    blk = next(k for k in b.blocks if binds[0] is k.wqkv[0].wd[0])
+                    assert binds[xi + 1] is L["qkv"] and p is L["pos"], what
+                    assert (dst, kc, vc) == ((L["row"], blk.bk_cache, blk.bv_cache) if batched else
+                                             (L["pos"], blk.k_cache, blk.v_cache)), what
+                    assert ff is b._rope_ff and ff is not None, what
+                    assert consts["ctx"] == (b.batch_seqs * b.ctx if batched else b.ctx), what
+                    assert consts["theta"] == blk.theta and consts["kv16"] == 0, what
+                    assert (consts["n_head"], consts["n_kv"], consts["head_dim"]) == (
+                        cfg.n_head, cfg.n_kv_head, cfg.head_dim), what
+                    ropes.append(step)
+                stores += name.startswith("rope_kv_store")
+                out = binds[xi + 1] if rope else binds[2] if name.startswith("qmatmul_normq") else binds[-1]
                 last[id(out)] = (step, name, None)
                 if out is L["x"]:
                     x_last = step
@@ -608,5 +746,7 @@ def test_the_model_wiring_of_normq(monkeypatch, tmp_path, dtype, normq, qatt, pa
             assert att_q == (len(b.blocks) if T <= 8 and qatt else 0), (T, batched, att_q)
             two = sum(len(blk.wqkv) == 2 for blk in b.blocks)
             assert pairs == (two if T <= 8 and pair else 0), (T, batched, pairs, two)
+            fused = len(b.blocks) - (0 if pair else two) if T <= 8 and qrope else 0
+            assert len(ropes) == fused and stores == len(b.blocks) - fused, (T, batched, len(ropes), stores)
             if dtype == "q4_k_m":
                 assert two > 0, "the mix has no block of two qkv types: the pair is not exercised"

@@ -90,6 +90,18 @@ def attention_quant_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     return env_switch(environ, "XINFER_QATT")
 
 
+def qkv_rope_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """``XINFER_QROPE`` unset or ``1``: where a block's qkv product is one quantized launch (one type, or
+    a pair) and nothing runs between it and the rope (no qkv bias, no q/k norm), that launch also
+    rotates q and k and stores k and v into the caches (``qmatmul_rope_DT`` and its rms / pair
+    forms) instead of a ``rope_kv_store`` launch; ``0``: that launch (the A/B of the H200
+    measurements). The bits are the same either way.
+
+    Raises:
+        ValueError: XINFER_QROPE is set to something else than ``0`` / ``1``."""
+    return env_switch(environ, "XINFER_QROPE")
+
+
 def prefill_chunk(device_name: str, ctx: int) -> int:
     """The default prompt tokens of a prefill step on ``device_name``: ``PREFILL_CHUNK`` (cuda:
     512), else ``PREFILL_CHUNK_OTHER`` (64), at most ``ctx``."""
@@ -307,6 +319,12 @@ class LlamaBuilder:
         self._normq = {T: self._normq_products(T) for T in self.plan_sizes}
         #: T -> the blocks whose qkv of two types runs as one launch (``_pair_blocks``)
         self._pairs = {T: self._pair_blocks(T) for T in self.plan_sizes}
+        #: T -> the blocks whose qkv launch does the rope and the KV-cache stores (``_rope_blocks``)
+        self._rope = {T: self._rope_blocks(T) for T in self.plan_sizes}
+        #: rope_kv_store's freq factors for the rope launches: the file's, else ones (an exact no-op)
+        self._rope_ff = self.rope_ff if self.rope_ff is not None or not any(self._rope.values()) else \
+            self.session.weight(np.ones(cfg.head_dim // 2, np.float32), TensorDesc((cfg.head_dim // 2,), "f32"),
+                                "rope_ones")
         #: whether the attention writes the o product's tokens itself (``attention_quantize``, where the o
         #: product takes quantized tokens: ``forward``), its kernels registered here
         self._qatt = attention_quant_enabled() and cfg.head_dim % 32 == 0 and not cfg.architecture.post_norms and \
@@ -504,6 +522,30 @@ class LlamaBuilder:
                 self.session.kernel(f"qmatmul_{'rms_' if rms else ''}pair_{p0.wd[1]}_{p1.wd[1]}")
         return out
 
+    def _rope_blocks(self, T: int) -> set[int]:
+        """The blocks of a T-token pass whose qkv launch also rotates q and k and stores k and v into the
+        caches (``qmatmul_rope_DT``, ``qmatmul_rms_rope_DT``, ``qmatmul_[rms_]rope_pair_A_B``: XINFER_QROPE,
+        ``qkv_rope_enabled``): the qkv is one quantized launch (one part, or a ``_pair_blocks`` pair) and
+        no qkv bias or q/k norm runs between it and the rope. Their kernels registered here."""
+        if not qkv_rope_enabled():
+            return set()
+        cfg, dim, q = self.cfg, self.cfg.dim, self._quantized[T]
+        qkv_w = cfg.q_dim + 2 * self.kv_dim
+        out = set()
+        for i, b in enumerate(self.blocks):
+            if b.bqkv is not None or b.q_norm is not None:
+                continue
+            rms = "rms_" if i > 0 and ("down", i - 1) in self._normq[T] else ""
+            if i in self._pairs[T]:
+                name = f"qmatmul_{rms}rope_pair_{b.wqkv[0].wd[1]}_{b.wqkv[1].wd[1]}"
+            elif len(b.wqkv) == 1 and ("rmsnorm_matmul", b.wqkv[0].wd[1], T, qkv_w, dim) in q:
+                name = f"qmatmul_{rms}rope_{b.wqkv[0].wd[1]}"
+            else:
+                continue
+            out.add(i)
+            self.session.kernel(name)
+        return out
+
     def _fused_dtype(self, prefix: str, parts: list[str]) -> str:
         """The dtype of ``_fused``'s stacked weight: the parts' one dtype and K, else f32."""
         ts = [self._tensor(f"{prefix}{p}.weight") for p in parts]
@@ -651,19 +693,20 @@ class LlamaBuilder:
             return mm(w, src, tmp, dim, k, 0) + [
                 self._dispatch("rmsnorm_add", [tmp, norm, (x, RW)], dict(rows=T, dim=dim, eps=cfg.rms_eps))]
 
-        def qkv_product(b, ready, pair):
+        def qkv_product(b, ready, pair, rope=None):
             """qkv = rmsnorm(x) @ Wqkv^T, a product a part (``_Part``: a run of one type): a part alone
             straight into qkv; two parts with ``pair`` (``_pair_blocks``) in one launch straight into
             their columns; else several at T == 1 each into its columns, at T > 1 each into its (T, n)
             block of ``qkv_parts`` (part after part), then its T rows copied into their columns.
             ``ready``: the tokens already quantized (``_product``; the previous block's down product
-            wrote them), else the first part that takes quantized tokens quantizes them for the rest."""
+            wrote them), else the first part that takes quantized tokens quantizes them for the rest.
+            ``rope``: the block is one of ``_rope_blocks``, (bindings, constants) of ``rope_kv_store``'s work."""
             if pair:
                 return self._product("rmsnorm_matmul", b.wqkv[0].wd, x, b.attn_norm, qkv, T, b.wqkv[0].n, dim, qa=qa,
-                                     ready=ready, pair=b.wqkv[1])
+                                     ready=ready, pair=b.wqkv[1], rope=rope)
             if len(b.wqkv) == 1:
                 return self._product("rmsnorm_matmul", b.wqkv[0].wd, x, b.attn_norm, qkv, T, qkv_w, dim, qa=qa,
-                                     ready=ready)
+                                     ready=ready, rope=rope)
             out, off = [], 0
             for p in b.wqkv:
                 blk = qkv.slice(F32 * p.row0, F32 * p.n) if T == 1 else L["qkv_parts"].slice(F32 * off, F32 * T * p.n)
@@ -681,8 +724,17 @@ class LlamaBuilder:
 
         heads = dict(T=T, n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, q_stride=qkv_w,
                      scale=1.0 / math.sqrt(cfg.head_dim))
+        def rope_args(b, dst_row, k_cache, v_cache, ctx):
+            """(bindings, constants) of the qkv launch's rope form (``_rope_blocks``): rope_kv's work."""
+            return ([pos, dst_row, (k_cache, RW), (v_cache, RW), self._rope_ff],
+                    dict(n_head=cfg.n_head, n_kv=cfg.n_kv_head, head_dim=cfg.head_dim, ctx=ctx,
+                         kv16=int(self._kv_sfx == "_f16"), theta=b.theta))
+
         for i, b in enumerate(self.blocks):
-            cmds += qkv_product(b, (xqn, True) if ("down", i - 1) in nq else None, i in self._pairs[T])
+            fused = i in self._rope[T]  # the qkv launch does rope_kv's work
+            dst = (row, b.bk_cache, b.bv_cache, rows) if batched else (pos, b.k_cache, b.v_cache, self.ctx)
+            cmds += qkv_product(b, (xqn, True) if ("down", i - 1) in nq else None, i in self._pairs[T],
+                                rope_args(b, *dst) if fused else None)
             if b.bqkv is not None:
                 cmds.append(self._dispatch("bias_add", [(qkv, RW), b.bqkv], dict(rows=T, n=qkv_w)))
             if b.q_norm is not None:
@@ -692,20 +744,16 @@ class LlamaBuilder:
             # the attention writes the o product's tokens too, into xq (``attention_quantize``)
             att_q = self._qatt and b.post_attn_norm is None and ("matmul", b.wo[1], T, dim, qd) in self._quantized[T]
             aq, xq_out = ("_quantize", [(qa[1], W_)]) if att_q else ("", [])
+            if not fused:
+                cmds.append(rope_kv(b, *dst))
             if batched:
-                cmds += [
-                    rope_kv(b, row, b.bk_cache, b.bv_cache, rows),
-                    self._dispatch("attention_batched" + aq + self._kv_sfx,
-                                   [qkv, b.bk_cache, b.bv_cache, first, klast, (att, W_), (part, RW), (count, RW)]
-                                   + xq_out, dict(heads, rows=rows, window=b.window)),
-                ]
+                cmds.append(self._dispatch("attention_batched" + aq + self._kv_sfx,
+                                           [qkv, b.bk_cache, b.bv_cache, first, klast, (att, W_), (part, RW), (count, RW)]
+                                           + xq_out, dict(heads, rows=rows, window=b.window)))
             else:
-                cmds += [
-                    rope_kv(b, pos, b.k_cache, b.v_cache, self.ctx),
-                    self._dispatch("attention" + aq + self._kv_sfx,
-                                   [qkv, b.k_cache, b.v_cache, pos, (att, W_), (part, RW), (count, RW)] + xq_out,
-                                   dict(heads, ctx=self.ctx, window=b.window)),
-                ]
+                cmds.append(self._dispatch("attention" + aq + self._kv_sfx,
+                                           [qkv, b.k_cache, b.v_cache, pos, (att, W_), (part, RW), (count, RW)] + xq_out,
+                                           dict(heads, ctx=self.ctx, window=b.window)))
             o_nq = ("o", i) in nq
             cmds += residual(b.wo, att, qd, b.post_attn_norm, b.ffn_norm if o_nq else None,
                              (qa[1], False) if att_q else None)
@@ -737,7 +785,7 @@ class LlamaBuilder:
 
     def _product(self, kind: str, wd, x, norm, y, rows: int, n: int, k: int, accumulate: int = 0,
                  qa: tuple | None = None, ready: tuple | None = None, normq: tuple | None = None,
-                 pair: Any = None) -> list:
+                 pair: Any = None, rope: tuple | None = None) -> list:
         """The commands of one matrix product of ``kind`` (``matmul``, ``rmsnorm_matmul``,
         ``rmsnorm_matmul_swiglu``: the kernel families of ``ops/_kernels.py``) with weight ``wd``
         ((region, dtype), (n, k); swiglu: (2n, k)), input ``x`` (rows, k), output ``y`` (rows, n):
@@ -750,9 +798,12 @@ class LlamaBuilder:
         (norm, buffer), a matmul's launch also writes rmsnorm(y) * norm's tokens there
         (``qmatmul_normq_DT``, ``_normq_products``); where ``pair`` is a second ``_Part`` on the same
         tokens, both in one launch (``qmatmul_pair_A_B`` / ``qmatmul_rms_pair_A_B``, ``_pair_blocks``),
-        y the (rows, n + its n) of both; else the kernel."""
-        if pair is not None and (qa is None or (kind, wd[1], rows, n, k) not in qa[0]):  # _pair_blocks asks only there
-            raise RuntimeError(f"{kind} {wd[1]} ({n}, {k}) at T={rows}: a pair launch, but it takes no quantized tokens")
+        y the (rows, n + its n) of both; where ``rope`` is (bindings, constants) of ``rope_kv_store``'s
+        work, the qkv launch's rope form does it (``_rope_blocks``); else the kernel."""
+        if (pair is not None or rope is not None) and (qa is None or (kind, wd[1], rows, n, k) not in qa[0]):
+            # _pair_blocks and _rope_blocks ask only there (a gemm launch would drop the pair or the rope)
+            what = "a pair launch" if pair is not None else "the rope form"
+            raise RuntimeError(f"{kind} {wd[1]} ({n}, {k}) at T={rows}: {what}, but it takes no quantized tokens")
         if self._gemm is not None and lowers(wd[1], rows, self.gemm_min_t):
             return self._gemm.commands(self.definition.kernels, wd[0], wd[1], x, y, rows, n, k, norm=norm,
                                        eps=self.cfg.rms_eps, accumulate=accumulate,
@@ -764,6 +815,14 @@ class LlamaBuilder:
                 self._dispatch("rmsnorm_quantize_q8_1", [x, norm, (xq, W_)], dict(T=rows, K=k, eps=self.cfg.rms_eps))]
             eps = dict(eps=self.cfg.rms_eps) if rms else {}
             pre = "qmatmul_rms_" if rms else "qmatmul_"
+            if rope is not None:
+                rb, rc = rope
+                if pair is not None:
+                    return cmds + [self._dispatch(f"{pre}rope_pair_{wd[1]}_{pair.wd[1]}",
+                                                  [wd[0], pair.wd[0], xq, (y, W_)] + rb,
+                                                  dict(T=rows, N=n, N2=pair.n, K=k, **eps, **rc))]
+                return cmds + [self._dispatch(f"{pre}rope_{wd[1]}", [wd[0], xq, (y, W_)] + rb,
+                                              dict(T=rows, N=n, K=k, **eps, **rc))]
             if pair is not None:
                 return cmds + [self._dispatch(f"{pre}pair_{wd[1]}_{pair.wd[1]}", [wd[0], pair.wd[0], xq, (y, W_)],
                                               dict(T=rows, N=n, N2=pair.n, K=k, **eps))]
@@ -774,7 +833,7 @@ class LlamaBuilder:
                                               dict(T=rows, N=n, K=k, accumulate=accumulate))]
             return cmds + [self._dispatch(f"{pre}{wd[1]}", [wd[0], xq, (y, RW)],
                                           dict(T=rows, N=n, K=k, accumulate=accumulate, **eps))]
-        if normq is not None or ready is not None:  # _normq_products and qkv_product ask only where qa holds it
+        if normq is not None or ready is not None:  # their callers ask only where qa holds it
             raise RuntimeError(f"{kind} {wd[1]} ({n}, {k}) at T={rows}: tokens quantized for it, but it takes none")
         consts = dict(T=rows, N=n, K=k)
         if kind != "rmsnorm_matmul_swiglu":

@@ -469,6 +469,63 @@ for _a, _b in QMATMUL_PAIRS:
              doc=_PAIR_DOC.format(single="`qmatmul_rms") + "; " + _RMS_DOC)
 
 
+# -- a layer's qkv product with rope_kv_store in its epilogue (shaders/xi_mvq.cuh XiRope: one launch fewer) --
+_kv_cache_any = lambda c: (2 if c["kv16"] else 4) * max(0, c["ctx"] * c["n_kv"] * c["head_dim"])  # noqa: E731
+_ROPE_BINDINGS = [("pos", R, "(T) i32", _f32(lambda c: c["T"])), ("row", R, "(T) i32", _f32(lambda c: c["T"])),
+                  ("k_cache", RW, "(ctx, n_kv*hd) f32 or f16", _kv_cache_any),
+                  ("v_cache", RW, "(ctx, n_kv*hd) f32 or f16", _kv_cache_any),
+                  ("freq_factors", R, "(head_dim/2)", _f32(lambda c: c["head_dim"] // 2))]
+_ROPE_CONSTS = ["n_head", "n_kv", "head_dim", "ctx", "kv16", "theta:f32"]
+
+
+def _rope_ok(width: str):
+    """The rope entries' checks: the product's rows are a whole qkv row, head_dim even, kv16 0 or 1; a
+    pair's first product whole heads (its pairs then never straddle the two products)."""
+    def check(c):
+        n = c["N"] + c.get("N2", 0)
+        if n != _qkv_width(c):
+            return f"{width}={n} is not (n_head + 2 n_kv) * head_dim = {_qkv_width(c)}"
+        if c["head_dim"] % 2:
+            return f"head_dim={c['head_dim']} must be even"
+        if "N2" in c and c["head_dim"] and c["N"] % c["head_dim"]:
+            return f"N={c['N']} is not whole heads of head_dim={c['head_dim']}"
+        if c["kv16"] not in (0, 1):
+            return f"kv16={c['kv16']} must be 0 or 1"
+        return None
+    return check
+
+
+_ROPE_DOC = ("; then, as `rope_kv_store` (`_f16` where kv16) on those rows with row_stride N (+ N2): each adjacent "
+             "pair of a q or k head rotated by pos[t] (pair i's angle divided by freq_factors[i]: ones where the model "
+             "has none, an exact no-op), k and v stored at row[t] of the caches -- the same bits as the two launches, "
+             "in one (shaders/xi_mvq.cuh XiRope); cuda only")
+for _dt in QMATMUL_DTYPES:
+    _qk = _K2048 if _dt.label == "q6_k" else _K256
+    for _rms in (False, True):
+        _declare(f"qmatmul_{'rms_' if _rms else ''}rope_{_dt.label}",
+                 [("w", R, "(N, K) DT", _matrix(_dt)),
+                  ("xq", R, "(T, K) q8_1 planar" + (" + ss" if _rms else ""), _q8_1ss if _rms else _q8_1),
+                  ("y", W, "(T, N)", _f32(lambda c: c["T"] * c["N"]))] + _ROPE_BINDINGS,
+                 ["T", "N", "K"] + (["eps:f32"] if _rms else []) + _ROPE_CONSTS, check=_all(_qk, _rope_ok("N")),
+                 struct=f"qmatmul_{'rms_' if _rms else ''}rope", cpu=False,
+                 cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "0"))),
+                 doc=("`qmatmul_rms_DT` (" + _RMS_DOC.split("; cuda only")[0] + ")" if _rms else "`qmatmul_DT`")
+                 + " with accumulate 0" + _ROPE_DOC)
+for _a, _b in QMATMUL_PAIRS:
+    _pair = f"{_a.label}_{_b.label}"
+    _w2 = (lambda dt: lambda c: dt.nbytes(c["N2"] * c["K"]))(_b)
+    _y2 = _f32(lambda c: c["T"] * (c["N"] + c["N2"]))
+    for _rms in (False, True):
+        _declare(f"qmatmul_{'rms_' if _rms else ''}rope_pair_{_pair}",
+                 [("w", R, "(N, K) A", _matrix(_a)), ("w2", R, "(N2, K) B", _w2),
+                  ("xq", R, "(T, K) q8_1 planar" + (" + ss" if _rms else ""), _q8_1ss if _rms else _q8_1),
+                  ("y", W, "(T, N + N2)", _y2)] + _ROPE_BINDINGS,
+                 ["T", "N", "N2", "K"] + (["eps:f32"] if _rms else []) + _ROPE_CONSTS,
+                 check=_all(_K2048, _rope_ok("N + N2")), struct=f"qmatmul_{'rms_' if _rms else ''}rope_pair", cpu=False,
+                 cuda=CudaLaunch(family="qmatmul_pair", params=(("dt", _a.label), ("dt2", _b.label))),
+                 doc=f"`qmatmul_{'rms_' if _rms else ''}pair_{_pair}`" + _ROPE_DOC)
+
+
 def kernel_spec(name: str) -> KernelSpec:
     """The declaration of kernel ``name``.
 

@@ -1,0 +1,3 @@
+#include "xi_mvq.cuh"
+// w (N, K) q8_0, xq: quantize_q8_1's tokens -> y (T, N) f32 and the rope / KV-cache stores of rope_kv_store in the epilogue (xi_mvq.cuh XiRope).
+XI_QMATMUL_ROPE_ENTRIES(q8_0, XI_Q8_0)
