@@ -432,7 +432,10 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
                 // one for each pair and token count; the tile's pairs rotate at once, in parallel lanes)
                 if (pt >= 0 && pt < tn && pn < a.N)
                     xi_rope_pair_out(o.rope, a.y + (size_t_)(tg0 + pt) * ldy, pn, e0, e1, tg0 + pt);
-            } else {
+            } else {  // the sums; then row r of token t by lane t R + r (one store path, not one a row and token count)
+                static_assert(TT * R <= 32, "a lane for each row of a tile's tokens");
+                float g = 0.0f, u = 0.0f;
+                int mt = -1, mr = 0;  // this lane's row: row ct R + mr of token tg0 + mt
 #pragma unroll
                 for (int t = 0; t < TT; t++) {
                     if (t < tn) {
@@ -444,21 +447,22 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
                                 sg = __fadd_rn(sg, __shfl_xor_sync(0xffffffffu, sg, o));
                                 if (GLU) su = __fadd_rn(su, __shfl_xor_sync(0xffffffffu, su, o));
                             }
-                            const int n = ct * R + r;
-                            if (lane == 0 && n < a.N) {
-                                float *yo = a.y + (size_t_)(tg0 + t) * ldy + n;
-                                if (RMS) {  // qmatmul_normq's tokens: the rmsnorm's scale, after the sums
-                                    sg = __fmul_rn(sg, inv[t]);
-                                    if (GLU) su = __fmul_rn(su, inv[t]);
-                                }
-                                const float v = GLU ? sg / (1.0f + expf(-sg)) * su : a.accumulate ? __fadd_rn(*yo, sg) : sg;
-                                *yo = v;
-                                if (NQ) yb[32 * t + n - bx * (XI_MVQ_WARPS * R)] = v;
-                            }
+                            if (lane == t * R + r) { g = sg; u = su; mt = t; mr = r; }  // every lane holds every total
                         }
                     }
 #pragma unroll
                     for (int q = 0; q < NR; q++) acc[t][q] = 0.0f;
+                }
+                const int n = ct * R + mr;
+                if (mt >= 0 && n < a.N) {
+                    float *yo = a.y + (size_t_)(tg0 + mt) * ldy + n;
+                    if (RMS) {  // qmatmul_normq's tokens: the rmsnorm's scale, after the sums
+                        g = __fmul_rn(g, inv[mt]);
+                        if (GLU) u = __fmul_rn(u, inv[mt]);
+                    }
+                    const float v = GLU ? g / (1.0f + expf(-g)) * u : a.accumulate ? __fadd_rn(*yo, g) : g;
+                    *yo = v;
+                    if (NQ) yb[32 * mt + n - bx * (XI_MVQ_WARPS * R)] = v;
                 }
             }
         }
