@@ -92,6 +92,7 @@ def test_bench_model_runs_and_writes_json_with_the_comparison(tmp_path):
                           "--compare", "torch", "--compare-batches", "1", "--json", str(out)])
     assert rc == 0
     d = json.loads(out.read_text())
+    assert d["ctx"] == 16 + 4 + 64  # the default: what the rows need, 64 to spare
     assert [r["slots"] for r in d["decode"]] == [1, 2]
     for r in d["decode"]:
         assert {"agg_tok_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90", "ttft_ms_p50"} <= r.keys()
@@ -105,6 +106,20 @@ def test_bench_model_runs_and_writes_json_with_the_comparison(tmp_path):
         assert cmp["rows"][0]["batch"] == 1 and cmp["rows"][0]["speedup"] > 0
     else:
         assert cmp["reason"] in ("PyTorch is not installed",) or cmp["reason"].endswith("sees no CUDA device")
+
+
+def test_bench_model_ctx_sizes_the_cache_and_rejects_too_few_tokens(tmp_path, capsys):
+    out = tmp_path / "model.json"
+    rc = bench_main.main(["model", "--model", "synthetic:tiny", "--device", "cpu", "--slots", "1", "--ctx", "200",
+                          "--max-tokens", "3", "--warmup-tokens", "2", "--prompt-tokens", "8", "--repeats", "1",
+                          "--json", str(out)])
+    assert rc == 0 and json.loads(out.read_text())["ctx"] == 200
+    assert "KV cache 200 tokens a slot" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        bench_main.main(["model", "--model", "synthetic:tiny", "--device", "cpu", "--ctx", "100",
+                         "--max-tokens", "3", "--prompt-tokens", "40"])
+    assert exc.value.code == 2
+    assert "--ctx must be >= 107 (the 40-token prompt + 3 tokens + 64), got 100" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not HAVE_MPL, reason="matplotlib is not installed (the [plot] extra)")

@@ -7,7 +7,8 @@ tools/mmq_bench.py, whose graph timing it reuses); run it from the repository ro
 launches a profiler sees are then that variant's (.ci/h200's ncu-attention stage).
 
 Shapes: Llama-3.1-8B's heads (32 query heads, 8 kv heads, head_dim 128) and SmolLM2's (9 / 3, 64); every
-token attends the whole cache (p = ctx - 1). Variants (rows):
+token attends the whole cache (p = ctx - 1), or its first ``--keys`` (the launch still sized for the
+cache, as a model's is). Variants (rows):
 
 - ``old``: the single-pass kernel before split-K (tools/attention_bench_old.cuh: a block per (token,
   kv head, share of its query heads) walks every key), f32 cache;
@@ -70,10 +71,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ctx", default="128,1024,4096,16384", help="context lengths (default: 128,1024,4096,16384)")
     ap.add_argument("--ts", default="1", help="tokens a launch, each over the whole cache (default: 1)")
+    ap.add_argument("--keys", type=int, default=None,
+                    help="keys each token attends, at most the context (default: the whole context); the launch "
+                         "stays sized for --ctx, as a model's is for its cache (e.g. --ctx 2048 --keys 64: a short "
+                         "row in a default-sized cache)")
     ap.add_argument("--heads", default="8b,smollm2", help=f"head shapes of {sorted(HEADS)} (default: both)")
     ap.add_argument("--only", choices=VARIANTS, default=None,
                     help="time that variant alone, no comparison (e.g. for a profiler: its launches alone)")
     args = ap.parse_args(argv)
+    if args.keys is not None and args.keys < 1:
+        ap.error(f"--keys must be >= 1, got {args.keys}")
 
     from xinfer_async.backends.cuda import CUDABackend
     from xinfer_async.backends.cuda import _launch
@@ -94,7 +101,8 @@ def main(argv=None) -> int:
     for hname in args.heads.split(","):
         nh, nkv, hd = HEADS[hname]
         for T in [int(t) for t in args.ts.split(",")]:
-            print(f"\n{hname}: {nh} q heads, {nkv} kv heads, head_dim {hd}, T = {T}")
+            print(f"\n{hname}: {nh} q heads, {nkv} kv heads, head_dim {hd}, T = {T}"
+                  + (f", rows of {args.keys} keys (at most the context)" if args.keys else ""))
             print(f"  {'ctx':>6} " + " ".join(f"{v:>22}" for v in ("old", "one", "split", "split f16"))
                   + "   max |diff| / max |old|: one, split, split f16")
             for ctx in [int(c) for c in args.ctx.split(",")]:
@@ -103,7 +111,8 @@ def main(argv=None) -> int:
                 packed = kernel_spec("attention").pack(c)[0]
                 qv = rng.standard_normal(T * nh * hd).astype(np.float32)
                 kv32 = rng.standard_normal(2 * ctx * nkv * hd).astype(np.float32)
-                pos = np.full(T, ctx - 1, np.int32)
+                keys = min(ctx, args.keys or ctx)
+                pos = np.full(T, keys - 1, np.int32)
                 bufs = {}
                 for name, arr in (("q", qv), ("pos", pos)):
                     bufs[name] = be.alloc(arr.nbytes)
@@ -159,7 +168,7 @@ def main(argv=None) -> int:
                     graph = [cmd(variant, i) for i in range(LAUNCHES)]
                     us = graph_replay_ms(be, q, (e0, e1), graph, reps=7) * 1e3 / LAUNCHES
                     _, _, dt, S = launches(variant)
-                    gbs = 2 * caches[dt][3] / us / 1e3
+                    gbs = 2 * caches[dt][3] * keys / ctx / us / 1e3  # the keys' k and v bytes
                     results[variant + " us"] = us
                     cells.append(f"{us:8.1f} {gbs:6.0f} S={S:<3}")
                 if args.only:

@@ -28,7 +28,7 @@ the prefill's tok/s (median of ``--repeats``). Warm-up requests on every slot ru
 left out; every time is taken after the fence is awaited (a token reaches the caller only then).
 
 Usage: ``xinfer-async bench model [--model NAME|PATH] [--device cpu|cuda] [--slots 1,4,8]
-[--batching] [--max-tokens 64] [--json FILE] [--plot FILE.png] [--compare torch]
+[--batching] [--max-tokens 64] [--ctx N] [--json FILE] [--plot FILE.png] [--compare torch]
 [--compare llama.cpp --llama-bench PATH [--repeats 3]] [--kernels] [--timeline]``
 
 ``--compare torch`` (where PyTorch sees a CUDA device) times ``_torch_ref``'s hand-written decode step of
@@ -272,7 +272,7 @@ async def _main(args) -> dict:
     from .. import llm
 
     slot_counts = [int(s) for s in args.slots.split(",")]
-    ctx = args.prompt_tokens + args.max_tokens + 64
+    ctx = args.ctx
     rows = []
     model = peer = None
     reps = args.repeats if args.peer is not None else 1
@@ -297,7 +297,8 @@ async def _main(args) -> dict:
             f16_bytes = model.builder.f16_weight_bytes
             print(f"model {model!r}; weights {weight_bytes / 1e6:.1f} MB; resident f16 weights "
                   f"{f'{f16_bytes / 1e6:.1f} MB' if f16_bytes else 'off'} (XINFER_F16_WEIGHTS); prefill chunk "
-                  f"{model.chunk}, {model.builder.step_prompt_rows} prompt rows a batched step; loaded in {load_s:.2f} s")
+                  f"{model.chunk}, {model.builder.step_prompt_rows} prompt rows a batched step; KV cache {model.ctx} tokens a slot; "
+                  f"loaded in {load_s:.2f} s")
             print(f"device {getattr(dev, 'description', dev.name)}; peak bandwidth: "
                   f"{f'{peak:.0f} GB/s' if peak else 'not known (reported only)'}")
             if args.peer is not None:
@@ -391,7 +392,7 @@ async def _main(args) -> dict:
                         model_path=str(peer.model), build_commit=build, threads=peer.threads, cuda=peer.cuda,
                         repetitions=reps, loadavg=loadavg_start, loadavg_end=os.getloadavg(), runs=peer_rows)
     return dict(model=str(args.model), device=dev.name, weight_bytes=weight_bytes, f16_weight_bytes=f16_bytes,
-                chunk=model.chunk, batching=args.batching,
+                chunk=model.chunk, ctx=model.ctx, batching=args.batching,
                 max_tokens=args.max_tokens, peak_gb_per_s=peak, decode=rows, prefill=prefill, config=model.config,
                 kernel_profile=profile, timeline=timeline, llamacpp=llamacpp)
 
@@ -489,6 +490,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup-tokens", type=int, default=8, help="tokens of each warm-up request (default: 8)")
     p.add_argument("--prompt-tokens", type=int, default=None,
                    help="prompt length of the prefill row (default: 256; 512 with --compare llama.cpp, as pp512)")
+    p.add_argument("--ctx", type=int, default=None,
+                   help="KV cache tokens a slot (default: the prompt tokens + max tokens + 64, the least the rows "
+                        "need; cuda sizes the attention launch for it, so e.g. 2048, load's default, times what a "
+                        "default load runs)")
     p.add_argument("--repeats", type=int, default=3,
                    help="prefill runs, median reported; with --compare llama.cpp, the interleaved runs of every "
                         "figure, ours and llama.cpp's (default: 3)")
@@ -524,6 +529,12 @@ def main(argv: list[str] | None = None) -> int:
     args.prompt_tokens = args.prompt_tokens or (512 if with_llamacpp else 256)
     if args.repeats < 1:
         p.error(f"--repeats must be >= 1, got {args.repeats}")
+    least = args.prompt_tokens + args.max_tokens + 64  # what the rows need, 64 tokens to spare
+    if args.ctx is None:
+        args.ctx = least
+    elif args.ctx < least:
+        p.error(f"--ctx must be >= {least} (the {args.prompt_tokens}-token prompt + {args.max_tokens} tokens + 64), "
+                f"got {args.ctx}")
     args.peer = None
     if with_llamacpp:
         try:
