@@ -83,8 +83,10 @@ def test_decode_entries_are_launched_for_decode_sized_launches_only(monkeypatch)
                                (1, 256, True, "_d8"), (1, 128, False, "_d4"), (1, 64, False, "")]:
         c = _c(T, 640, 32, 8, hd)
         grid, block, shared, suffix = attention_launch(c, sms, deep=deep)
-        assert (grid, block, shared, suffix) == (attention_grid(c, sms), (256, 1, 1), 0, entry)
+        staged = {"_s": 8 * 32 * 64 * 4, "_d4s": 8 * 32 * 128 * 4}.get(entry, 0)  # the warps' v rows, f32-sized
+        assert (grid, block, shared, suffix) == (attention_grid(c, sms), (256, 1, 1), staged, entry)
     family = FAMILIES["attention"]
+    assert family({}, sms=sms, stage_max=0, cc=(9, 0)).opt_in == {"_s": 65536, "_d4s": 131072}
     for env, entry in [(None, "_d4s"), ("1", "_d4s"), ("0", "_d4")]:
         if env is None:
             monkeypatch.delenv("XINFER_ATT_DEEP", raising=False)

@@ -565,6 +565,13 @@ def attention_grid(c: dict, sms: int) -> tuple[int, int, int]:
 _ATT_ENTRIES = ((64, "", "_s"), (128, "_d4", "_d4s"), (256, "_d8", None))
 
 
+def att_vstage_bytes(head_dim_max: int) -> int:
+    """Dynamic shared bytes of a decode entry of head_dim at most ``head_dim_max`` (64: ``_s``, 128:
+    ``_d4s``): its 8 warps' staged v rows, 32 rows of ``head_dim_max`` f32 values each (an f16 cache
+    uses half; shaders/xi_attention.cuh XI_ATT_VST)."""
+    return 8 * 32 * head_dim_max * 4
+
+
 def attention_entries() -> tuple[str, ...]:
     """The entry suffixes of an attention shader (XI_ATT_ENTRIES in shaders/xi_attention.cuh)."""
     return tuple(e[1] for e in _ATT_ENTRIES) + tuple(e[2] for e in _ATT_ENTRIES if e[2])
@@ -575,10 +582,12 @@ def attention_launch(c: dict, sms: int, deep: bool = True) -> tuple[tuple[int, i
     threads, the entry of the narrowest head_dim that holds ``c["head_dim"]`` (a wider one than the
     widest entry gets that entry, which writes NaN rows: the kernels' checks say so); where T <=
     SPLIT_T_MAX and ``deep``, that head_dim's decode entry (``_s``, ``_d4s``: a chunk's loads in fewer
-    rounds at one block an SM; the same bits) where it has one."""
+    rounds at one block an SM, its v rows staged in ``att_vstage_bytes`` of shared memory; the same
+    bits) where it has one."""
     e = next((e for e in _ATT_ENTRIES if c["head_dim"] <= e[0]), _ATT_ENTRIES[-1])
-    suffix = e[2] if deep and e[2] and max(1, c["T"]) <= SPLIT_T_MAX else e[1]
-    return attention_grid(c, sms), (256, 1, 1), 0, suffix
+    if deep and e[2] and max(1, c["T"]) <= SPLIT_T_MAX:
+        return attention_grid(c, sms), (256, 1, 1), att_vstage_bytes(e[0]), e[2]
+    return attention_grid(c, sms), (256, 1, 1), 0, e[1]
 
 
 def matmul_entries(dt: str) -> tuple[str, ...]:
@@ -794,7 +803,8 @@ def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int
     Raises:
         ValueError: XINFER_ATT_DEEP set to something other than '', '0', '1'."""
     return Family(attention_entries(), functools.partial(attention_launch, sms=sms,
-                                                         deep=env_switch(os.environ, "XINFER_ATT_DEEP")), {})
+                                                         deep=env_switch(os.environ, "XINFER_ATT_DEEP")),
+                  {e[2]: att_vstage_bytes(e[0]) for e in _ATT_ENTRIES if e[2]})
 
 
 #: family name (``CudaLaunch.family`` of a declaration) -> (params, sms=, stage_max=, cc=[, pq_max=]) -> ``Family``
