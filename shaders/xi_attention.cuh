@@ -48,8 +48,14 @@
 // cp.async as the chunk starts, beside its k loads, and p @ V reads them there after the softmax: one
 // round trip for the chunk's v instead of one a XI_ATT_VB rows. A warp's part: 32 rows of 32 D values of
 // KV; the launch gives XI_ATT_WARPS of them at the f32 size for either cache (backends/cuda/_launch.py
-// att_vstage_bytes).
+// att_vstage_bytes) where the device's shared memory holds them beside the static; where it gives fewer
+// bytes (%dynamic_smem_size), the rows are not staged.
 #define XI_ATT_VST(D) (32 * (D))
+__device__ __forceinline__ unsigned xi_dynamic_smem_size() {
+    unsigned n;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+    return n;
+}
 // warp's part of the staged v rows (the dynamic shared memory of the decode entries only)
 template <int D, typename KV> __device__ __forceinline__ KV *xi_att_vrows(int warp) {
     extern __shared__ __align__(16) uint8_t xi_att_dyn[];
@@ -391,8 +397,9 @@ __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV
     // time; else one at a time, the same sums
     const bool vec = (hd & 3) == 0 && ((size_t_)kb & (4 * sizeof(KV) - 1)) == 0;
     // the decode entries' v rows staged by cp.async where they are whole 16-byte pieces (see XI_ATT_VST)
-    const bool vst = DEEP && ((hd * sizeof(KV)) & 15) == 0 && hd * sizeof(KV) <= 512 &&
-                     (((size_t_)vb | kv_row * sizeof(KV)) & 15) == 0;
+    const bool vst = DEEP && hd > 0 && ((hd * sizeof(KV)) & 15) == 0 &&
+                     (((size_t_)vb | kv_row * sizeof(KV)) & 15) == 0 &&
+                     xi_dynamic_smem_size() >= (unsigned)(XI_ATT_WARPS * 32 * XI_ATT_VST(D) * sizeof(KV));
     // the first segment's rows now, each next one's as the one before starts (the first run of heads);
     // decode-sized launches only (T <= XI_ATT_SPLIT_T_MAX): in a prompt's launch the rows of a chunk
     // share their keys, which the loads of the earlier rows bring to L2 anyway, and there the requests
