@@ -577,12 +577,21 @@ def att_vstage_bytes(head_dim_max: int) -> int:
 ATT_STATIC_SHARED = 44 * 1024
 
 
+#: the widest head_dim whose decode entry stages its v rows. H200, 2026-12-03 (tools/attention_bench.py,
+#: us a launch against the entries reading v from memory): head_dim 64 (SmolLM2's heads) 4.4 / 5.3 / 8.8
+#: at 16 / 128 / 640 keys against 4.7 / 6.2 / 9.1; head_dim 128 (the 8B's) 5.3 / 7.0 at 16 / 128 keys
+#: against 5.6 / 7.6 but 12.6 / 13.5 / 28.2 at 640 / 704 / 2048 against 11.8 / 11.9 / 25.9: 128 KB of
+#: staged rows cost more than they save once the rows are long, so ``_d4s`` reads v from memory
+ATT_VSTAGE_HEAD_DIM_MAX = 64
+
+
 def att_vstage(pq_max: int) -> dict[str, int]:
-    """Decode entry suffix -> the dynamic shared bytes its staged v rows take, for those whose bytes
-    and static shared memory fit a block's opt-in (``pq_max`` + 1 KB: ``pq_stage_max_for``); the
-    others get none and read v from global memory (the kernel checks %dynamic_smem_size)."""
+    """Decode entry suffix -> the dynamic shared bytes its staged v rows take, for those of head_dim at
+    most ``ATT_VSTAGE_HEAD_DIM_MAX`` whose bytes and static shared memory fit a block's opt-in
+    (``pq_max`` + 1 KB: ``pq_stage_max_for``); the others get none and read v from global memory (the
+    kernel checks %dynamic_smem_size)."""
     return {e[2]: att_vstage_bytes(e[0]) for e in _ATT_ENTRIES
-            if e[2] and ATT_STATIC_SHARED + att_vstage_bytes(e[0]) <= pq_max + 1024}
+            if e[2] and e[0] <= ATT_VSTAGE_HEAD_DIM_MAX and ATT_STATIC_SHARED + att_vstage_bytes(e[0]) <= pq_max + 1024}
 
 
 def attention_entries() -> tuple[str, ...]:
