@@ -40,8 +40,27 @@
 #define XI_ATT_SEG_KEYS 256
 #define XI_ATT_SEGS_MAX 32
 #define XI_ATT_SPLIT_T_MAX 8
-// DEEP segments (the decode entries): v rows a load round (8: no spill; 16 measured slower on the 8B shape)
+// DEEP segments (the decode entries): v rows a load round (8: no spill; 16 measured slower on the 8B shape),
+// where the rows are not staged (below)
 #define XI_ATT_VB 8
+// DEEP segments where a v row is whole 16-byte pieces (head_dim * sizeof(KV) % 16 == 0, rows and cache
+// 16-byte aligned): each warp copies its chunk's v rows into its part of the dynamic shared memory by
+// cp.async as the chunk starts, beside its k loads, and p @ V reads them there after the softmax: one
+// round trip for the chunk's v instead of one a XI_ATT_VB rows. A warp's part: 32 rows of 32 D values of
+// KV; the launch gives XI_ATT_WARPS of them at the f32 size for either cache (backends/cuda/_launch.py
+// att_vstage_bytes) where the device's shared memory holds them beside the static; where it gives fewer
+// bytes (%dynamic_smem_size), the rows are not staged.
+#define XI_ATT_VST(D) (32 * (D))
+__device__ __forceinline__ unsigned xi_dynamic_smem_size() {
+    unsigned n;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+    return n;
+}
+// warp's part of the staged v rows (the dynamic shared memory of the decode entries only)
+template <int D, typename KV> __device__ __forceinline__ KV *xi_att_vrows(int warp) {
+    extern __shared__ __align__(16) uint8_t xi_att_dyn[];
+    return reinterpret_cast<KV *>(xi_att_dyn) + (size_t_)warp * 32 * XI_ATT_VST(D);
+}
 
 // Keys a segment of a row attending keys 0..p (p >= 0): 256 * ceil((p + 1) / (256 * XI_ATT_SEGS_MAX)).
 __device__ __forceinline__ int xi_att_seg_keys(int p) {
@@ -88,7 +107,7 @@ __device__ __forceinline__ void xi_att_merge(float &M, float &L, float &R, float
 // a thread: G * 32 * D == 256 for every entry). vec: k rows read 4 values at a time.
 template <int D, int G, typename KV, bool DEEP = false>
 __device__ __forceinline__ void xi_att_segment(const KV *__restrict__ kb, const KV *__restrict__ vb, size_t_ kv_row,
-                                               int n, int hd, int gn, float scale, bool vec, xi_att_smem &sm,
+                                               int n, int hd, int gn, float scale, bool vec, bool vst, xi_att_smem &sm,
                                                float &pm, float &pl, float &pr) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float acc[G][D], m[G], ls[G];
@@ -101,6 +120,17 @@ __device__ __forceinline__ void xi_att_segment(const KV *__restrict__ kb, const 
     }
     for (int c0 = warp * 32; c0 < n; c0 += XI_ATT_WARPS * 32) {
         const int j = c0 + lane, nk = min(32, n - c0);
+        if (DEEP && vst) {  // the chunk's v rows into the warp's part, 16 bytes a lane a copy, rows in turn
+            __syncwarp();   // the previous chunk's reads of the part are done
+            KV *const vs = xi_att_vrows<D, KV>(warp);
+            const int pcs = hd * (int)sizeof(KV) / 16, rows = 32 / pcs;  // pieces a row (<= 32), rows a round
+            const int r = lane / pcs, pc = lane - r * pcs;
+            if (r < rows)
+                for (int r0 = r; r0 < nk; r0 += rows)
+                    xi_cp16(reinterpret_cast<uint8_t *>(vs + r0 * XI_ATT_VST(D)) + 16 * pc,
+                            reinterpret_cast<const uint8_t *>(vb + (size_t_)(c0 + r0) * kv_row) + 16 * pc);
+            xi_cp_commit();
+        }
         // scores of key j (lanes past the segment: -inf)
         float s[G];
         {
@@ -193,7 +223,27 @@ __device__ __forceinline__ void xi_att_segment(const KV *__restrict__ kb, const 
         }
         // p @ V over the chunk's keys in order
         const KV *vr = vb + (size_t_)c0 * kv_row;
-        if constexpr (DEEP) {  // XI_ATT_VB rows' loads a round, then their products in key order
+        if (DEEP && vst) {  // the staged rows, in key order
+            xi_cp_wait_all();
+            __syncwarp();  // every lane's copies are in
+            const KV *const vs = xi_att_vrows<D, KV>(warp);
+#pragma unroll 8
+            for (int jj = 0; jj < 32; jj++) {
+                if (jj >= nk) break;
+                float vv[D];
+#pragma unroll
+                for (int i = 0; i < D; i++) {
+                    const int d = lane + 32 * i;
+                    vv[i] = d < hd ? xi_kv1(vs + jj * XI_ATT_VST(D) + d) : 0.0f;
+                }
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    const float w = __shfl_sync(0xffffffffu, pw[g], jj);
+#pragma unroll
+                    for (int i = 0; i < D; i++) acc[g][i] = __fmaf_rn(w, vv[i], acc[g][i]);
+                }
+            }
+        } else if constexpr (DEEP) {  // XI_ATT_VB rows' loads a round, then their products in key order
 #pragma unroll
             for (int j0 = 0; j0 < 32; j0 += XI_ATT_VB) {
                 if (j0 >= nk) break;
@@ -323,6 +373,11 @@ __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV
                                           uint8_t *__restrict__ qc = nullptr, float2 *__restrict__ qp = nullptr) {
     __shared__ xi_att_smem sm;
     __shared__ int is_last;
+    // DEEP: the first run's q (one value a thread: G * hd <= 256), asked for before p is looked at, so
+    // that its load and pos's are in flight together (q lies in the launch's buffer whatever p is); the
+    // other entries load it in the run, as before
+    const int idx = threadIdx.x;  // (head idx / hd of the run, dim idx % hd)
+    const float q0 = DEEP && idx < min(G, gn) * hd ? qv[idx] : 0.0f;
     if (p < 0 || hd > 32 * D || gn > XI_ATT_GMAX || (S > 1 && t >= XI_ATT_SPLIT_T_MAX) || (QOUT && (hd & 31))) {
         if (s == 0)
             for (int d = threadIdx.x; d < gn * hd; d += blockDim.x) {
@@ -341,7 +396,10 @@ __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV
     // k rows 16-byte aligned for f32, 8 for f16 (head_dim % 4 == 0): the scores read k 4 values at a
     // time; else one at a time, the same sums
     const bool vec = (hd & 3) == 0 && ((size_t_)kb & (4 * sizeof(KV) - 1)) == 0;
-    const int idx = threadIdx.x;  // (head idx / hd of the run, dim idx % hd)
+    // the decode entries' v rows staged by cp.async where they are whole 16-byte pieces (see XI_ATT_VST)
+    const bool vst = DEEP && hd > 0 && ((hd * sizeof(KV)) & 15) == 0 &&
+                     (((size_t_)vb | kv_row * sizeof(KV)) & 15) == 0 &&
+                     xi_dynamic_smem_size() >= (unsigned)(XI_ATT_WARPS * 32 * XI_ATT_VST(D) * sizeof(KV));
     // the first segment's rows now, each next one's as the one before starts (the first run of heads);
     // decode-sized launches only (T <= XI_ATT_SPLIT_T_MAX): in a prompt's launch the rows of a chunk
     // share their keys, which the loads of the earlier rows bring to L2 anyway, and there the requests
@@ -353,7 +411,11 @@ __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV
                     (int)blockIdx.z, (int)gridDim.z);
     for (int g = 0; g < gn; g += G) {
         const int gr = min(G, gn - g);
-        for (int i = idx; i < gr * hd; i += blockDim.x) sm.q[i / hd][i % hd] = qv[(size_t_)g * hd + i];
+        if (DEEP && g == 0) {
+            if (idx < gr * hd) sm.q[idx / hd][idx % hd] = q0;
+        } else {
+            for (int i = idx; i < gr * hd; i += blockDim.x) sm.q[i / hd][i % hd] = qv[(size_t_)g * hd + i];
+        }
         __syncthreads();
         float M = -XI_INF, L = 0.0f, R = 0.0f;
         for (int i = s; i < nseg; i += parts) {
@@ -363,7 +425,7 @@ __device__ __forceinline__ void xi_attend(const float *__restrict__ qv, const KV
                                 min(seg, p + 1 - (i + parts) * seg), hd, (int)blockIdx.z, (int)gridDim.z);
             float pm = 0.0f, pl = 0.0f, pr = 0.0f;
             xi_att_segment<D, G, KV, DEEP>(kb + k0 * kv_row, vb + k0 * kv_row, kv_row, min(seg, p + 1 - i * seg), hd, gr,
-                                           scale, vec, sm, pm, pl, pr);
+                                           scale, vec, vst, sm, pm, pl, pr);
             if (idx < gr * hd) {
                 if (direct) {
                     xi_att_merge(M, L, R, pm, pl, pr);

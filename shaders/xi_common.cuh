@@ -133,6 +133,28 @@ __device__ __forceinline__ uint64_t xi_evict_first() {
     return pol;
 }
 
+// cp.async of 16 bytes, global to shared (compute capability 8.0+; a plain copy below, where the kernels that
+// use it never run), its commit and its wait for all of this thread's groups (xi_mmq.cuh's staging, the
+// decode attention's v rows).
+__device__ __forceinline__ void xi_cp16(void *s, const void *g) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
+#else
+    *reinterpret_cast<uint4 *>(s) = *reinterpret_cast<const uint4 *>(g);
+#endif
+}
+__device__ __forceinline__ void xi_cp_commit() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void xi_cp_wait_all() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 // One q8_1 block of 32 values, a warp's (lane l holds value l; all 32 lanes call it): code l into
 // *code from lane l (one byte), and (d, s) into *pair from lane 0, with xi_mmq.cuh's xi_mmq_quant
 // arithmetic (d = amax / 127, codes round(v / d) half away from zero, d = 0: codes 0, s = d *

@@ -181,25 +181,6 @@ __device__ __forceinline__ void xi_mmq_quant(const XiMvcArgs &a, const float *in
     }
 }
 
-// cp.async of 16 bytes (compute capability 8.0+; a plain copy below, where these kernels never run).
-__device__ __forceinline__ void xi_cp16(void *s, const void *g) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(s);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
-#else
-    *reinterpret_cast<uint4 *>(s) = *reinterpret_cast<const uint4 *>(g);
-#endif
-}
-__device__ __forceinline__ void xi_cp_commit() {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void xi_cp_wait_all() {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-}
 
 // c = A (16 x 32 int8) . B (32 x 8 int8), exact int32 (compute capability 8.0+; a trap below).
 __device__ __forceinline__ void xi_mma_s8(int c[4], const uint32_t A[4], uint32_t b0, uint32_t b1) {

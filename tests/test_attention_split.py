@@ -15,13 +15,17 @@ f16 KV cache (attention_f16, attention_batched_f16, rope_kv_store[_ff]_f16):
 
 import os
 import re
+import sys
 
 import numpy as np
 import pytest
 from _kernel_refs import att_workspace, attention_f16_cache_ref, attention_ref
+from _nvrtc_marks import needs_nvrtc
 
-from xinfer_async.backends.cuda._launch import (ATT_SPLIT_BLOCKS_PER_SM, FAMILIES, attention_entries, attention_grid,
-                                                attention_launch, attention_split)
+from xinfer_async.backends.cuda._kernel import compile_shader
+from xinfer_async.backends.cuda._launch import (ATT_SPLIT_BLOCKS_PER_SM, ATT_STATIC_SHARED, FAMILIES, PQ_STAGE_MAX,
+                                                att_vstage, attention_entries, attention_grid, attention_launch,
+                                                attention_split, pq_stage_max_for)
 from xinfer_async.ops import kernel_spec
 from xinfer_async.ops._attention_split import (SEG_KEYS, SEGS_MAX, SPLIT_T_MAX, count_ints, segment_keys, segments,
                                                workspace_floats)
@@ -82,9 +86,17 @@ def test_decode_entries_are_launched_for_decode_sized_launches_only(monkeypatch)
     for T, hd, deep, entry in [(1, 128, True, "_d4s"), (SPLIT_T_MAX, 64, True, "_s"), (SPLIT_T_MAX + 1, 128, True, "_d4"),
                                (1, 256, True, "_d8"), (1, 128, False, "_d4"), (1, 64, False, "")]:
         c = _c(T, 640, 32, 8, hd)
-        grid, block, shared, suffix = attention_launch(c, sms, deep=deep)
-        assert (grid, block, shared, suffix) == (attention_grid(c, sms), (256, 1, 1), 0, entry)
+        assert attention_launch(c, sms, deep=deep) == (attention_grid(c, sms), (256, 1, 1), 0, entry)
+        staged = {"_s": 8 * 32 * 64 * 4}.get(entry, 0)  # the warps' v rows, f32-sized (head_dim 64 alone)
+        assert attention_launch(c, sms, deep=deep, vstage=att_vstage(PQ_STAGE_MAX)) == (
+            attention_grid(c, sms), (256, 1, 1), staged, entry)
     family = FAMILIES["attention"]
+    # opted in where the rows fit beside ~42 KB of static shared memory and head_dim <= 64 (the 8B's 128
+    # read v from memory: measured slower staged on long rows): H200 (227 KB) and A100 (163 KB) the
+    # head_dim-64 entry, 99 KB devices (sm_86, sm_89, sm_120) none (their kernels read v from memory)
+    for optin, staged in [(227 * 1024, {"_s": 65536}), (163 * 1024, {"_s": 65536}), (99 * 1024, {})]:
+        assert family({}, sms=sms, stage_max=0, cc=(9, 0), pq_max=pq_stage_max_for(optin)).opt_in == staged
+    assert family({}, sms=sms, stage_max=0, cc=(9, 0)).opt_in == {}
     for env, entry in [(None, "_d4s"), ("1", "_d4s"), ("0", "_d4")]:
         if env is None:
             monkeypatch.delenv("XINFER_ATT_DEEP", raising=False)
@@ -94,6 +106,23 @@ def test_decode_entries_are_launched_for_decode_sized_launches_only(monkeypatch)
     monkeypatch.setenv("XINFER_ATT_DEEP", "yes")
     with pytest.raises(ValueError, match="XINFER_ATT_DEEP"):
         family({}, sms=sms, stage_max=0, cc=(9, 0))
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("name", ["attention", "attention_f16", "attention_quantize", "attention_quantize_f16",
+                                  "attention_batched", "attention_batched_f16", "attention_batched_quantize",
+                                  "attention_batched_quantize_f16"])
+def test_static_shared_memory_leaves_room_for_the_staged_v_rows(name):
+    """att_vstage opts the decode entries in to their staged v rows where ATT_STATIC_SHARED plus those
+    bytes fit a block: every entry's static shared memory (the cubin's .nv.shared.ENTRY) stays within it."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+    import cubin_stats
+
+    secs = cubin_stats.sections(compile_shader(name, "sm_90", 100 * 1024))
+    static = {k[len(".nv.shared."):]: v[2] for k, v in secs.items()
+              if k.startswith(".nv.shared.") and not k.startswith(".nv.shared.reserved")}
+    assert set(static) == {name + e for e in attention_entries()}
+    assert 40 * 1024 < max(static.values()) <= ATT_STATIC_SHARED, static
 
 
 def test_workspace_bindings_are_declared_for_the_split_tokens():

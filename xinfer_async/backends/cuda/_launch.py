@@ -565,20 +565,52 @@ def attention_grid(c: dict, sms: int) -> tuple[int, int, int]:
 _ATT_ENTRIES = ((64, "", "_s"), (128, "_d4", "_d4s"), (256, "_d8", None))
 
 
+def att_vstage_bytes(head_dim_max: int) -> int:
+    """Dynamic shared bytes of a decode entry of head_dim at most ``head_dim_max`` (64: ``_s``, 128:
+    ``_d4s``): its 8 warps' staged v rows, 32 rows of ``head_dim_max`` f32 values each (an f16 cache
+    uses half; shaders/xi_attention.cuh XI_ATT_VST)."""
+    return 8 * 32 * head_dim_max * 4
+
+
+#: the attention entries' static shared bytes, at most (xi_att_smem and the merge flag: 42,256 with
+#: NVRTC 13 for sm_90), with room to spare
+ATT_STATIC_SHARED = 44 * 1024
+
+
+#: the widest head_dim whose decode entry stages its v rows. H200, 2026-12-03 (tools/attention_bench.py,
+#: us a launch against the entries reading v from memory): head_dim 64 (SmolLM2's heads) 4.4 / 5.3 / 8.8
+#: at 16 / 128 / 640 keys against 4.7 / 6.2 / 9.1; head_dim 128 (the 8B's) 5.3 / 7.0 at 16 / 128 keys
+#: against 5.6 / 7.6 but 12.6 / 13.5 / 28.2 at 640 / 704 / 2048 against 11.8 / 11.9 / 25.9: 128 KB of
+#: staged rows cost more than they save once the rows are long, so ``_d4s`` reads v from memory
+ATT_VSTAGE_HEAD_DIM_MAX = 64
+
+
+def att_vstage(pq_max: int) -> dict[str, int]:
+    """Decode entry suffix -> the dynamic shared bytes its staged v rows take, for those of head_dim at
+    most ``ATT_VSTAGE_HEAD_DIM_MAX`` whose bytes and static shared memory fit a block's opt-in
+    (``pq_max`` + 1 KB: ``pq_stage_max_for``); the others get none and read v from global memory (the
+    kernel checks %dynamic_smem_size)."""
+    return {e[2]: att_vstage_bytes(e[0]) for e in _ATT_ENTRIES
+            if e[2] and e[0] <= ATT_VSTAGE_HEAD_DIM_MAX and ATT_STATIC_SHARED + att_vstage_bytes(e[0]) <= pq_max + 1024}
+
+
 def attention_entries() -> tuple[str, ...]:
     """The entry suffixes of an attention shader (XI_ATT_ENTRIES in shaders/xi_attention.cuh)."""
     return tuple(e[1] for e in _ATT_ENTRIES) + tuple(e[2] for e in _ATT_ENTRIES if e[2])
 
 
-def attention_launch(c: dict, sms: int, deep: bool = True) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+def attention_launch(c: dict, sms: int, deep: bool = True, vstage: dict[str, int] | None = None,
+                     ) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
     """(grid, block, shared bytes, entry suffix) of an attention kernel: ``attention_grid``, 256
     threads, the entry of the narrowest head_dim that holds ``c["head_dim"]`` (a wider one than the
     widest entry gets that entry, which writes NaN rows: the kernels' checks say so); where T <=
     SPLIT_T_MAX and ``deep``, that head_dim's decode entry (``_s``, ``_d4s``: a chunk's loads in fewer
-    rounds at one block an SM; the same bits) where it has one."""
+    rounds at one block an SM; the same bits) where it has one, with its ``vstage`` bytes
+    (``att_vstage``: its v rows staged in shared memory; none: read from global memory)."""
     e = next((e for e in _ATT_ENTRIES if c["head_dim"] <= e[0]), _ATT_ENTRIES[-1])
-    suffix = e[2] if deep and e[2] and max(1, c["T"]) <= SPLIT_T_MAX else e[1]
-    return attention_grid(c, sms), (256, 1, 1), 0, suffix
+    if deep and e[2] and max(1, c["T"]) <= SPLIT_T_MAX:
+        return attention_grid(c, sms), (256, 1, 1), (vstage or {}).get(e[2], 0), e[2]
+    return attention_grid(c, sms), (256, 1, 1), 0, e[1]
 
 
 def matmul_entries(dt: str) -> tuple[str, ...]:
@@ -789,12 +821,14 @@ def _qmatmul_pair_family(params: dict, sms: int, stage_max: int, cc: tuple[int, 
 
 def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = 0) -> Family:
     """attention, attention_batched (and their ``_f16``, ``_quantize``): ``attention_launch``, its decode
-    entries unless ``XINFER_ATT_DEEP=0`` (read when the kernel is loaded: the A/B of the H200 figures).
+    entries unless ``XINFER_ATT_DEEP=0`` (read when the kernel is loaded: the A/B of the H200 figures),
+    opted in to the staged v rows that fit the device (``att_vstage`` of ``pq_max``).
 
     Raises:
         ValueError: XINFER_ATT_DEEP set to something other than '', '0', '1'."""
-    return Family(attention_entries(), functools.partial(attention_launch, sms=sms,
-                                                         deep=env_switch(os.environ, "XINFER_ATT_DEEP")), {})
+    vstage = att_vstage(pq_max)
+    return Family(attention_entries(), functools.partial(attention_launch, sms=sms, vstage=vstage,
+                                                         deep=env_switch(os.environ, "XINFER_ATT_DEEP")), vstage)
 
 
 #: family name (``CudaLaunch.family`` of a declaration) -> (params, sms=, stage_max=, cc=[, pq_max=]) -> ``Family``
