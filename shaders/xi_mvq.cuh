@@ -317,6 +317,8 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
     static_assert(!NQ || (R == 4 && !GLU && PRE), "qmatmul_normq: the matmul kind, 8 warps of 4 rows = a block of 32");
     static_assert(!ROPE || (R % 2 == 0 && !GLU && !NQ && PRE), "rope: the matmul kind, whole pairs a tile");
     static_assert(!RMS || PRE, "rms: the tokens of qmatmul_normq");
+    // KS = 2 relies on one tile a warp (the second part's totals are handed over once, after its loop):
+    // NQ's launch, N / 32 CTAs of 32 rows, which xi_mvq_kernel's ok checks
     static_assert(KS == 1 || (KS == 2 && NQ), "K split in two: the qmatmul_normq entries `_k2` (a warp one tile)");
     constexpr int W = XI_MVQ_WARPS * KS;  // warps of the CTA
     constexpr int GB = xi_mvp_group_bytes(TYPE), NR = GLU ? 2 * R : R, CGB = CG * GB, NCP = (CGB / 16 + 31) / 32;

@@ -26,6 +26,7 @@ from test_8b_widths import BOUND
 from test_mvq_kernels import EPS, KINDS, SHAPES, SHAPES_Q6K, TYPES, _force, _model, tokens, weights
 from test_reference import _naive_forward
 
+import xinfer_async
 from xinfer_async.backends.cuda import _launch
 from xinfer_async.llm._gguf import load_gguf
 from xinfer_async.ops._kernels import KERNELS, QMATMUL_DTYPES, QMATMUL_PAIRS
@@ -602,7 +603,7 @@ async def test_attention_quantize_equals_attention_then_quantize_and_the_model(c
 @pytest.mark.cuda
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["q4_1", "q4_k_m"])
-async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatch, tmp_path, dtype):
+async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatch, tmp_path, request, dtype):
     """A 2-layer model of the 8B shape's widths (its products over PQ_MIN_BYTES: ``_pq`` at T <= 8),
     teacher-forced 12 tokens 1 and 4 a step: with the tokens quantized once (XINFER_NORMQ=0: a
     quantizer launch before each product) and with XINFER_PREQUANT=0 (``_pq`` quantizes in every
@@ -625,14 +626,18 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
     path = write_synthetic_gguf(tmp_path / "m.gguf", cfg, dtype, seed=7, progress=False)
     ids = np.random.default_rng(3).integers(0, cfg.vocab_size, size=12).tolist()
     got = {}
+    k2_dev = xinfer_async.open_device("cuda")
+    request.addfinalizer(k2_dev.close)
     for on, normq, qrope, k2 in (("1", "0", "1", "0"), ("0", "0", "1", "0"), ("1", "1", "1", "0"), ("1", "1", "0", "0"),
                                  ("1", "1", "1", "1")):
         monkeypatch.setenv("XINFER_PREQUANT", on)
         monkeypatch.setenv("XINFER_NORMQ", normq)
         monkeypatch.setenv("XINFER_QROPE", qrope)
         monkeypatch.setenv("XINFER_NORMQ_K2", k2)
+        # XINFER_NORMQ_K2 is read when a kernel loads, once a device: the K2 run on a device of its own
+        dev = cuda_dev if k2 == "0" else k2_dev
         for chunk in (4, 1):
-            model = await llm.load(path, device=cuda_dev, slots=1, ctx=64, chunk=chunk, batching=False)
+            model = await llm.load(path, device=dev, slots=1, ctx=64, chunk=chunk, batching=False)
             try:
                 got[on + normq + ("" if qrope == "1" else "r0") + ("k2" if k2 == "1" else ""), chunk] = await model.logits(ids)
             finally:
