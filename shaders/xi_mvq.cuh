@@ -327,8 +327,12 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
     const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5;
     const int wt = KS == 1 ? wi : wi % XI_MVQ_WARPS, kp = KS == 1 ? 0 : wi / XI_MVQ_WARPS;  // tile warp, part of K
     const int nb = a.K >> 5, gpr = nb >> 3, cpt = (gpr + CG - 1) / CG;  // blocks, groups a row, chunks a tile
+    // NQ sums a tile's chunks [0, h) and [h, cpt) apart, h = ceil(cpt / 2) (each lanes then butterfly),
+    // total = first + second: so with KS = 2 (a warp each half) and KS = 1 (one warp, both halves) the
+    // same bits, and the host picks the entry by speed alone (tests/_mmq_model.py mvq_matmul's split)
+    const int h = (cpt + 1) / 2;
     // this warp's chunks of each of its tiles: [c_lo, c_hi) (KS = 1: all)
-    const int c_lo = KS == 1 || kp == 0 ? 0 : (cpt + 1) / 2, c_hi = KS == 1 || kp == 1 ? cpt : (cpt + 1) / 2;
+    const int c_lo = KS == 1 || kp == 0 ? 0 : h, c_hi = KS == 1 || kp == 1 ? cpt : h;
     const size_t_ rb = (size_t_)gpr * GB;
     const int bx = xi_mvq_bx(o), ntile = (a.N + R - 1) / R, gw = bx * XI_MVQ_WARPS + wt, GW = xi_mvq_gx(o) * XI_MVQ_WARPS;
     const size_t_ ldy = o.ldy ? o.ldy : a.N;
@@ -403,6 +407,7 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
     for (int t = 0; t < TT; t++)
 #pragma unroll
         for (int q = 0; q < NR; q++) acc[t][q] = 0.0f;
+    float g1 = 0.0f;  // NQ, KS = 1: the first half's total of this lane's row (lane t R + r), from cc == h - 1 on
     for (int c = 0; c < nchunk; c++) {
         issue();
         xi_mvp_wait<S - 1>();
@@ -427,6 +432,24 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
                     const float2 dsv = ds[(size_t_)t * nb + b];
 #pragma unroll
                     for (int q = 0; q < NR; q++) acc[t][q] = __fadd_rn(acc[t][q], wb[q].term(xw, dsv.x, dsv.y));
+                }
+            }
+        }
+        if constexpr (NQ && KS == 1) {
+            if (cc == h - 1) {  // the first half summed: each lane keeps its row's total, the accumulators restart
+#pragma unroll
+                for (int t = 0; t < TT; t++) {
+                    if (t < tn) {
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            float sg = acc[t][r];
+#pragma unroll
+                            for (int o = 16; o > 0; o >>= 1) sg = __fadd_rn(sg, __shfl_xor_sync(0xffffffffu, sg, o));
+                            if (lane == t * R + r) g1 = sg;
+                        }
+                    }
+#pragma unroll
+                    for (int q = 0; q < NR; q++) acc[t][q] = 0.0f;
                 }
             }
         }
@@ -478,6 +501,8 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
                 if constexpr (KS == 2) {  // the second part's totals (warp wt + 8, after its loop), added in that order
                     xi_bar_sync(1 + wt, 64);
                     if (mt >= 0) g = __fadd_rn(g, xi_mvq_kpart()[32 * wt + lane]);
+                } else if constexpr (NQ) {
+                    g = __fadd_rn(g1, g);  // first + second (KS = 2's order); h == cpt: the first + 0
                 }
                 const int n = ct * R + mr;
                 if (mt >= 0 && n < a.N) {
@@ -640,8 +665,8 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
 // with rms = 1); one round of CTAs (the launch rule, _launch.py normq_fits; else NaN rows and scales).
 // `_k2`: the same with 16 warps, two a tile, each over half of K's chunks (KS = 2, xi_mvq_kpart):
 // each warp's chain of chunks halves and an SM runs twice the warps (N / 32 CTAs run one an SM).
-// Its rows differ from qmatmul_DT's in the last bits (two warp sums added; tests/_mmq_model.py
-// mvq_matmul's split); backends/cuda/_launch.py picks it (XINFER_NORMQ_K2).
+// Both entries give the same bits (K's halves summed apart, then added: tests/_mmq_model.py
+// mvq_matmul's split); backends/cuda/_launch.py normq_launch picks one by T (XINFER_NORMQ_K2=0: never `_k2`).
 #define XI_QMATMUL_NORMQ_ENTRIES(DT, TYPE)                                                                            \
     extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_normq_##DT(                                          \
         const uint8_t *__restrict__ w, const uint8_t *__restrict__ xq, float *__restrict__ y,                          \

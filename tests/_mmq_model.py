@@ -191,7 +191,7 @@ def mvq_matmul(wq, dt, h, y=None, rows=4096, split=None):
     """The ``_pq`` kernel's result, modelled: y (T, N) float32 = (y if given else 0) + w . h: lane l
     of 32 adds ``block_terms`` of blocks l, l + 32, l + 64, ... in order from 0, then ``warp_sum``;
     y + total rounded once. ``rows`` at a time (memory only: rows are independent). ``split`` (a
-    multiple of 32; ``qmatmul_normq_DT_k2``, ``_launch.normq_split``): blocks [0, split) and [split,
+    multiple of 32; ``qmatmul_normq_DT`` and its ``_k2``, ``_launch.normq_split``): blocks [0, split) and [split,
     K/32) summed so apart (lanes, then ``warp_sum``), total = first + second, rounded once."""
     h = np.asarray(h, F32)
     T, K = h.shape

@@ -720,16 +720,16 @@ NORMQ_K2_STATIC = _MVQ_WARPS * 32 * 4
 
 
 def normq_k2(environ: Mapping[str, str] = os.environ) -> bool:
-    """``XINFER_NORMQ_K2=1``: the residual products run ``qmatmul_normq_DT_k2`` where it fits
-    (``normq_k2_fits``; 16 warps, K's chunks split between two warps a tile) instead of the 8-warp
-    entry; unset, empty or ``0``: not (the default until the H200 A/B decides).
+    """Whether the residual products may run ``qmatmul_normq_DT_k2`` (16 warps, K's chunks split
+    between two warps a tile; the same bits as the 8-warp entry, see ``normq_launch``): unset, empty
+    or ``1``: yes, where it is faster (the default); ``0``: never.
 
     Raises:
         ValueError: XINFER_NORMQ_K2 set to something other than '', '0', '1'."""
     v = environ.get("XINFER_NORMQ_K2", "").strip()
     if v not in ("", "0", "1"):
         raise ValueError(f"XINFER_NORMQ_K2={v!r} is not one of '', '0', '1'")
-    return v == "1"
+    return v != "0"
 
 
 def _normq_stage_bytes(dt: str, k: int) -> int:
@@ -741,15 +741,16 @@ def _normq_stage_bytes(dt: str, k: int) -> int:
 def normq_k2_fits(dt: str, k: int, pq_max: int = PQ_STAGE_MAX) -> bool:
     """Whether ``qmatmul_normq_DT_k2`` holds one token of K = ``k`` (then every T's: the tokens a CTA
     halve): its 16 warps' stages, the token's codes and pairs, within pq_max less NORMQ_STATIC and
-    NORMQ_K2_STATIC. The same for every T, so a row takes the same entry (the same bits) at any T."""
+    NORMQ_K2_STATIC; ``normq_launch`` takes it at a T where it needs no more token tiles."""
     room = pq_max - NORMQ_STATIC - NORMQ_K2_STATIC - _normq_stage_bytes(dt, k)
     return mvq_tokens(dt, k, 1, False, room, norm=False) >= 1
 
 
 def normq_split(dt: str, k: int) -> int:
-    """The first block (of 32 elements) of the second warp's part of a row in ``qmatmul_normq_DT_k2``:
-    the first ceil(cpt / 2) of its cpt = ceil(K / (256 CG)) chunks are the first warp's
-    (tests/_mmq_model.py ``mvq_matmul(split=...)``); K / 32 or more: the second warp has none."""
+    """The first block (of 32 elements) of a row's second half in ``qmatmul_normq_DT`` (both entries
+    sum the halves apart; in ``_k2`` each is a warp's): the first ceil(cpt / 2) of its cpt =
+    ceil(K / (256 CG)) chunks are the first half (tests/_mmq_model.py ``mvq_matmul(split=...)``); K / 32
+    or more: the second half is empty."""
     cg = mvq_params(dt, False, norm=False)[2]
     cpt = _cdiv(k // 256, cg)
     return _cdiv(cpt, 2) * cg * 8
@@ -762,18 +763,23 @@ def normq_launch(c: dict, dt: str, sms: int, cc: tuple[int, int] = (9, 0),
     CTA and shared bytes (within pq_max less NORMQ_STATIC), and N / 32 CTAs a token tile whatever an
     SM holds -- every warp one tile of 4 rows, a CTA 32 whole rows, one q8_1 block of each token, which
     it quantizes with no other CTA (none waits for another: more than a wave is only slower). With
-    ``k2`` where ``normq_k2_fits``: the entry ``_k2``, 512 threads, two warps a tile each over half of
-    K's chunks, another 8 warps' stages and NORMQ_K2_STATIC less room for the tokens.
+    ``k2`` where ``normq_k2_fits`` and it takes no more token tiles (each streams the weight once):
+    the entry ``_k2``, 512 threads, two warps a tile each over half of K's chunks (a warp's chain of
+    chunks halves), another 8 warps' stages and NORMQ_K2_STATIC less room for the tokens. Either
+    entry gives the same bits (xi_mvq.cuh: NQ sums K's halves apart, ``normq_split``), so the choice
+    may follow T: on the H200 ``_k2`` ran the 8B step 2.6% faster at one token and 4.5% slower at 4
+    batched, where its halved token tiles stream the weight twice.
 
     Raises:
         ValueError: one token's shared bytes exceed pq_max less NORMQ_STATIC; N not a multiple of 32."""
     if c["N"] % 32:
         raise ValueError(f"qmatmul_normq_{dt}: N={c['N']} is not a multiple of 32")
+    grid, block, shared, _ = qmatmul_launch(c, dt, False, sms, cc, pq_max - NORMQ_STATIC)
     if k2 and normq_k2_fits(dt, c["K"], pq_max):
         stages = _normq_stage_bytes(dt, c["K"])
-        grid, _, shared, _ = qmatmul_launch(c, dt, False, sms, cc, pq_max - NORMQ_STATIC - NORMQ_K2_STATIC - stages)
-        return (c["N"] // 32, grid[1], grid[2]), (512, 1, 1), shared + stages, "_k2"
-    grid, block, shared, _ = qmatmul_launch(c, dt, False, sms, cc, pq_max - NORMQ_STATIC)
+        grid2, _, shared2, _ = qmatmul_launch(c, dt, False, sms, cc, pq_max - NORMQ_STATIC - NORMQ_K2_STATIC - stages)
+        if grid2[1] <= grid[1]:  # as few token tiles (each streams the weight once): the shorter chains win
+            return (c["N"] // 32, grid2[1], grid2[2]), (512, 1, 1), shared2 + stages, "_k2"
     return (c["N"] // 32, grid[1], grid[2]), block, shared, ""
 
 
