@@ -230,6 +230,21 @@ __device__ __forceinline__ float *xi_mvq_rows() {
     __shared__ float rows[XI_MVQ_NQ_TT * 32];
     return rows;
 }
+// KS = 2 (the qmatmul_normq entries `_k2`): warps w and w + 8 share tile w's rows, the first the
+// chunks [0, ceil(cpt / 2)) of K, the second the rest; the second hands its warp-summed totals (lane
+// t R + r: row r of token t) to the first through this array (warp w's 32 floats, static: 1 KB,
+// _launch.py NORMQ_K2_STATIC) and a named barrier (id 1 + w, the pair's 64 threads), and the first
+// adds them to its own: total = sum(first part) + sum(second part), each a warp sum as above.
+__device__ __forceinline__ float *xi_mvq_kpart() {
+    __shared__ float kpart[XI_MVQ_WARPS * 32];
+    return kpart;
+}
+__device__ __forceinline__ void xi_bar_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void xi_bar_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 // What the qmatmul rope entries do with a layer's q, k, v rows instead of leaving them to
 // rope_kv_store (xi_rope.cuh): the product's columns are columns col0.. of the token's qkv row (n_head
 // q heads, n_kv k heads, n_kv v heads of hd); each adjacent pair of a q or k head rotated by pos[t]
@@ -297,29 +312,40 @@ __device__ __forceinline__ int xi_mvq_gx(const XiMvqOut &o) { return o.gx ? o.gx
 // NQ (the qmatmul_normq entries): the CTA's rows of its tokens also into shared memory, then h of them
 // quantized into o.xq (XiMvqOut).
 template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, int TT, bool PRE = false, bool NQ = false,
-          bool RMS = false, bool ROPE = false>
+          bool RMS = false, bool ROPE = false, int KS = 1>
 __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg0, int tn, const XiMvqOut &o) {
     static_assert(!NQ || (R == 4 && !GLU && PRE), "qmatmul_normq: the matmul kind, 8 warps of 4 rows = a block of 32");
     static_assert(!ROPE || (R % 2 == 0 && !GLU && !NQ && PRE), "rope: the matmul kind, whole pairs a tile");
     static_assert(!RMS || PRE, "rms: the tokens of qmatmul_normq");
+    // KS = 2 relies on one tile a warp (the second part's totals are handed over once, after its loop):
+    // NQ's launch, N / 32 CTAs of 32 rows, which xi_mvq_kernel's ok checks
+    static_assert(KS == 1 || (KS == 2 && NQ), "K split in two: the qmatmul_normq entries `_k2` (a warp one tile)");
+    constexpr int W = XI_MVQ_WARPS * KS;  // warps of the CTA
     constexpr int GB = xi_mvp_group_bytes(TYPE), NR = GLU ? 2 * R : R, CGB = CG * GB, NCP = (CGB / 16 + 31) / 32;
     static_assert(CGB % 16 == 0, "a chunk of CG groups is whole 16-byte words");
     static_assert(TT >= 1 && TT <= XI_MVQ_TT, "1 <= TT <= XI_MVQ_TT");
     const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5;
+    const int wt = KS == 1 ? wi : wi % XI_MVQ_WARPS, kp = KS == 1 ? 0 : wi / XI_MVQ_WARPS;  // tile warp, part of K
     const int nb = a.K >> 5, gpr = nb >> 3, cpt = (gpr + CG - 1) / CG;  // blocks, groups a row, chunks a tile
+    // NQ sums a tile's chunks [0, h) and [h, cpt) apart, h = ceil(cpt / 2) (each lanes then butterfly),
+    // total = first + second: so with KS = 2 (a warp each half) and KS = 1 (one warp, both halves) the
+    // same bits, and the host picks the entry by speed alone (tests/_mmq_model.py mvq_matmul's split)
+    const int h = (cpt + 1) / 2;
+    // this warp's chunks of each of its tiles: [c_lo, c_hi) (KS = 1: all)
+    const int c_lo = KS == 1 || kp == 0 ? 0 : h, c_hi = KS == 1 || kp == 1 ? cpt : h;
     const size_t_ rb = (size_t_)gpr * GB;
-    const int bx = xi_mvq_bx(o), ntile = (a.N + R - 1) / R, gw = bx * XI_MVQ_WARPS + wi, GW = xi_mvq_gx(o) * XI_MVQ_WARPS;
+    const int bx = xi_mvq_bx(o), ntile = (a.N + R - 1) / R, gw = bx * XI_MVQ_WARPS + wt, GW = xi_mvq_gx(o) * XI_MVQ_WARPS;
     const size_t_ ldy = o.ldy ? o.ldy : a.N;
-    const int nchunk = gw < ntile ? ((ntile - 1 - gw) / GW + 1) * cpt : 0;
+    const int nchunk = gw < ntile ? ((ntile - 1 - gw) / GW + 1) * (c_hi - c_lo) : 0;
     uint8_t *st = smem + (size_t_)wi * S * NR * CGB;  // this warp's S stages
-    uint8_t *xq = smem + (size_t_)XI_MVQ_WARPS * S * NR * CGB;  // (tn, K) codes
+    uint8_t *xq = smem + (size_t_)W * S * NR * CGB;  // (tn, K) codes
     float2 *ds = reinterpret_cast<float2 *>(xq + (size_t_)tn * a.K);  // (tn, nb) (d, s)
     __shared__ float inv[TT];  // the tokens' rmsnorm scales
     float *yb = nullptr;  // NQ: the CTA's 32 rows of each token, as written to y (token t: yb[32 t ..])
     if constexpr (NQ) yb = xi_mvq_rows();
 
     // issue cursor: chunk ic of tile it, into stage is (as xi_mvp)
-    int it = gw, ic = 0, is = 0, issued = 0;
+    int it = gw, ic = c_lo, is = 0, issued = 0;
     auto issue = [&]() {
         if (issued < nchunk) {
             const int g0 = ic * CG, nw = (gpr - g0 < CG ? gpr - g0 : CG) * GB / 16;
@@ -337,7 +363,7 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
             }
             issued++;
             is = is + 1 == S ? 0 : is + 1;
-            if (++ic == cpt) { ic = 0; it += GW; }
+            if (++ic == c_hi) { ic = c_lo; it += GW; }
         }
         xi_mvp_commit();  // an empty group past the end keeps the count of pending groups uniform
     };
@@ -353,9 +379,9 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
         const uint4 *gc = g + (size_t_)tg0 * a.K / 16, *gd = g + ((size_t_)a.T * a.K + (size_t_)tg0 * nb * 8) / 16;
         const int nc = tn * a.K / 16, nd = tn * nb / 2;  // K % 256 == 0
 #pragma unroll 4
-        for (int i = tid; i < nc; i += XI_MVQ_WARPS * 32) reinterpret_cast<uint4 *>(xq)[i] = __ldcg(gc + i);
+        for (int i = tid; i < nc; i += W * 32) reinterpret_cast<uint4 *>(xq)[i] = __ldcg(gc + i);
 #pragma unroll 4
-        for (int i = tid; i < nd; i += XI_MVQ_WARPS * 32) reinterpret_cast<uint4 *>(ds)[i] = __ldcg(gd + i);
+        for (int i = tid; i < nd; i += W * 32) reinterpret_cast<uint4 *>(ds)[i] = __ldcg(gd + i);
     }
 
     if (RMS) {  // inv of the tokens from their block sums of squares: warp t, token tg0 + t
@@ -375,12 +401,13 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
     }
     __syncthreads();
 
-    int ct = gw, cc = 0, cs = 0;  // compute cursor: chunk cc of tile ct, from stage cs
+    int ct = gw, cc = c_lo, cs = 0;  // compute cursor: chunk cc of tile ct, from stage cs
     float acc[TT][NR];
 #pragma unroll
     for (int t = 0; t < TT; t++)
 #pragma unroll
         for (int q = 0; q < NR; q++) acc[t][q] = 0.0f;
+    float g1 = 0.0f;  // NQ, KS = 1: the first half's total of this lane's row (lane t R + r), from cc == h - 1 on
     for (int c = 0; c < nchunk; c++) {
         issue();
         xi_mvp_wait<S - 1>();
@@ -408,7 +435,25 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
                 }
             }
         }
-        if (cc == cpt - 1) {  // the tile's rows are summed: write them
+        if constexpr (NQ && KS == 1) {
+            if (cc == h - 1) {  // the first half summed: each lane keeps its row's total, the accumulators restart
+#pragma unroll
+                for (int t = 0; t < TT; t++) {
+                    if (t < tn) {
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            float sg = acc[t][r];
+#pragma unroll
+                            for (int o = 16; o > 0; o >>= 1) sg = __fadd_rn(sg, __shfl_xor_sync(0xffffffffu, sg, o));
+                            if (lane == t * R + r) g1 = sg;
+                        }
+                    }
+#pragma unroll
+                    for (int q = 0; q < NR; q++) acc[t][q] = 0.0f;
+                }
+            }
+        }
+        if (cc == c_hi - 1 && (KS == 1 || kp == 0)) {  // the tile's rows are summed (KS = 2: this part; the other's below): write them
             if constexpr (ROPE) {  // the same sums and scale as below; then pair r / 2 of token t by lane t R / 2 + r / 2
                 static_assert(TT * (R / 2) <= 32, "rope: a lane for each pair of a tile's tokens");
                 float e0 = 0.0f, e1 = 0.0f;
@@ -453,6 +498,12 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
 #pragma unroll
                     for (int q = 0; q < NR; q++) acc[t][q] = 0.0f;
                 }
+                if constexpr (KS == 2) {  // the second part's totals (warp wt + 8, after its loop), added in that order
+                    xi_bar_sync(1 + wt, 64);
+                    if (mt >= 0) g = __fadd_rn(g, xi_mvq_kpart()[32 * wt + lane]);
+                } else if constexpr (NQ) {
+                    g = __fadd_rn(g1, g);  // first + second (KS = 2's order); h == cpt: the first + 0
+                }
                 const int n = ct * R + mr;
                 if (mt >= 0 && n < a.N) {
                     float *yo = a.y + (size_t_)(tg0 + mt) * ldy + n;
@@ -467,10 +518,27 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
             }
         }
         cs = cs + 1 == S ? 0 : cs + 1;
-        if (++cc == cpt) { cc = 0; ct += GW; }
+        if (++cc == c_hi) { cc = c_lo; ct += GW; }
         __syncwarp();  // every lane has read stage cs before the next issue() refills it
     }
     xi_mvp_wait<0>();
+    if (KS == 2 && kp == 1 && gw < ntile) {  // this part's totals (zeros where it had no chunks) to warp wt, the same lanes
+        float g = 0.0f;
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            if (t < tn) {
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float sg = acc[t][r];
+#pragma unroll
+                    for (int off = 16; off > 0; off >>= 1) sg = __fadd_rn(sg, __shfl_xor_sync(0xffffffffu, sg, off));
+                    if (lane == t * R + r) g = sg;
+                }
+            }
+        }
+        xi_mvq_kpart()[32 * wt + lane] = g;
+        xi_bar_arrive(1 + wt, 64);
+    }
     if (NQ) {  // the CTA's block (rows 32 bx ..) of each token: warp t quantizes token tg0 + t
         __syncthreads();
         if (wi < tn) {
@@ -487,12 +555,12 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
     }
 }
 
-// The kernel body (256 threads; grid (at most a wave, ceil(T / TT)), xi_mvq_shared(TYPE, K, TT, ...)
+// The kernel body (256 threads, 512 with KS = 2; grid (at most a wave, ceil(T / TT)), xi_mvq_shared(TYPE, K, TT, ...)
 // dynamic shared bytes: backends/cuda/_launch.py's mvq_launch). A CTA's tokens: tt = ceil(T /
 // gridDim.y) from blockIdx.y tt, its accumulators sized for the next of 1, 2, 4, 8 (tt > 8, a
 // launch that breaks the rule, and the shapes the vector body does not take: NaN rows).
 template <int TYPE, int R, int S, int CG, bool NORM, bool GLU, bool PRE = false, bool NQ = false, bool RMS = false,
-          bool ROPE = false>
+          bool ROPE = false, int KS = 1>
 __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut o = XiMvqOut{nullptr, nullptr}) {
     // the new entries of the matmul kind (normq, rms): at most XI_MVQ_NQ_TT tokens a CTA (mvq_tokens), no
     // code for 8 (qmatmul_DT keeps its own, unchanged)
@@ -511,7 +579,7 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
     const bool ok = (a.K & 255) == 0 && (xi_row_bytes_of(TYPE, a.K) & 15) == 0 && (((size_t_)a.w) & 15) == 0 &&
                     (!PRE || (((size_t_)a.x) & 15) == 0) &&
                     (!NQ || ((a.N & 31) == 0 && (long long)gx * XI_MVQ_WARPS * R == a.N)) &&
-                    (!SMALL_TT || tt <= XI_MVQ_NQ_TT);
+                    (!SMALL_TT || tt <= XI_MVQ_NQ_TT) && (int)blockDim.x == 32 * XI_MVQ_WARPS * KS;
     if (!ok || tt > XI_MVQ_TT) {  // not a launch of mvq_launch (normq_launch): poison this CTA's rows
         xi_grid_begin();
         for (int t = tg0; t < tg0 + tn; t++)
@@ -522,10 +590,10 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
                 reinterpret_cast<float2 *>(o.xq + (size_t_)a.T * a.N)[(size_t_)tg0 * (a.N >> 5) + i] = make_float2(XI_NAN, XI_NAN);
         return;
     }
-    if (tt == 1) xi_mvq<TYPE, R, S, CG, NORM, GLU, 1, PRE, NQ, RMS, ROPE>(a, smem, tg0, tn, o);
-    else if (tt == 2) xi_mvq<TYPE, R, S, CG, NORM, GLU, 2, PRE, NQ, RMS, ROPE>(a, smem, tg0, tn, o);
-    else if (tt <= 4) xi_mvq<TYPE, R, S, CG, NORM, GLU, 4, PRE, NQ, RMS, ROPE>(a, smem, tg0, tn, o);
-    else if constexpr (!SMALL_TT) xi_mvq<TYPE, R, S, CG, NORM, GLU, 8, PRE, NQ, RMS, ROPE>(a, smem, tg0, tn, o);
+    if (tt == 1) xi_mvq<TYPE, R, S, CG, NORM, GLU, 1, PRE, NQ, RMS, ROPE, KS>(a, smem, tg0, tn, o);
+    else if (tt == 2) xi_mvq<TYPE, R, S, CG, NORM, GLU, 2, PRE, NQ, RMS, ROPE, KS>(a, smem, tg0, tn, o);
+    else if (tt <= 4) xi_mvq<TYPE, R, S, CG, NORM, GLU, 4, PRE, NQ, RMS, ROPE, KS>(a, smem, tg0, tn, o);
+    else if constexpr (!SMALL_TT) xi_mvq<TYPE, R, S, CG, NORM, GLU, 8, PRE, NQ, RMS, ROPE, KS>(a, smem, tg0, tn, o);
     else xi_grid_begin();  // (unreached: ok holds tt to XI_MVQ_NQ_TT there)
 }
 
@@ -595,6 +663,10 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
 // qmatmul_normq_DT.cu: qmatmul_DT (rms = 0), then the next product's tokens from the rows it wrote
 // (XiMvqOut: xqn, the rmsnorm of y by norm quantized with block sums of squares, for a qmatmul entry
 // with rms = 1); one round of CTAs (the launch rule, _launch.py normq_fits; else NaN rows and scales).
+// `_k2`: the same with 16 warps, two a tile, each over half of K's chunks (KS = 2, xi_mvq_kpart):
+// each warp's chain of chunks halves and an SM runs twice the warps (N / 32 CTAs run one an SM).
+// Both entries give the same bits (K's halves summed apart, then added: tests/_mmq_model.py
+// mvq_matmul's split); backends/cuda/_launch.py normq_launch picks one by T (XINFER_NORMQ_K2=0: never `_k2`).
 #define XI_QMATMUL_NORMQ_ENTRIES(DT, TYPE)                                                                            \
     extern "C" __global__ void __launch_bounds__(256, 2) qmatmul_normq_##DT(                                          \
         const uint8_t *__restrict__ w, const uint8_t *__restrict__ xq, float *__restrict__ y,                          \
@@ -602,6 +674,13 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
         const XiMvcArgs a{w, reinterpret_cast<const float *>(xq), nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};      \
         xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0, 0), XI_MVQ_S(TYPE, 0, 0), XI_MVQ_CG(TYPE), false, false, true, true>(   \
             a, XiMvqOut{norm, xqn});                                                                                   \
+    }                                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(512, 1) qmatmul_normq_##DT##_k2(                                     \
+        const uint8_t *__restrict__ w, const uint8_t *__restrict__ xq, float *__restrict__ y,                          \
+        const float *__restrict__ norm, uint8_t *__restrict__ xqn, xi_qmatmul_normq_c c) {                             \
+        const XiMvcArgs a{w, reinterpret_cast<const float *>(xq), nullptr, y, c.T, c.N, c.K, c.accumulate, 0.0f};      \
+        xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 0, 0), XI_MVQ_S(TYPE, 0, 0), XI_MVQ_CG(TYPE), false, false, true, true,     \
+                      false, false, 2>(a, XiMvqOut{norm, xqn});                                                        \
     }
 
 // qmatmul_pair_A_B.cu / qmatmul_rms_pair_A_B.cu: two products on the same tokens in one launch (a layer's

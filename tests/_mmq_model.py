@@ -187,21 +187,28 @@ def block_terms(wq, dt, h):
     return f
 
 
-def mvq_matmul(wq, dt, h, y=None, rows=4096):
+def mvq_matmul(wq, dt, h, y=None, rows=4096, split=None):
     """The ``_pq`` kernel's result, modelled: y (T, N) float32 = (y if given else 0) + w . h: lane l
     of 32 adds ``block_terms`` of blocks l, l + 32, l + 64, ... in order from 0, then ``warp_sum``;
-    y + total rounded once. ``rows`` at a time (memory only: rows are independent)."""
+    y + total rounded once. ``rows`` at a time (memory only: rows are independent). ``split`` (a
+    multiple of 32; ``qmatmul_normq_DT`` and its ``_k2``, ``_launch.normq_split``): blocks [0, split) and [split,
+    K/32) summed so apart (lanes, then ``warp_sum``), total = first + second, rounded once."""
     h = np.asarray(h, F32)
     T, K = h.shape
     nb, N = K // 32, rows_of(wq, dt, K)
+    assert split is None or split % 32 == 0
     raw = np.ascontiguousarray(wq).view(np.uint8).reshape(N, -1)
     out = np.empty((T, N), F32)
     for n0 in range(0, N, rows):
         f = block_terms(raw[n0:n0 + rows], dt, h)
-        acc = np.zeros(f.shape[:2] + (32,), F32)
-        for b in range(nb):
-            acc[..., b % 32] = (acc[..., b % 32] + f[..., b]).astype(F32)
-        out[:, n0:n0 + rows] = warp_sum(acc)
+        parts = [(0, nb)] if split is None else [(0, min(split, nb)), (min(split, nb), nb)]
+        total = None
+        for b0, b1 in parts:
+            acc = np.zeros(f.shape[:2] + (32,), F32)
+            for b in range(b0, b1):
+                acc[..., b % 32] = (acc[..., b % 32] + f[..., b]).astype(F32)
+            total = warp_sum(acc) if total is None else (total + warp_sum(acc)).astype(F32)
+        out[:, n0:n0 + rows] = total
     return out if y is None else (np.asarray(y, F32) + out).astype(F32)
 
 

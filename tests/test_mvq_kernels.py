@@ -128,6 +128,35 @@ def test_model_lane_order_is_the_plain_loop(rng, dt):
 
 
 @pytest.mark.parametrize("dt", TYPES)
+def test_model_split_is_two_plain_loops_added(rng, dt):
+    """mvq_matmul(split=b) (qmatmul_normq_DT_k2): blocks [0, b) and [b, K/32) each the plain lanes and
+    butterfly, the two totals added in that order, rounded once; a split at or past the row's end: the
+    unsplit total plus 0; within the unsplit model's float64 bound; other bits than the unsplit model's."""
+    N, K, T = 64, 2048 * 3 if dt == "q6_k" else 256 * 13, 3
+    wq, w64 = weights(rng, dt, N, K)
+    h = tokens(rng, T, K)
+    raw = np.asarray(wq).view(np.uint8).reshape(N, -1)
+    for split in (64, 96):
+        y = mvq_matmul(wq, dt, h, split=split)
+        for t, n in ((0, 0), (1, 3), (2, 4)):
+            f = block_terms(raw[n], dt, h[t:t + 1])[0, 0]
+            totals = []
+            for part in (f[:split], f[split:]):
+                lanes = [F32(0)] * 32
+                for b, v in enumerate(part):
+                    lanes[b % 32] = F32(lanes[b % 32] + v)  # split % 32 == 0: block split + b is lane b % 32
+                for o in (16, 8, 4, 2, 1):
+                    lanes = [F32(lanes[i] + lanes[i ^ o]) for i in range(32)]
+                totals.append(lanes[0])
+            assert y[t, n].view(np.uint32) == F32(totals[0] + totals[1]).view(np.uint32)
+        check_within_bound(y, wq, dt, h, w64, f"{dt} split {split}")
+        assert not np.array_equal(y, mvq_matmul(wq, dt, h)), "the split's sums round as the unsplit ones everywhere"
+    y = mvq_matmul(wq, dt, h)
+    past = 32 * (K // 1024 + 1)  # a multiple of 32 past the last block
+    assert np.array_equal(mvq_matmul(wq, dt, h, split=past).view(np.uint32), (y + F32(0)).view(np.uint32))
+
+
+@pytest.mark.parametrize("dt", TYPES)
 @pytest.mark.parametrize("norm", [False, True])
 def test_model_is_within_its_bound_of_float64(rng, dt, norm):
     N, K, T = 37, 2048 if dt == "q6_k" else 1280, 6

@@ -26,6 +26,7 @@ from test_8b_widths import BOUND
 from test_mvq_kernels import EPS, KINDS, SHAPES, SHAPES_Q6K, TYPES, _force, _model, tokens, weights
 from test_reference import _naive_forward
 
+import xinfer_async
 from xinfer_async.backends.cuda import _launch
 from xinfer_async.llm._gguf import load_gguf
 from xinfer_async.ops._kernels import KERNELS, QMATMUL_DTYPES, QMATMUL_PAIRS
@@ -148,6 +149,62 @@ def test_normq_is_one_launch_of_whole_blocks_at_every_t(monkeypatch, device):
     monkeypatch.setenv("XINFER_NORMQ", "yes")
     with pytest.raises(ValueError, match="XINFER_NORMQ"):
         _launch.normq_fits("q4_1", 4096, 4096, **args)
+
+
+@pytest.mark.parametrize("device", sorted(DEVICES))
+def test_normq_k2_splits_k_where_its_16_warps_fit(monkeypatch, device):
+    """``normq_launch(k2=True)`` (the default; XINFER_NORMQ_K2=0 turns it off, read when the kernel
+    loads) runs the ``_k2`` entry (512 threads, N / 32 CTAs, 16 warps' stages and the tokens within
+    pq_max less both static arrays) where one token fits (``normq_k2_fits``) and its token tiles are
+    no more than the 8-warp entry's (each streams the weight once), else the 8-warp entry (both
+    give the same bits: the shaders sum K's halves apart in either); ``normq_split`` the first block
+    of the second half; the family's entries and opt-in; an unknown value is an error."""
+    dev = DEVICES[device]
+    args = dict(sms=dev["sms"], cc=dev["cc"], pq_max=dev["pq_max"])
+    fits, k2_at = {}, {}
+    for dt in _launch.MVQ_TYPES:
+        for n, k in [(4096, 4096), (4096, 14336), (8192, 28672), (256, 768)]:
+            if not _launch.normq_fits(dt, n, k, **args) or (dt == "q6_k" and k % 2048):
+                continue
+            fits[dt, k] = _launch.normq_k2_fits(dt, k, dev["pq_max"])
+            stages = _launch.mvq_shared(dt, k, 0, False, norm=False)
+            for t in range(1, _launch.PQ_MAX_T + 1):
+                c = dict(T=t, N=n, K=k, accumulate=1)
+                one = _launch.normq_launch(c, dt, k2=False, **args)
+                assert one[1:] == ((256, 1, 1),) + _launch.normq_launch(c, dt, **args)[2:] and one[3] == ""
+                grid, block, shared, entry = _launch.normq_launch(c, dt, k2=True, **args)
+                tt = -(-t // grid[1])
+                assert grid[0] == n // 32 and tt <= _launch.MVQ_MATMUL_TT, (dt, n, k, t)
+                if entry:
+                    assert fits[dt, k] and block == (512, 1, 1) and entry == "_k2", (dt, n, k, t)
+                    assert grid[1] <= one[0][1], (dt, n, k, t)  # no more token tiles than the 8-warp entry's
+                    x = (shared - 2 * stages) // (k + k // 32 * 8)  # the tokens a CTA the bytes hold
+                    assert x in (1, 2, 4) and x >= tt and shared == 2 * stages + x * (k + k // 32 * 8), (dt, n, k, t)
+                    assert shared + _launch.NORMQ_STATIC + _launch.NORMQ_K2_STATIC <= dev["pq_max"], (dt, n, k, t)
+                    k2_at.setdefault((dt, k), []).append(t)
+                else:
+                    assert (grid, block, shared, entry) == one, (dt, n, k, t)
+            if fits[dt, k]:
+                assert 1 in k2_at[dt, k], (dt, k)  # one token: the same single tile either way
+            cg = _launch.mvq_params(dt, False, norm=False)[2]
+            cpt = -(-(k // 256) // cg)
+            assert _launch.normq_split(dt, k) == -(-cpt // 2) * cg * 8 and _launch.normq_split(dt, k) % 32 == 0
+    if device == "h200":  # the 8B's down (K = 14336): q4_1, q4_k, q8_0 split; q6_k's 16 warps' stages (215 KB) do not fit
+        assert fits["q4_1", 14336] and fits["q4_k", 14336] and fits["q8_0", 14336] and not fits["q6_k", 14336]
+        assert _launch.normq_split("q4_1", 14336) == 256 and _launch.normq_split("q4_1", 768) == 64  # 7 chunks: 4 + 3; 1: 1 + 0
+        print("h200: T where _k2 runs:", {f"{dt} K={k}": v for (dt, k), v in sorted(k2_at.items())})
+    family = _launch.FAMILIES["qmatmul"]
+    for env, entry in [(None, "_k2"), ("", "_k2"), ("0", ""), ("1", "_k2")]:
+        if env is None:
+            monkeypatch.delenv("XINFER_NORMQ_K2", raising=False)
+        else:
+            monkeypatch.setenv("XINFER_NORMQ_K2", env)
+        fam = family({"dt": "q4_1", "glu": "0", "normq": "1"}, sms=132, stage_max=0, cc=(9, 0))
+        assert fam.entries == ("", "_k2") and set(fam.opt_in) == {"", "_k2"}
+        assert fam.launch(dict(T=1, N=4096, K=14336, accumulate=1))[3] == entry
+    monkeypatch.setenv("XINFER_NORMQ_K2", "yes")
+    with pytest.raises(ValueError, match="XINFER_NORMQ_K2"):
+        family({"dt": "q4_1", "glu": "0", "normq": "1"}, sms=132, stage_max=0, cc=(9, 0))
 
 
 def test_the_normq_declarations():
@@ -302,8 +359,9 @@ async def _normq_chain(dev, dt, wq, w2q, w3q, x, y0, norm, N, N2, acc=1, y20=Non
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("k2", ["0", "1"])
 @pytest.mark.parametrize("dt", TYPES)
-async def test_normq_and_its_readers_equal_the_model(cuda_dev, monkeypatch, rng, dt):
+async def test_normq_and_its_readers_equal_the_model(cuda_dev, monkeypatch, rng, dt, k2):
     """A residual product that quantizes the next product's tokens (qmatmul_normq_DT), then the two
     kinds that read them (qmatmul_rms_DT, qmatmul_rms_swiglu_DT), T = 1, 2, 3, 5, 8 (token tiles of
     1, 2, 4 and the last one short), accumulate on and off (T = 3: normq's off, qmatmul_rms's on): y as qmatmul_DT's
@@ -311,8 +369,13 @@ async def test_normq_and_its_readers_equal_the_model(cuda_dev, monkeypatch, rng,
     the readers as ``rms_matmul`` / ``rms_swiglu`` (ulps of the device's expf) with ``normq_inv`` of
     those sums; the reader's distance from float64 rmsnorm(y) * norm . w2 printed and bounded
     (``error_bound`` plus the roundings of inv and of the scaling); token 0 and 7 of T = 8 alone
-    through the chain give the same bits."""
+    through the chain give the same bits. y's model is ``mvq_matmul(split=normq_split)`` with either
+    entry (K's halves summed apart, then added: other last bits than the unsplit model's, checked at
+    K = 14336; at K = 768 the second half is empty): XINFER_NORMQ_K2=0 the 8-warp entry at every T, the
+    default ``_k2`` where ``normq_launch`` picks it (T = 8 then mixes them with its rows alone)."""
     _force(monkeypatch)
+    monkeypatch.setenv("XINFER_NORMQ_K2", k2)
+    be = cuda_dev.backend
     shapes = [(4096, 4096), (2048, 14336)] + ([] if dt == "q6_k" else [(256, 768)])
     for N, K in shapes:
         N2 = 96
@@ -326,7 +389,15 @@ async def test_normq_and_its_readers_equal_the_model(cuda_dev, monkeypatch, rng,
             acc, y20 = (0, y20s[:T]) if T == 3 else (1, None)
             what = f"normq_{dt} N={N} K={K} T={T} accumulate {acc}, {int(y20 is not None)}"
             y, raw, y2, y3 = await _normq_chain(cuda_dev, dt, wq, w2q, w3q, xs[:T], y0s[:T], norm, N, N2, acc, y20)
-            check_against_model("matmul", y, mvq_matmul(wq, dt, xs[:T], y0s[:T] if acc else None), what + ": y")
+            entry = _launch.normq_launch(dict(T=T, N=N, K=K, accumulate=acc), dt, be.multiprocessors,
+                                         be.compute_capability, be.pq_stage_max, k2=k2 == "1")[3]
+            assert k2 == "1" or entry == "", what
+            if k2 == "1" and T == 1:  # one token: _k2 wherever it fits
+                assert entry == ("_k2" if _launch.normq_k2_fits(dt, K, be.pq_stage_max) else ""), what
+            model = mvq_matmul(wq, dt, xs[:T], y0s[:T] if acc else None, split=_launch.normq_split(dt, K))
+            check_against_model("matmul", y, model, what + f": y ({entry or 'one warp a tile'})")
+            if K == 14336:  # the split's bits, not the unsplit sums'
+                assert not np.array_equal(model, mvq_matmul(wq, dt, xs[:T], y0s[:T] if acc else None)), what
             q, d, s, ss = normq_tokens(y, norm)
             gq, gd, gs, gss = _planar_ss(raw, T, N)
             assert np.array_equal(gq, q), f"{what}: codes"
@@ -540,7 +611,7 @@ async def test_attention_quantize_equals_attention_then_quantize_and_the_model(c
 @pytest.mark.cuda
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["q4_1", "q4_k_m"])
-async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatch, tmp_path, dtype):
+async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatch, tmp_path, request, dtype):
     """A 2-layer model of the 8B shape's widths (its products over PQ_MIN_BYTES: ``_pq`` at T <= 8),
     teacher-forced 12 tokens 1 and 4 a step: with the tokens quantized once (XINFER_NORMQ=0: a
     quantizer launch before each product) and with XINFER_PREQUANT=0 (``_pq`` quantizes in every
@@ -552,7 +623,9 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
     (q4_1) and 0.0045 (Q4_K_M) of the largest logit, the int8 rounding itself being 0.02-0.04); the
     first runs load the qmatmul kernels, the default's the normq ones and attention_quantize
     (XINFER_QATT, on throughout: the same bits as its quantizer launch) and the qkv launch's rope
-    form (XINFER_QROPE), whose logits equal those of rope_kv_store's launch (XINFER_QROPE=0) bit for bit."""
+    form (XINFER_QROPE), whose logits equal those of rope_kv_store's launch (XINFER_QROPE=0) bit for bit.
+    XINFER_NORMQ_K2=0 (the residual products' 8-warp entry at every T, not ``_k2`` where it is faster):
+    the default's bits (both sum K's halves apart)."""
     from xinfer_async import llm
     from xinfer_async.llm._synthetic import SHAPES as MODEL_SHAPES
     from xinfer_async.llm._synthetic import write_synthetic_gguf
@@ -561,14 +634,20 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
     path = write_synthetic_gguf(tmp_path / "m.gguf", cfg, dtype, seed=7, progress=False)
     ids = np.random.default_rng(3).integers(0, cfg.vocab_size, size=12).tolist()
     got = {}
-    for on, normq, qrope in (("1", "0", "1"), ("0", "0", "1"), ("1", "1", "1"), ("1", "1", "0")):
+    k2_dev = xinfer_async.open_device("cuda")
+    request.addfinalizer(k2_dev.close)
+    for on, normq, qrope, k2 in (("1", "0", "1", ""), ("0", "0", "1", ""), ("1", "1", "1", ""), ("1", "1", "0", ""),
+                                 ("1", "1", "1", "0")):
         monkeypatch.setenv("XINFER_PREQUANT", on)
         monkeypatch.setenv("XINFER_NORMQ", normq)
         monkeypatch.setenv("XINFER_QROPE", qrope)
+        monkeypatch.setenv("XINFER_NORMQ_K2", k2)
+        # XINFER_NORMQ_K2 is read when a kernel loads, once a device: the K2=0 run on a device of its own
+        dev = cuda_dev if k2 == "" else k2_dev
         for chunk in (4, 1):
-            model = await llm.load(path, device=cuda_dev, slots=1, ctx=64, chunk=chunk, batching=False)
+            model = await llm.load(path, device=dev, slots=1, ctx=64, chunk=chunk, batching=False)
             try:
-                got[on + normq + ("" if qrope == "1" else "r0"), chunk] = await model.logits(ids)
+                got[on + normq + ("" if qrope == "1" else "r0") + ("k2off" if k2 == "0" else ""), chunk] = await model.logits(ids)
             finally:
                 await model.aclose()
         if on == "1":
@@ -594,6 +673,9 @@ async def test_a_models_logits_are_the_same_bits_either_way(cuda_dev, monkeypatc
     print(report)
     assert rel > 0, "normq gave the quantizer launch's bits: did it run?"
     assert d_nq <= BOUND and d_nq <= 1.5 * d_q + 0.01, report
+    for chunk in (4, 1):  # the 8-warp entry alone (XINFER_NORMQ_K2=0): the default's bits
+        a = got["11k2off", chunk]
+        assert np.array_equal(a.view(np.uint32), n1.view(np.uint32)), f"{dtype} XINFER_NORMQ_K2=0 chunk {chunk}"
 
 
 @pytest.mark.cuda

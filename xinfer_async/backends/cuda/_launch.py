@@ -680,8 +680,9 @@ def _qmatmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int],
     entry, opted in to ``pq_max`` shared bytes (``mvq_tokens`` keeps them within)."""
     dt, glu = params["dt"], params["glu"] == "1"
     if params.get("normq") == "1":  # qmatmul_normq_DT: N / 32 CTAs, its static rows buffer beside the stages
-        return Family(("",), functools.partial(normq_launch, dt=dt, sms=sms, cc=cc, pq_max=pq_max),
-                      {"": pq_max - NORMQ_STATIC} if pq_max > 48 * 1024 else {})
+        return Family(("", "_k2"), functools.partial(normq_launch, dt=dt, sms=sms, cc=cc, pq_max=pq_max, k2=normq_k2()),
+                      {"": pq_max - NORMQ_STATIC, "_k2": pq_max - NORMQ_STATIC - NORMQ_K2_STATIC}
+                      if pq_max > 48 * 1024 else {})
     return Family(("",), functools.partial(qmatmul_launch, dt=dt, glu=glu, sms=sms, cc=cc, pq_max=pq_max),
                   {"": pq_max} if pq_max > 48 * 1024 else {})
 
@@ -714,21 +715,71 @@ def quantized_activations(kind: str, dt: str, t: int, n: int, k: int, sms: int, 
 #: static shared bytes qmatmul_normq_DT adds to qmatmul_DT's (xi_mvq.cuh NQ: the CTA's 32 rows of up to
 #: MVQ_MATMUL_TT tokens, f32): its dynamic bytes stay that much further under pq_max
 NORMQ_STATIC = MVQ_MATMUL_TT * 32 * 4
+#: static shared bytes the ``_k2`` entries add (xi_mvq.cuh xi_mvq_kpart: 8 warps' 32 totals, f32)
+NORMQ_K2_STATIC = _MVQ_WARPS * 32 * 4
+
+
+def normq_k2(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the residual products may run ``qmatmul_normq_DT_k2`` (16 warps, K's chunks split
+    between two warps a tile; the same bits as the 8-warp entry, see ``normq_launch``): unset, empty
+    or ``1``: yes, where it is faster (the default); ``0``: never.
+
+    Raises:
+        ValueError: XINFER_NORMQ_K2 set to something other than '', '0', '1'."""
+    v = environ.get("XINFER_NORMQ_K2", "").strip()
+    if v not in ("", "0", "1"):
+        raise ValueError(f"XINFER_NORMQ_K2={v!r} is not one of '', '0', '1'")
+    return v != "0"
+
+
+def _normq_stage_bytes(dt: str, k: int) -> int:
+    """The 8 warps' stages of qmatmul_normq_DT (``mvq_shared`` without tokens): a ``_k2`` entry's
+    other 8 warps take as many more."""
+    return mvq_shared(dt, k, 0, False, norm=False)
+
+
+def normq_k2_fits(dt: str, k: int, pq_max: int = PQ_STAGE_MAX) -> bool:
+    """Whether ``qmatmul_normq_DT_k2`` holds one token of K = ``k`` (then every T's: the tokens a CTA
+    halve): its 16 warps' stages, the token's codes and pairs, within pq_max less NORMQ_STATIC and
+    NORMQ_K2_STATIC; ``normq_launch`` takes it at a T where it needs no more token tiles."""
+    room = pq_max - NORMQ_STATIC - NORMQ_K2_STATIC - _normq_stage_bytes(dt, k)
+    return mvq_tokens(dt, k, 1, False, room, norm=False) >= 1
+
+
+def normq_split(dt: str, k: int) -> int:
+    """The first block (of 32 elements) of a row's second half in ``qmatmul_normq_DT`` (both entries
+    sum the halves apart; in ``_k2`` each is a warp's): the first ceil(cpt / 2) of its cpt =
+    ceil(K / (256 CG)) chunks are the first half (tests/_mmq_model.py ``mvq_matmul(split=...)``); K / 32
+    or more: the second half is empty."""
+    cg = mvq_params(dt, False, norm=False)[2]
+    cpt = _cdiv(k // 256, cg)
+    return _cdiv(cpt, 2) * cg * 8
 
 
 def normq_launch(c: dict, dt: str, sms: int, cc: tuple[int, int] = (9, 0),
-                 pq_max: int = PQ_STAGE_MAX) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
-    """(grid, block, shared bytes, entry suffix ``""``) of qmatmul_normq_DT: ``qmatmul_launch``'s
-    tokens a CTA and shared bytes (within pq_max less NORMQ_STATIC), and N / 32 CTAs a token tile
-    whatever an SM holds -- every warp one tile of 4 rows, a CTA 32 whole rows, one q8_1 block of
-    each token, which it quantizes with no other CTA (none waits for another: more than a wave is
-    only slower).
+                 pq_max: int = PQ_STAGE_MAX, k2: bool = False,
+                 ) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
+    """(grid, block, shared bytes, entry suffix) of qmatmul_normq_DT: ``qmatmul_launch``'s tokens a
+    CTA and shared bytes (within pq_max less NORMQ_STATIC), and N / 32 CTAs a token tile whatever an
+    SM holds -- every warp one tile of 4 rows, a CTA 32 whole rows, one q8_1 block of each token, which
+    it quantizes with no other CTA (none waits for another: more than a wave is only slower). With
+    ``k2`` where ``normq_k2_fits`` and it takes no more token tiles (each streams the weight once):
+    the entry ``_k2``, 512 threads, two warps a tile each over half of K's chunks (a warp's chain of
+    chunks halves), another 8 warps' stages and NORMQ_K2_STATIC less room for the tokens. Either
+    entry gives the same bits (xi_mvq.cuh: NQ sums K's halves apart, ``normq_split``), so the choice
+    may follow T: on the H200 ``_k2`` ran the 8B step 2.6% faster at one token and 4.5% slower at 4
+    batched, where its halved token tiles stream the weight twice.
 
     Raises:
         ValueError: one token's shared bytes exceed pq_max less NORMQ_STATIC; N not a multiple of 32."""
     if c["N"] % 32:
         raise ValueError(f"qmatmul_normq_{dt}: N={c['N']} is not a multiple of 32")
     grid, block, shared, _ = qmatmul_launch(c, dt, False, sms, cc, pq_max - NORMQ_STATIC)
+    if k2 and normq_k2_fits(dt, c["K"], pq_max):
+        stages = _normq_stage_bytes(dt, c["K"])
+        grid2, _, shared2, _ = qmatmul_launch(c, dt, False, sms, cc, pq_max - NORMQ_STATIC - NORMQ_K2_STATIC - stages)
+        if grid2[1] <= grid[1]:  # as few token tiles (each streams the weight once): the shorter chains win
+            return (c["N"] // 32, grid2[1], grid2[2]), (512, 1, 1), shared2 + stages, "_k2"
     return (c["N"] // 32, grid[1], grid[2]), block, shared, ""
 
 
