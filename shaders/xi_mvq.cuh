@@ -660,7 +660,7 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
         xi_mvq_kernel<TYPE, XI_MVQ_R(TYPE, 1, 1), XI_MVQ_S(TYPE, 1, 1), XI_MVQ_CG(TYPE), false, true, true, false,    \
                       true>(a);                                                                                        \
     }
-// qmatmul_normq_DT.cu: qmatmul_DT (rms = 0), then the next product's tokens from the rows it wrote
+// qmatmul_normq_DT.cu: qmatmul_DT (rms = 0; K's halves summed apart, below), then the next product's tokens from the rows it wrote
 // (XiMvqOut: xqn, the rmsnorm of y by norm quantized with block sums of squares, for a qmatmul entry
 // with rms = 1); one round of CTAs (the launch rule, _launch.py normq_fits; else NaN rows and scales).
 // `_k2`: the same with 16 warps, two a tile, each over half of K's chunks (KS = 2, xi_mvq_kpart):

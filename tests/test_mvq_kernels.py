@@ -129,7 +129,7 @@ def test_model_lane_order_is_the_plain_loop(rng, dt):
 
 @pytest.mark.parametrize("dt", TYPES)
 def test_model_split_is_two_plain_loops_added(rng, dt):
-    """mvq_matmul(split=b) (qmatmul_normq_DT_k2): blocks [0, b) and [b, K/32) each the plain lanes and
+    """mvq_matmul(split=b) (qmatmul_normq_DT and its `_k2`): blocks [0, b) and [b, K/32) each the plain lanes and
     butterfly, the two totals added in that order, rounded once; a split at or past the row's end: the
     unsplit total plus 0; within the unsplit model's float64 bound; other bits than the unsplit model's."""
     N, K, T = 64, 2048 * 3 if dt == "q6_k" else 256 * 13, 3

@@ -153,8 +153,8 @@ def test_normq_is_one_launch_of_whole_blocks_at_every_t(monkeypatch, device):
 
 @pytest.mark.parametrize("device", sorted(DEVICES))
 def test_normq_k2_splits_k_where_its_16_warps_fit(monkeypatch, device):
-    """``normq_launch(k2=True)`` (the default; XINFER_NORMQ_K2=0 turns it off, read when the kernel
-    loads) runs the ``_k2`` entry (512 threads, N / 32 CTAs, 16 warps' stages and the tokens within
+    """``normq_launch(k2=True)`` (what the family passes unless XINFER_NORMQ_K2=0, read when the
+    kernel loads) runs the ``_k2`` entry (512 threads, N / 32 CTAs, 16 warps' stages and the tokens within
     pq_max less both static arrays) where one token fits (``normq_k2_fits``) and its token tiles are
     no more than the 8-warp entry's (each streams the weight once), else the 8-warp entry (both
     give the same bits: the shaders sum K's halves apart in either); ``normq_split`` the first block
@@ -171,7 +171,7 @@ def test_normq_k2_splits_k_where_its_16_warps_fit(monkeypatch, device):
             for t in range(1, _launch.PQ_MAX_T + 1):
                 c = dict(T=t, N=n, K=k, accumulate=1)
                 one = _launch.normq_launch(c, dt, k2=False, **args)
-                assert one[1:] == ((256, 1, 1),) + _launch.normq_launch(c, dt, **args)[2:] and one[3] == ""
+                assert one[1] == (256, 1, 1) and one[3] == "" and one == _launch.normq_launch(c, dt, **args)
                 grid, block, shared, entry = _launch.normq_launch(c, dt, k2=True, **args)
                 tt = -(-t // grid[1])
                 assert grid[0] == n // 32 and tt <= _launch.MVQ_MATMUL_TT, (dt, n, k, t)
@@ -193,6 +193,8 @@ def test_normq_k2_splits_k_where_its_16_warps_fit(monkeypatch, device):
         assert fits["q4_1", 14336] and fits["q4_k", 14336] and fits["q8_0", 14336] and not fits["q6_k", 14336]
         assert _launch.normq_split("q4_1", 14336) == 256 and _launch.normq_split("q4_1", 768) == 64  # 7 chunks: 4 + 3; 1: 1 + 0
         print("h200: T where _k2 runs:", {f"{dt} K={k}": v for (dt, k), v in sorted(k2_at.items())})
+        # the 8B's o (K = 4096): as many token tiles at every T; its down: two tiles from T = 3 (the tokens a CTA halve)
+        assert k2_at["q4_1", 4096] == list(range(1, _launch.PQ_MAX_T + 1)) and k2_at["q4_1", 14336] == [1, 2]
     family = _launch.FAMILIES["qmatmul"]
     for env, entry in [(None, "_k2"), ("", "_k2"), ("0", ""), ("1", "_k2")]:
         if env is None:
@@ -364,8 +366,8 @@ async def _normq_chain(dev, dt, wq, w2q, w3q, x, y0, norm, N, N2, acc=1, y20=Non
 async def test_normq_and_its_readers_equal_the_model(cuda_dev, monkeypatch, rng, dt, k2):
     """A residual product that quantizes the next product's tokens (qmatmul_normq_DT), then the two
     kinds that read them (qmatmul_rms_DT, qmatmul_rms_swiglu_DT), T = 1, 2, 3, 5, 8 (token tiles of
-    1, 2, 4 and the last one short), accumulate on and off (T = 3: normq's off, qmatmul_rms's on): y as qmatmul_DT's
-    model bit for bit; xqn's codes, pairs and block sums of squares as ``normq_tokens`` of that y;
+    1, 2, 4 and the last one short), accumulate on and off (T = 3: normq's off, qmatmul_rms's on): y as
+    the split model (below) bit for bit; xqn's codes, pairs and block sums of squares as ``normq_tokens`` of that y;
     the readers as ``rms_matmul`` / ``rms_swiglu`` (ulps of the device's expf) with ``normq_inv`` of
     those sums; the reader's distance from float64 rmsnorm(y) * norm . w2 printed and bounded
     (``error_bound`` plus the roundings of inv and of the scaling); token 0 and 7 of T = 8 alone

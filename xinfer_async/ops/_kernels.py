@@ -417,13 +417,13 @@ for _dt in QMATMUL_DTYPES:
                         lambda c: f"N={c['N']} is not a multiple of 32" if c["N"] % 32 else None),
              struct="qmatmul_normq", cpu=False,
              cuda=CudaLaunch(family="qmatmul", params=(("dt", _dt.label), ("glu", "0"), ("normq", "1"))),
-             doc="`qmatmul_DT`, then xqn: the next product's tokens h = rmsnorm(y) * norm for `qmatmul_rms_DT` / "
+             doc="`qmatmul_DT`'s product with K's halves summed apart and added (other last bits: tests/_mmq_model.py "
+                 "mvq_matmul's split), then xqn: the next product's tokens h = rmsnorm(y) * norm for `qmatmul_rms_DT` / "
                  "`qmatmul_rms_swiglu_DT` -- codes int8 (T, N) and (d, s) pairs (T, N/32) of z = y * norm quantized per block "
                  "of 32 as `quantize_q8_1`, then ss f32 (T, N/32): the xor-butterfly warp sum of y * y over each "
                  "block (shaders/xi_mvq.cuh XiMvqOut); N / 32 CTAs a token tile (backends/cuda/_launch.py "
                  "normq_launch; another grid: NaN rows and scales; the `_k2` entry where it fits and is faster, 16 warps, "
-                 "K's chunks split between two warps a tile; either entry sums K's halves apart and adds them: "
-                 "tests/_mmq_model.py mvq_matmul's split, the same bits; XINFER_NORMQ_K2=0: never `_k2`); cuda only")
+                 "K's chunks split between two warps a tile, the same bits; XINFER_NORMQ_K2=0: never `_k2`); cuda only")
     _declare(f"qmatmul_swiglu_{_dt.label}", [("w", R, "(2N, K) DT", _matrix(_dt, 2)),
                                              ("xq", R, "(T, K) q8_1 planar", _q8_1),
                                              ("y", W, "(T, N)", _f32(lambda c: c["T"] * c["N"]))],

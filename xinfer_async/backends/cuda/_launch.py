@@ -677,7 +677,8 @@ def qmatmul_launch(c: dict, dt: str, glu: bool, sms: int, cc: tuple[int, int] = 
 
 def _qmatmul_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = PQ_STAGE_MAX) -> Family:
     """qmatmul_DT, qmatmul_swiglu_DT (``params``: ``dt``, ``glu`` "0" / "1"): ``qmatmul_launch``, one
-    entry, opted in to ``pq_max`` shared bytes (``mvq_tokens`` keeps them within)."""
+    entry, opted in to ``pq_max`` shared bytes (``mvq_tokens`` keeps them within); qmatmul_normq_DT
+    (``normq`` "1"): ``normq_launch`` over its two entries, ``""`` and ``"_k2"`` (``normq_k2``)."""
     dt, glu = params["dt"], params["glu"] == "1"
     if params.get("normq") == "1":  # qmatmul_normq_DT: N / 32 CTAs, its static rows buffer beside the stages
         return Family(("", "_k2"), functools.partial(normq_launch, dt=dt, sms=sms, cc=cc, pq_max=pq_max, k2=normq_k2()),
