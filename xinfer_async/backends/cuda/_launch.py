@@ -727,10 +727,7 @@ def normq_k2(environ: Mapping[str, str] = os.environ) -> bool:
 
     Raises:
         ValueError: XINFER_NORMQ_K2 set to something other than '', '0', '1'."""
-    v = environ.get("XINFER_NORMQ_K2", "").strip()
-    if v not in ("", "0", "1"):
-        raise ValueError(f"XINFER_NORMQ_K2={v!r} is not one of '', '0', '1'")
-    return v != "0"
+    return env_switch(environ, "XINFER_NORMQ_K2")
 
 
 def _normq_stage_bytes(dt: str, k: int) -> int:
