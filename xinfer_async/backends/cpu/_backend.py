@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ... import _native, _omp
+from ..._switches import env_switch
 from ...hal import Backend, BackendQueue, DeviceError, DeviceOutOfMemoryError, DType
 from ...hal._commands import (Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, GemmCmd, ReplayCmd, TimestampCmd,
                               UploadCmd)
@@ -221,16 +222,14 @@ class CPUBackend(Backend):
     """Host memory and queue threads; kernels from the native module."""
 
     def __init__(self, memory_limit_bytes: int | None = None):
-        """Raises: ValueError: ``XINFER_CPU_REPACK`` is set to something other than 0 or 1, or
+        """Raises: ValueError: ``XINFER_CPU_REPACK`` is set to something other than '', 0 or 1 (``env_switch``), or
         ``XINFER_CPU_ISA`` names no path or one this cpu cannot run (``_isa.configure``)."""
         self.name = "cpu"
-        repack = os.environ.get("XINFER_CPU_REPACK", "1")
-        if repack not in ("0", "1"):
-            raise ValueError(f"XINFER_CPU_REPACK={repack!r} must be 0 (GGUF layout) or 1 (row-interleaved, the default)")
+        repack = env_switch(os.environ, "XINFER_CPU_REPACK")
         isa = _isa.configure()
         #: matrix weights of q8_0 / q4_0 / q4_1 are repacked at load into the row-interleaved *_r8
         #: layouts (native/kernels/q8dot.c), unless XINFER_CPU_REPACK=0
-        self.repack_weights = repack == "1"
+        self.repack_weights = repack
         self.description = f"cpu ({os.cpu_count()} cores, native C kernels, int8 dot products: {isa})"
         self._arrays: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
