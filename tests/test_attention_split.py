@@ -108,6 +108,34 @@ def test_decode_entries_are_launched_for_decode_sized_launches_only(monkeypatch)
         family({}, sms=sms, stage_max=0, cc=(9, 0))
 
 
+def test_the_measuring_knobs_of_the_decode_launch(monkeypatch):
+    """XINFER_ATT_VSTAGE_MAX (the widest head_dim whose decode entry stages v; 64 unset) and
+    XINFER_ATT_BLOCK_HEADS (query heads a block below the SMs; 1 unset), read by the family when a
+    kernel loads: unset, the launches are the rule's; set, the staged bytes and the grid's z follow
+    them (where the blocks fill the SMs the grid keeps ATT_GMAX heads a block); a bad value is refused."""
+    sms, family = 132, FAMILIES["attention"]
+    h200 = pq_stage_max_for(227 * 1024)
+    decode, wide = _c(1, 640, 32, 8, 128), _c(8, 4096, 32, 8, 128)  # 24 blocks a head; 8 * 8 * S >= the SMs
+    for v in ("VSTAGE_MAX", "BLOCK_HEADS"):
+        monkeypatch.delenv("XINFER_ATT_" + v, raising=False)
+    f = family({}, sms=sms, stage_max=0, cc=(9, 0), pq_max=h200)
+    assert f.opt_in == {"_s": 65536} and f.launch(decode) == (attention_grid(decode, sms), (256, 1, 1), 0, "_d4s")
+    assert attention_grid(decode, sms) == (1, 24, 4) and attention_grid(decode, sms, 2) == (1, 24, 2)
+    assert attention_grid(wide, sms, 2) == attention_grid(wide, sms) == (8, 8 * attention_split(wide, sms), 1)
+    monkeypatch.setenv("XINFER_ATT_VSTAGE_MAX", "128")
+    monkeypatch.setenv("XINFER_ATT_BLOCK_HEADS", "2")
+    f = family({}, sms=sms, stage_max=0, cc=(9, 0), pq_max=h200)
+    assert f.opt_in == {"_s": 65536, "_d4s": 8 * 32 * 128 * 4}
+    assert f.launch(decode) == ((1, 24, 2), (256, 1, 1), 8 * 32 * 128 * 4, "_d4s")
+    monkeypatch.setenv("XINFER_ATT_VSTAGE_MAX", "0")
+    assert family({}, sms=sms, stage_max=0, cc=(9, 0), pq_max=h200).opt_in == {}
+    for name, bad in (("VSTAGE_MAX", "257"), ("VSTAGE_MAX", "x"), ("BLOCK_HEADS", "0"), ("BLOCK_HEADS", "5")):
+        monkeypatch.setenv("XINFER_ATT_" + name, bad)
+        with pytest.raises(ValueError, match=f"XINFER_ATT_{name}='{bad}' is not an integer from"):
+            family({}, sms=sms, stage_max=0, cc=(9, 0))
+        monkeypatch.delenv("XINFER_ATT_" + name)
+
+
 @needs_nvrtc
 @pytest.mark.parametrize("name", ["attention", "attention_f16", "attention_quantize", "attention_quantize_f16",
                                   "attention_batched", "attention_batched_f16", "attention_batched_quantize",
@@ -204,6 +232,44 @@ async def test_long_rows_match_float64_and_do_not_depend_on_the_launch(devices, 
     first[at[4]] = -1  # pos -1: a zero row
     bat = await batched(devices, qb, k, v, first, last, nh, nkv, hd, ctx)
     np.testing.assert_array_equal(bat[at], out, err_msg="12-token batched launch differs from the 6-token launch")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("nh,nkv,hd", [(9, 3, 64), (32, 8, 128)])
+async def test_the_decode_knobs_keep_the_bits(cuda_dev, monkeypatch, rng, nh, nkv, hd):
+    """XINFER_ATT_VSTAGE_MAX (128: head_dim 128's decode entry stages its v rows too; 0: none does) and
+    XINFER_ATT_BLOCK_HEADS (2, 4: fewer decode blocks, their heads in one run or two), on a device opened
+    with them, change where a row's loads run and not its bits: rows of 1 to 9 segments, a zero row, 6
+    tokens and one alone, bit for bit as the default launch's; the knobs' launch (staged bytes, grid) checked."""
+    import xinfer_async
+
+    ctx = 2100
+    k, v = f32(rng, ctx, nkv, hd), f32(rng, ctx, nkv, hd)
+    pos = np.array([2099, 513, 100, -1, 700, 0], np.int32)
+    q = f32(rng, len(pos), nh, hd, scale=2.0)
+    for name in ("VSTAGE_MAX", "BLOCK_HEADS"):
+        monkeypatch.delenv("XINFER_ATT_" + name, raising=False)
+
+    async def rows(dev):
+        return (await attention(dev, q, k, v, pos, nh, nkv, hd, ctx),
+                await attention(dev, np.ascontiguousarray(q[:1]), k, v, pos[:1], nh, nkv, hd, ctx))
+
+    want = await rows(cuda_dev)
+    decode = dict(T=1, n_head=nh, n_kv=nkv, head_dim=hd, ctx=ctx, q_stride=nh * hd, scale=1.0, window=0)
+    for vmax, heads in (("128", "2"), ("128", "4"), ("0", "1")):
+        monkeypatch.setenv("XINFER_ATT_VSTAGE_MAX", vmax)
+        monkeypatch.setenv("XINFER_ATT_BLOCK_HEADS", heads)
+        dev = xinfer_async.open_device("cuda")
+        try:
+            got = await rows(dev)
+            g = dev.backend.load_kernel("attention").launch_grid(decode)
+        finally:
+            dev.close()
+        what = f"heads {nh}/{nkv} x {hd}, XINFER_ATT_VSTAGE_MAX={vmax} XINFER_ATT_BLOCK_HEADS={heads}"
+        assert g.shared_bytes == (8 * 32 * hd * 4 if vmax == "128" else 0) and \
+            tuple(g)[2] == -(-(nh // nkv) // int(heads)), f"{what}: launch {tuple(g)} {g.shared_bytes}"
+        for a, b in zip(want, got):
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"{what}: other bits"
 
 
 @pytest.mark.parametrize("nh,nkv,hd", [(9, 3, 64), (32, 8, 128)])

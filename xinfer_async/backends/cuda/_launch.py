@@ -10,7 +10,7 @@ import functools
 import os
 from typing import Callable, Mapping
 
-from ..._switches import env_switch
+from ..._switches import env_int, env_switch
 from ...ops._attention_split import SPLIT_T_MAX, segments
 
 
@@ -478,12 +478,7 @@ def kq_tiled_min_t(environ: Mapping[str, str] = os.environ) -> int:
     Raises:
         ValueError: XINFER_KQ_TILED_MIN_T is set to something other than an integer 1..8.
     """
-    v = environ.get("XINFER_KQ_TILED_MIN_T", "").strip()
-    if not v:
-        return _MVT_MIN_T
-    if not v.isdigit() or not 1 <= int(v) <= _MVT_MIN_T:
-        raise ValueError(f"XINFER_KQ_TILED_MIN_T={v!r} is not an integer from 1 to {_MVT_MIN_T}")
-    return int(v)
+    return env_int(environ, "XINFER_KQ_TILED_MIN_T", _MVT_MIN_T, 1, _MVT_MIN_T)
 
 
 def matmul_launch(c: dict, dt: str, kind: str, stage_max: int = MVT_STAGE_MAX, sms: int = 132,
@@ -549,16 +544,27 @@ def attention_split(c: dict, sms: int) -> int:
     return max(1, min(most, _cdiv(ATT_SPLIT_BLOCKS_PER_SM * sms, heads)))
 
 
-def attention_grid(c: dict, sms: int) -> tuple[int, int, int]:
+def attention_grid(c: dict, sms: int, heads: int = 1) -> tuple[int, int, int]:
     """attention / attention_batched (shaders/xi_attention.cuh): a block per (token, kv head x split-K
     share ``attention_split``, share of that kv head's query heads). Where the blocks fill the SMs
     (T * n_kv * S >= sms), a block runs up to ``ATT_GMAX`` query heads of its kv head, so each key's
-    k/v rows are read once for them all; below, a head a block, for more blocks in flight. Either way
-    the result is bit-identical."""
+    k/v rows are read once for them all; below, ``heads`` a block (``att_block_heads``; 1: a head a
+    block, for more blocks in flight). Either way the result is bit-identical."""
     t, n_kv = max(1, c["T"]), max(1, c["n_kv"])
     group = max(1, c["n_head"] // n_kv)
     split = attention_split(c, sms)
-    return (t, n_kv * split, _cdiv(group, ATT_GMAX) if t * n_kv * split >= sms else group)
+    return (t, n_kv * split, _cdiv(group, ATT_GMAX) if t * n_kv * split >= sms else _cdiv(group, heads))
+
+
+def att_block_heads(environ: Mapping[str, str] = os.environ) -> int:
+    """Query heads a block of ``attention_grid`` below the SMs: 1, unless ``XINFER_ATT_BLOCK_HEADS``
+    says 1..``ATT_GMAX`` -- a knob for measuring on the H200 (fewer decode blocks leave more SMs to the
+    next kernel's resident CTAs; a decode entry runs 4 heads at once at head_dim <= 64, 2 at <= 128, 1
+    above: more a block run one after another). The bits do not change.
+
+    Raises:
+        ValueError: XINFER_ATT_BLOCK_HEADS is set to something other than an integer 1..ATT_GMAX."""
+    return env_int(environ, "XINFER_ATT_BLOCK_HEADS", 1, 1, ATT_GMAX)
 
 
 #: the entries of an attention kernel, by head_dim at most: (head_dim, entry, decode entry or None)
@@ -585,13 +591,23 @@ ATT_STATIC_SHARED = 44 * 1024
 ATT_VSTAGE_HEAD_DIM_MAX = 64
 
 
-def att_vstage(pq_max: int) -> dict[str, int]:
+def att_vstage_head_dim_max(environ: Mapping[str, str] = os.environ) -> int:
+    """The widest head_dim whose decode entry stages its v rows: ``ATT_VSTAGE_HEAD_DIM_MAX``, unless
+    ``XINFER_ATT_VSTAGE_MAX`` says 0..256 (0: no entry) -- a knob for measuring on the H200, where the
+    figures above were of launches alone (staged or not, the same bits).
+
+    Raises:
+        ValueError: XINFER_ATT_VSTAGE_MAX is set to something other than an integer 0..256."""
+    return env_int(environ, "XINFER_ATT_VSTAGE_MAX", ATT_VSTAGE_HEAD_DIM_MAX, 0, 256)
+
+
+def att_vstage(pq_max: int, head_dim_max: int = ATT_VSTAGE_HEAD_DIM_MAX) -> dict[str, int]:
     """Decode entry suffix -> the dynamic shared bytes its staged v rows take, for those of head_dim at
-    most ``ATT_VSTAGE_HEAD_DIM_MAX`` whose bytes and static shared memory fit a block's opt-in
-    (``pq_max`` + 1 KB: ``pq_stage_max_for``); the others get none and read v from global memory (the
-    kernel checks %dynamic_smem_size)."""
+    most ``head_dim_max`` whose bytes and static shared memory fit a block's opt-in (``pq_max`` + 1 KB:
+    ``pq_stage_max_for``); the others get none and read v from global memory (the kernel checks
+    %dynamic_smem_size)."""
     return {e[2]: att_vstage_bytes(e[0]) for e in _ATT_ENTRIES
-            if e[2] and e[0] <= ATT_VSTAGE_HEAD_DIM_MAX and ATT_STATIC_SHARED + att_vstage_bytes(e[0]) <= pq_max + 1024}
+            if e[2] and e[0] <= head_dim_max and ATT_STATIC_SHARED + att_vstage_bytes(e[0]) <= pq_max + 1024}
 
 
 def attention_entries() -> tuple[str, ...]:
@@ -599,9 +615,9 @@ def attention_entries() -> tuple[str, ...]:
     return tuple(e[1] for e in _ATT_ENTRIES) + tuple(e[2] for e in _ATT_ENTRIES if e[2])
 
 
-def attention_launch(c: dict, sms: int, deep: bool = True, vstage: dict[str, int] | None = None,
+def attention_launch(c: dict, sms: int, deep: bool = True, vstage: dict[str, int] | None = None, heads: int = 1,
                      ) -> tuple[tuple[int, int, int], tuple[int, int, int], int, str]:
-    """(grid, block, shared bytes, entry suffix) of an attention kernel: ``attention_grid``, 256
+    """(grid, block, shared bytes, entry suffix) of an attention kernel: ``attention_grid`` (``heads``), 256
     threads, the entry of the narrowest head_dim that holds ``c["head_dim"]`` (a wider one than the
     widest entry gets that entry, which writes NaN rows: the kernels' checks say so); where T <=
     SPLIT_T_MAX and ``deep``, that head_dim's decode entry (``_s``, ``_d4s``: a chunk's loads in fewer
@@ -609,8 +625,8 @@ def attention_launch(c: dict, sms: int, deep: bool = True, vstage: dict[str, int
     (``att_vstage``: its v rows staged in shared memory; none: read from global memory)."""
     e = next((e for e in _ATT_ENTRIES if c["head_dim"] <= e[0]), _ATT_ENTRIES[-1])
     if deep and e[2] and max(1, c["T"]) <= SPLIT_T_MAX:
-        return attention_grid(c, sms), (256, 1, 1), (vstage or {}).get(e[2], 0), e[2]
-    return attention_grid(c, sms), (256, 1, 1), 0, e[1]
+        return attention_grid(c, sms, heads), (256, 1, 1), (vstage or {}).get(e[2], 0), e[2]
+    return attention_grid(c, sms, heads), (256, 1, 1), 0, e[1]
 
 
 def matmul_entries(dt: str) -> tuple[str, ...]:
@@ -871,13 +887,16 @@ def _qmatmul_pair_family(params: dict, sms: int, stage_max: int, cc: tuple[int, 
 def _attention_family(params: dict, sms: int, stage_max: int, cc: tuple[int, int], pq_max: int = 0) -> Family:
     """attention, attention_batched (and their ``_f16``, ``_quantize``): ``attention_launch``, its decode
     entries unless ``XINFER_ATT_DEEP=0`` (read when the kernel is loaded: the A/B of the H200 figures),
-    opted in to the staged v rows that fit the device (``att_vstage`` of ``pq_max``).
+    opted in to the staged v rows that fit the device (``att_vstage`` of ``pq_max`` and
+    ``att_vstage_head_dim_max``), ``att_block_heads`` query heads a block below the SMs.
 
     Raises:
-        ValueError: XINFER_ATT_DEEP set to something other than '', '0', '1'."""
-    vstage = att_vstage(pq_max)
+        ValueError: XINFER_ATT_DEEP set to something other than '', '0', '1'; XINFER_ATT_VSTAGE_MAX or
+            XINFER_ATT_BLOCK_HEADS to something other than their integers."""
+    vstage = att_vstage(pq_max, att_vstage_head_dim_max())
     return Family(attention_entries(), functools.partial(attention_launch, sms=sms, vstage=vstage,
-                                                         deep=env_switch(os.environ, "XINFER_ATT_DEEP")), vstage)
+                                                         deep=env_switch(os.environ, "XINFER_ATT_DEEP"),
+                                                         heads=att_block_heads()), vstage)
 
 
 #: family name (``CudaLaunch.family`` of a declaration) -> (params, sms=, stage_max=, cc=[, pq_max=]) -> ``Family``
