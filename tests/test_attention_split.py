@@ -31,6 +31,14 @@ from xinfer_async.ops._attention_split import (SEG_KEYS, SEGS_MAX, SPLIT_T_MAX, 
                                                workspace_floats)
 
 RTOL = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def _default_attention_knobs(monkeypatch):
+    """The rule's launches unless a test sets a knob: an exported XINFER_ATT_* of the caller's shell
+    (a measuring session) is not this file's."""
+    for name in ("XINFER_ATT_VSTAGE_MAX", "XINFER_ATT_BLOCK_HEADS", "XINFER_ATT_DEEP"):
+        monkeypatch.delenv(name, raising=False)
 SHADERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shaders")
 
 
@@ -108,9 +116,9 @@ def test_decode_entries_are_launched_for_decode_sized_launches_only(monkeypatch)
         family({}, sms=sms, stage_max=0, cc=(9, 0))
 
 
-def test_the_measuring_knobs_of_the_decode_launch(monkeypatch):
-    """XINFER_ATT_VSTAGE_MAX (the widest head_dim whose decode entry stages v; 64 unset) and
-    XINFER_ATT_BLOCK_HEADS (query heads a block below the SMs; 1 unset), read by the family when a
+def test_the_measuring_knobs_of_the_attention_launch(monkeypatch):
+    """XINFER_ATT_VSTAGE_MAX (the widest decode entry, by its head_dim 64 or 128, that stages v; 64 unset)
+    and XINFER_ATT_BLOCK_HEADS (query heads a block below the SMs, any T; 1 unset), read by the family when a
     kernel loads: unset, the launches are the rule's; set, the staged bytes and the grid's z follow
     them (where the blocks fill the SMs the grid keeps ATT_GMAX heads a block); a bad value is refused."""
     sms, family = 132, FAMILIES["attention"]
@@ -240,7 +248,9 @@ async def test_the_decode_knobs_keep_the_bits(cuda_dev, monkeypatch, rng, nh, nk
     """XINFER_ATT_VSTAGE_MAX (128: head_dim 128's decode entry stages its v rows too; 0: none does) and
     XINFER_ATT_BLOCK_HEADS (2, 4: fewer decode blocks, their heads in one run or two), on a device opened
     with them, change where a row's loads run and not its bits: rows of 1 to 9 segments, a zero row, 6
-    tokens and one alone, bit for bit as the default launch's; the knobs' launch (staged bytes, grid) checked."""
+    tokens and one alone, bit for bit as the default launch's (where a launch's blocks fill the SMs, as the
+    6 tokens' do on an H200, the grid keeps ATT_GMAX heads a block: the token alone is then the one that
+    takes BLOCK_HEADS); the knobs' launch (staged bytes, grid) checked against the rule on this device."""
     import xinfer_async
 
     ctx = 2100
@@ -266,8 +276,9 @@ async def test_the_decode_knobs_keep_the_bits(cuda_dev, monkeypatch, rng, nh, nk
         finally:
             dev.close()
         what = f"heads {nh}/{nkv} x {hd}, XINFER_ATT_VSTAGE_MAX={vmax} XINFER_ATT_BLOCK_HEADS={heads}"
-        assert g.shared_bytes == (8 * 32 * hd * 4 if vmax == "128" else 0) and \
-            tuple(g)[2] == -(-(nh // nkv) // int(heads)), f"{what}: launch {tuple(g)} {g.shared_bytes}"
+        sms, entry = cuda_dev.backend.multiprocessors, "_s" if hd <= 64 else "_d4s"
+        assert g.shared_bytes == att_vstage(cuda_dev.backend.pq_stage_max, int(vmax)).get(entry, 0) and \
+            tuple(g) == attention_grid(decode, sms, int(heads)), f"{what}: launch {tuple(g)} {g.shared_bytes}"
         for a, b in zip(want, got):
             assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"{what}: other bits"
 

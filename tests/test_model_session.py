@@ -117,6 +117,8 @@ def test_cpu_repack_switch(monkeypatch):
     from xinfer_async.backends.cpu import CPUBackend
     from xinfer_async.hal import DType
 
+    monkeypatch.delenv("XINFER_CPU_REPACK", raising=False)  # unset: repacked
+    assert CPUBackend().matrix_dtype(DType.q4_1, (64, 64)) is DType.q4_1_r8
     monkeypatch.setenv("XINFER_CPU_REPACK", "0")
     assert CPUBackend().matrix_dtype(DType.q4_1, (64, 64)) is DType.q4_1
     monkeypatch.setenv("XINFER_CPU_REPACK", "1")

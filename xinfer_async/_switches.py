@@ -29,6 +29,6 @@ def env_int(environ: Mapping[str, str], name: str, default: int, lo: int, hi: in
     v = environ.get(name, "").strip()
     if not v:
         return default
-    if not v.isdigit() or not lo <= int(v) <= hi:
+    if not (v.isascii() and v.isdigit()) or not lo <= int(v) <= hi:
         raise ValueError(f"{name}={v!r} is not an integer from {lo} to {hi}")
     return int(v)

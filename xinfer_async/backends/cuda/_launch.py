@@ -559,8 +559,9 @@ def attention_grid(c: dict, sms: int, heads: int = 1) -> tuple[int, int, int]:
 def att_block_heads(environ: Mapping[str, str] = os.environ) -> int:
     """Query heads a block of ``attention_grid`` below the SMs: 1, unless ``XINFER_ATT_BLOCK_HEADS``
     says 1..``ATT_GMAX`` -- a knob for measuring on the H200 (fewer decode blocks leave more SMs to the
-    next kernel's resident CTAs; a decode entry runs 4 heads at once at head_dim <= 64, 2 at <= 128, 1
-    above: more a block run one after another). The bits do not change.
+    next kernel's resident CTAs; an entry runs 4 heads at once at head_dim <= 64, 2 at <= 128, 1 above:
+    more a block run one after another). Any launch whose blocks do not fill the SMs, not only decode's.
+    The bits do not change.
 
     Raises:
         ValueError: XINFER_ATT_BLOCK_HEADS is set to something other than an integer 1..ATT_GMAX."""
@@ -592,9 +593,10 @@ ATT_VSTAGE_HEAD_DIM_MAX = 64
 
 
 def att_vstage_head_dim_max(environ: Mapping[str, str] = os.environ) -> int:
-    """The widest head_dim whose decode entry stages its v rows: ``ATT_VSTAGE_HEAD_DIM_MAX``, unless
-    ``XINFER_ATT_VSTAGE_MAX`` says 0..256 (0: no entry) -- a knob for measuring on the H200, where the
-    figures above were of launches alone (staged or not, the same bits).
+    """The widest decode entry, by the head_dim it is for (64: ``_s``, 128: ``_d4s``), that stages its v
+    rows: ``ATT_VSTAGE_HEAD_DIM_MAX``, unless ``XINFER_ATT_VSTAGE_MAX`` says 0..256 (below 64: none; 64..127:
+    ``_s``; 128 and up: both; it compares with the entry's head_dim, not the model's) -- a knob for
+    measuring on the H200, where the figures above were of launches alone (staged or not, the same bits).
 
     Raises:
         ValueError: XINFER_ATT_VSTAGE_MAX is set to something other than an integer 0..256."""
