@@ -32,6 +32,8 @@ from xinfer_async.ops._attention_split import (SEG_KEYS, SEGS_MAX, SPLIT_T_MAX, 
 
 RTOL = 1e-5
 
+SHADERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shaders")
+
 
 @pytest.fixture(autouse=True)
 def _default_attention_knobs(monkeypatch):
@@ -39,7 +41,6 @@ def _default_attention_knobs(monkeypatch):
     (a measuring session) is not this file's."""
     for name in ("XINFER_ATT_VSTAGE_MAX", "XINFER_ATT_BLOCK_HEADS", "XINFER_ATT_DEEP"):
         monkeypatch.delenv(name, raising=False)
-SHADERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shaders")
 
 
 # -- the rules (no device) ---------------------------------------------------------------------------
@@ -124,8 +125,6 @@ def test_the_measuring_knobs_of_the_attention_launch(monkeypatch):
     sms, family = 132, FAMILIES["attention"]
     h200 = pq_stage_max_for(227 * 1024)
     decode, wide = _c(1, 640, 32, 8, 128), _c(8, 4096, 32, 8, 128)  # 24 blocks a head; 8 * 8 * S >= the SMs
-    for v in ("VSTAGE_MAX", "BLOCK_HEADS"):
-        monkeypatch.delenv("XINFER_ATT_" + v, raising=False)
     f = family({}, sms=sms, stage_max=0, cc=(9, 0), pq_max=h200)
     assert f.opt_in == {"_s": 65536} and f.launch(decode) == (attention_grid(decode, sms), (256, 1, 1), 0, "_d4s")
     assert attention_grid(decode, sms) == (1, 24, 4) and attention_grid(decode, sms, 2) == (1, 24, 2)
@@ -257,8 +256,6 @@ async def test_the_decode_knobs_keep_the_bits(cuda_dev, monkeypatch, rng, nh, nk
     k, v = f32(rng, ctx, nkv, hd), f32(rng, ctx, nkv, hd)
     pos = np.array([2099, 513, 100, -1, 700, 0], np.int32)
     q = f32(rng, len(pos), nh, hd, scale=2.0)
-    for name in ("VSTAGE_MAX", "BLOCK_HEADS"):
-        monkeypatch.delenv("XINFER_ATT_" + name, raising=False)
 
     async def rows(dev):
         return (await attention(dev, q, k, v, pos, nh, nkv, hd, ctx),
