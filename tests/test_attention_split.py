@@ -96,14 +96,14 @@ def test_decode_entries_are_launched_for_decode_sized_launches_only(monkeypatch)
                                (1, 256, True, "_d8"), (1, 128, False, "_d4"), (1, 64, False, "")]:
         c = _c(T, 640, 32, 8, hd)
         assert attention_launch(c, sms, deep=deep) == (attention_grid(c, sms), (256, 1, 1), 0, entry)
-        staged = {"_s": 8 * 32 * 64 * 4}.get(entry, 0)  # the warps' v rows, f32-sized (head_dim 64 alone)
+        staged = {"_s": 8 * 32 * 64 * 4, "_d4s": 8 * 32 * 128 * 4}.get(entry, 0)  # the warps' v rows, f32-sized
         assert attention_launch(c, sms, deep=deep, vstage=att_vstage(PQ_STAGE_MAX)) == (
             attention_grid(c, sms), (256, 1, 1), staged, entry)
     family = FAMILIES["attention"]
-    # opted in where the rows fit beside ~42 KB of static shared memory and head_dim <= 64 (the 8B's 128
-    # read v from memory: measured slower staged on long rows): H200 (227 KB) and A100 (163 KB) the
-    # head_dim-64 entry, 99 KB devices (sm_86, sm_89, sm_120) none (their kernels read v from memory)
-    for optin, staged in [(227 * 1024, {"_s": 65536}), (163 * 1024, {"_s": 65536}), (99 * 1024, {})]:
+    # opted in where the rows fit beside ~42 KB of static shared memory: H200 (227 KB) both decode
+    # entries, A100 (163 KB) the head_dim-64 one (128 KB of head_dim-128 rows do not fit beside it), 99 KB
+    # devices (sm_86, sm_89, sm_120) none (their kernels read v from memory)
+    for optin, staged in [(227 * 1024, {"_s": 65536, "_d4s": 131072}), (163 * 1024, {"_s": 65536}), (99 * 1024, {})]:
         assert family({}, sms=sms, stage_max=0, cc=(9, 0), pq_max=pq_stage_max_for(optin)).opt_in == staged
     assert family({}, sms=sms, stage_max=0, cc=(9, 0)).opt_in == {}
     for env, entry in [(None, "_d4s"), ("1", "_d4s"), ("0", "_d4")]:
@@ -118,7 +118,7 @@ def test_decode_entries_are_launched_for_decode_sized_launches_only(monkeypatch)
 
 
 def test_the_measuring_knobs_of_the_attention_launch(monkeypatch):
-    """XINFER_ATT_VSTAGE_MAX (the widest decode entry, by its head_dim 64 or 128, that stages v; 64 unset)
+    """XINFER_ATT_VSTAGE_MAX (the widest decode entry, by its head_dim 64 or 128, that stages v; 128 unset)
     and XINFER_ATT_BLOCK_HEADS (query heads a block below the SMs, any T; 1 unset), read by the family when a
     kernel loads: unset, the launches are the rule's; set, the staged bytes and the grid's z follow
     them (where the blocks fill the SMs the grid keeps ATT_GMAX heads a block); a bad value is refused."""
@@ -126,14 +126,15 @@ def test_the_measuring_knobs_of_the_attention_launch(monkeypatch):
     h200 = pq_stage_max_for(227 * 1024)
     decode, wide = _c(1, 640, 32, 8, 128), _c(8, 4096, 32, 8, 128)  # 24 blocks a head; 8 * 8 * S >= the SMs
     f = family({}, sms=sms, stage_max=0, cc=(9, 0), pq_max=h200)
-    assert f.opt_in == {"_s": 65536} and f.launch(decode) == (attention_grid(decode, sms), (256, 1, 1), 0, "_d4s")
+    assert f.opt_in == {"_s": 65536, "_d4s": 131072}
+    assert f.launch(decode) == (attention_grid(decode, sms), (256, 1, 1), 131072, "_d4s")
     assert attention_grid(decode, sms) == (1, 24, 4) and attention_grid(decode, sms, 2) == (1, 24, 2)
     assert attention_grid(wide, sms, 2) == attention_grid(wide, sms) == (8, 8 * attention_split(wide, sms), 1)
-    monkeypatch.setenv("XINFER_ATT_VSTAGE_MAX", "128")
+    monkeypatch.setenv("XINFER_ATT_VSTAGE_MAX", "64")
     monkeypatch.setenv("XINFER_ATT_BLOCK_HEADS", "2")
     f = family({}, sms=sms, stage_max=0, cc=(9, 0), pq_max=h200)
-    assert f.opt_in == {"_s": 65536, "_d4s": 8 * 32 * 128 * 4}
-    assert f.launch(decode) == ((1, 24, 2), (256, 1, 1), 8 * 32 * 128 * 4, "_d4s")
+    assert f.opt_in == {"_s": 8 * 32 * 64 * 4}
+    assert f.launch(decode) == ((1, 24, 2), (256, 1, 1), 0, "_d4s")
     monkeypatch.setenv("XINFER_ATT_VSTAGE_MAX", "0")
     assert family({}, sms=sms, stage_max=0, cc=(9, 0), pq_max=h200).opt_in == {}
     for name, bad in (("VSTAGE_MAX", "257"), ("VSTAGE_MAX", "x"), ("BLOCK_HEADS", "0"), ("BLOCK_HEADS", "5")):
@@ -244,7 +245,7 @@ async def test_long_rows_match_float64_and_do_not_depend_on_the_launch(devices, 
 @pytest.mark.cuda
 @pytest.mark.parametrize("nh,nkv,hd", [(9, 3, 64), (32, 8, 128)])
 async def test_the_decode_knobs_keep_the_bits(cuda_dev, monkeypatch, rng, nh, nkv, hd):
-    """XINFER_ATT_VSTAGE_MAX (128: head_dim 128's decode entry stages its v rows too; 0: none does) and
+    """XINFER_ATT_VSTAGE_MAX (128, the default: head_dim 128's decode entry stages its v rows too; 0: none does) and
     XINFER_ATT_BLOCK_HEADS (2, 4: fewer decode blocks, their heads in one run or two), on a device opened
     with them, change where a row's loads run and not its bits: rows of 1 to 9 segments, a zero row, 6
     tokens and one alone, bit for bit as the default launch's (where a launch's blocks fill the SMs, as the

@@ -587,16 +587,19 @@ ATT_STATIC_SHARED = 44 * 1024
 #: the widest head_dim whose decode entry stages its v rows. H200, 2026-12-03 (tools/attention_bench.py,
 #: us a launch against the entries reading v from memory): head_dim 64 (SmolLM2's heads) 4.4 / 5.3 / 8.8
 #: at 16 / 128 / 640 keys against 4.7 / 6.2 / 9.1; head_dim 128 (the 8B's) 5.3 / 7.0 at 16 / 128 keys
-#: against 5.6 / 7.6 but 12.6 / 13.5 / 28.2 at 640 / 704 / 2048 against 11.8 / 11.9 / 25.9: 128 KB of
-#: staged rows cost more than they save once the rows are long, so ``_d4s`` reads v from memory
-ATT_VSTAGE_HEAD_DIM_MAX = 64
+#: against 5.6 / 7.6 but 12.6 / 13.5 / 28.2 at 640 / 704 / 2048 against 11.8 / 11.9 / 25.9 alone. In a
+#: decode step, where it counts, head_dim 128 staged is faster at every length measured (H200,
+#: 2026-12-04, `bench model --slots 1 --batching --max-tokens 128`, device ms a step, 64 / 128
+#: interleaved, 2 rounds): 8B q4_1 after a 512-token prompt 2.205, 2.208 / 2.178, 2.174; its Q4_K_M mix
+#: 2.597, 2.601 / 2.560, 2.557; 8B after 3,072 tokens 2.195, 2.195 / 2.187, 2.185
+ATT_VSTAGE_HEAD_DIM_MAX = 128
 
 
 def att_vstage_head_dim_max(environ: Mapping[str, str] = os.environ) -> int:
     """The widest decode entry, by the head_dim it is for (64: ``_s``, 128: ``_d4s``), that stages its v
     rows: ``ATT_VSTAGE_HEAD_DIM_MAX``, unless ``XINFER_ATT_VSTAGE_MAX`` says 0..256 (below 64: none; 64..127:
     ``_s``; 128 and up: both; it compares with the entry's head_dim, not the model's) -- a knob for
-    measuring on the H200, where the figures above were of launches alone (staged or not, the same bits).
+    measuring on the H200 (staged or not, the same bits).
 
     Raises:
         ValueError: XINFER_ATT_VSTAGE_MAX is set to something other than an integer 0..256."""
