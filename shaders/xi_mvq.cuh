@@ -30,6 +30,9 @@
 //     q6_k:              f = (dw * d) * (float)(sc_lo * isum_lo + sc_hi * isum_hi), dw the super-block's
 //                        d, codes q - 32, isum_lo over the block's elements 0..15 (scale sc_lo, int8),
 //                        isum_hi over 16..31 (sc_hi): the integer combination is exact (< 2^24);
+//   how the exact integers are formed is free (XiMvqB): q4_k's high nibbles are summed in place (16
+//   times the codes, dp4a of unsigned bytes) and shifted back; q6_k's sums are those of the unsigned
+//   codes 0..63 plus -32 times the activation codes' sums (xi_mvq_xs, once a token for the NR rows);
 // - lane l adds the f of its blocks b = l, l + 32, l + 64, ... in that order from 0 (acc = acc + f);
 //   then the xor-butterfly warp sum of the 32 lanes' acc (offsets 16, 8, 4, 2, 1: `warp_sum`); y = the
 //   total (accumulate: y + total). GLU: y = g / (1 + expf(-g)) * u from the gate and up totals.
@@ -71,6 +74,13 @@ __device__ __forceinline__ void xi_mvq_lds(const uint8_t *p, uint32_t w[N]) {
     for (int i = 0; i < N; i++) w[i] = __funnelshift_r(a[i], a[i + 1], mis * 8u);
 }
 __device__ __forceinline__ uint32_t xi_mvq_u16(const uint8_t *p) { return *reinterpret_cast<const uint16_t *>(p); }
+// the exact dot product of 4 unsigned bytes of a and 4 signed bytes of b, plus c (the K-quants'
+// unsigned codes: q4_k's high nibbles kept in place, 16 times the code; q6_k's codes before the - 32)
+__device__ __forceinline__ int xi_dp4a_us(uint32_t a, uint32_t b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
 // bits k .. k + 3 of v to bit 0 of bytes 0..3
 __device__ __forceinline__ uint32_t xi_mvq_bits4(uint32_t v) {
     return (v & 1u) | ((v & 2u) << 7) | ((v & 4u) << 14) | ((v & 8u) << 21);
@@ -83,9 +93,12 @@ template <int TYPE> struct XiMvqB {
     uint32_t c[8];
     float dw, mw;
     int sl, sh;
-    __device__ __forceinline__ void dec(const uint8_t *grp, int j) {
+    int sft;  // q4_k: c holds the codes times 2^sft (the high nibbles kept in place); isum >> sft
+    // j: the block of its group (0..7); mis: q6_k's grp & 3 (its groups are 210 bytes, 2-aligned)
+    __device__ __forceinline__ void dec(const uint8_t *grp, int j, int mis = 0) {
         mw = 0.0f;
         sl = sh = 0;
+        sft = 0;
         if constexpr (TYPE == XI_Q4_1) {  // d, m, qs[16]: 20 bytes, 4-aligned
             const uint32_t *p = reinterpret_cast<const uint32_t *>(grp + 20 * j);
             const uint32_t dm = p[0];
@@ -121,11 +134,17 @@ template <int TYPE> struct XiMvqB {
             // 32 code bytes (and q5_k's qh) in 16-byte loads, 3 (5) instead of 12 (20) of 4 bytes
             const uint4 *p = reinterpret_cast<const uint4 *>(grp);
             const uint4 hd = p[0];
-            int sc, m;
-            xk_scale_min_w(j, hd.y, hd.z, hd.w, sc, m);
+            // xk_scale_min_w without its branch (j is the same for every block of a lane: the selections,
+            // shifts and masks by it are computed once): sub-block j's 6-bit scale and min
+            const bool hi = j >= 4;
+            const int s8 = 8 * (j & 3);
+            const uint32_t m6 = hi ? 15u : 63u, m2 = hi ? 0x30u : 0u;
+            const int sc = (int)((((hi ? hd.w : hd.y) >> s8) & m6) | ((hd.y >> (s8 + 2)) & m2));
+            const int m = (int)((((hi ? hd.w : hd.z) >> (hi ? s8 + 4 : s8)) & m6) | ((hd.z >> (s8 + 2)) & m2));
             dw = __fmul_rn(xi_h2f(hd.x & 0xffff), (float)sc);
             mw = -__fmul_rn(xi_h2f(hd.x >> 16), (float)m);
-            const int qs = (TYPE == XI_Q4_K ? 1 : 3) + 2 * (j >> 1), sft = 4 * (j & 1);
+            const int qs = (TYPE == XI_Q4_K ? 1 : 3) + 2 * (j >> 1);
+            sft = 4 * (j & 1);
             const uint4 q0 = p[qs], q1 = p[qs + 1];
             const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
             uint32_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -133,45 +152,82 @@ template <int TYPE> struct XiMvqB {
                 const uint4 h0 = p[1], h1 = p[2];
                 h[0] = h0.x; h[1] = h0.y; h[2] = h0.z; h[3] = h0.w; h[4] = h1.x; h[5] = h1.y; h[6] = h1.z; h[7] = h1.w;
             }
+            if constexpr (TYPE == XI_Q4_K) {  // the nibbles in place (one mask, no shift): term() shifts the sum
+                const uint32_t msk = 0x0F0F0F0Fu << sft;
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                c[k] = (w[k] >> sft) & 0x0F0F0F0Fu;
-                if (TYPE == XI_Q5_K) c[k] |= ((h[k] >> j) & 0x01010101u) << 4;
+                for (int k = 0; k < 8; k++) c[k] = w[k] & msk;
+            } else {
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    c[k] = (w[k] >> sft) & 0x0F0F0F0Fu;
+                    c[k] |= ((h[k] >> j) & 0x01010101u) << 4;
+                }
+                sft = 0;
             }
         } else if constexpr (TYPE == XI_Q6_K) {  // ql[128], qh[64], scales[16] int8, d: 210 bytes, 2-aligned
+            // mis: grp's offset from a 4-byte boundary (0 or 2; the same for every block of a lane, see the
+            // caller), so each code word is one funnel shift of two aligned words: the low 4 bits from
+            // ql >> 4 (k4 >> 1), the high 2 from qh's bits 2 k4, 2 k4 + 1 moved to bits 4, 5 (a shift of
+            // 8 mis + 2 k4 - 4 bits of the byte stream, from the word before where that is negative)
             const int h = j >> 2, k4 = j & 3;
-            uint32_t ql[8], qh[8];
-            xi_mvq_lds<8>(grp + 64 * h + 32 * (k4 & 1), ql);
-            xi_mvq_lds<8>(grp + 128 + 32 * h, qh);
-            const int sft = 4 * (k4 >> 1);
+            const int shl = 8 * mis + 4 * (k4 >> 1), shq = 8 * mis + 2 * k4 - 4;
+            const uint32_t *pl = reinterpret_cast<const uint32_t *>(grp + 64 * h + 32 * (k4 & 1) - mis);
+            const uint32_t *ph = reinterpret_cast<const uint32_t *>(grp + 128 + 32 * h - mis - (shq < 0 ? 4 : 0));
+            const int sq = shq < 0 ? shq + 32 : shq;
+            uint32_t a[9], b[9];
 #pragma unroll
+            for (int k = 0; k < 9; k++) { a[k] = pl[k]; b[k] = ph[k]; }
+#pragma unroll  // the unsigned codes 0..63: term() subtracts 32 times the activations' sums
             for (int k = 0; k < 8; k++)
-                c[k] = __vsub4(((ql[k] >> sft) & 0x0F0F0F0Fu) | (((qh[k] >> (2 * k4)) & 0x03030303u) << 4), 0x20202020u);
-            sl = (int)(int8_t)grp[192 + 8 * h + 2 * k4];
-            sh = (int)(int8_t)grp[193 + 8 * h + 2 * k4];
+                c[k] = (__funnelshift_r(a[k], a[k + 1], shl) & 0x0F0F0F0Fu) | (__funnelshift_r(b[k], b[k + 1], sq) & 0x30303030u);
+            // the sub-block scales, int8, by casts: __byte_perm's sign-replicating selectors (0x8880) are
+            // not honoured (NVRTC emits PRMT with selector 0: CUDA documents 3 selector bits; the H200's
+            // q6_k tests failed that way)
+            const uint32_t sv = xi_mvq_u16(grp + 192 + 8 * h + 2 * k4);
+            sl = (int)(int8_t)(sv & 0xffu);
+            sh = (int)(int8_t)(sv >> 8);
             dw = xi_h2f(xi_mvq_u16(grp + 208));
         }
     }
-    // the block term f of one token (x: its 8 code words of the block; d, s: its q8_1 scale, d * sum)
-    __device__ __forceinline__ float term(const uint32_t x[8], float d, float s) const {
+    // the block term f of one token (x: its 8 code words of the block; d, s: its q8_1 scale, d * sum;
+    // xs: q6_k's -32 times the sums of the activation codes of the block's elements 0..15 and 16..31,
+    // xi_mvq_xs, so that the sums over the unsigned codes are the sums over codes - 32, exactly)
+    __device__ __forceinline__ float term(const uint32_t x[8], float d, float s, int2 xs = {0, 0}) const {
         if constexpr (TYPE == XI_Q6_K) {
-            int lo = 0, hi = 0;
+            int lo = xs.x, hi = xs.y;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                lo = xi_dp4a(c[k], x[k], lo);
-                hi = xi_dp4a(c[4 + k], x[4 + k], hi);
+                lo = xi_dp4a_us(c[k], x[k], lo);
+                hi = xi_dp4a_us(c[4 + k], x[4 + k], hi);
             }
             return __fmul_rn(__fmul_rn(dw, d), (float)(sl * lo + sh * hi));
         } else {
             int isum = 0;
+            if constexpr (TYPE == XI_Q4_K) {
 #pragma unroll
-            for (int k = 0; k < 8; k++) isum = xi_dp4a(c[k], x[k], isum);
+                for (int k = 0; k < 8; k++) isum = xi_dp4a_us(c[k], x[k], isum);
+                isum >>= sft;  // exact: the high nibbles in place make every product, so the sum, 16 times the code's
+            } else {
+#pragma unroll
+                for (int k = 0; k < 8; k++) isum = xi_dp4a(c[k], x[k], isum);
+            }
             float f = __fmul_rn(__fmul_rn(dw, d), (float)isum);
             if (TYPE == XI_Q4_1 || TYPE == XI_Q4_K || TYPE == XI_Q5_K) f = __fadd_rn(f, __fmul_rn(mw, s));
             return f;
         }
     }
 };
+
+// q6_k's xs of a token's block (XiMvqB::term): -32 times the sums of its codes of elements 0..15, 16..31
+__device__ __forceinline__ int2 xi_mvq_xs(const uint32_t x[8]) {
+    int lo = 0, hi = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        lo = xi_dp4a(0x01010101u, x[k], lo);
+        hi = xi_dp4a(0x01010101u, x[4 + k], hi);
+    }
+    return make_int2(-32 * lo, -32 * hi);
+}
 
 // The rmsnorm scales inv[t] = 1 / sqrt(ss / K + eps) of tokens tg0 .. tg0 + tn - 1, all threads of
 // the CTA (tests/_mmq_model.py rmsnorm_inv_cta): thread j adds ((a*a + b*b) + (c*c + d*d)) of the
@@ -401,6 +457,11 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
     }
     __syncthreads();
 
+    const int jl = lane & 7;  // the block of its group that each of this lane's blocks is (below)
+    // ... and q6_k's misalignment of that group: stages and regions start on 16 bytes (CGB % 16 == 0, so
+    // CG % 8 == 0 for q6_k and cb0 % 64 == 0), a lane's groups are o / 8 = lane / 8 + 4 i, 210 bytes
+    // apart: 2 bytes past a word where lane / 8 is odd
+    const int mis = TYPE == XI_Q6_K ? 2 * ((lane >> 3) & 1) : 0;
     int ct = gw, cc = c_lo, cs = 0;  // compute cursor: chunk cc of tile ct, from stage cs
     float acc[TT][NR];
 #pragma unroll
@@ -414,12 +475,14 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
         __syncwarp();
         const uint8_t *src = st + (size_t_)cs * NR * CGB;
         const int cb0 = cc * CG * 8, cb1 = (gpr < (cc + 1) * CG ? gpr : (cc + 1) * CG) * 8;  // the chunk's blocks
-        // this lane's blocks of the chunk: b % 32 == lane, in order
+        // this lane's blocks of the chunk: b % 32 == lane, in order; block o % 8 of its group is lane % 8 (cb0
+        // is a multiple of 8): jl, the same for every block, so the decode's shifts and selections by it are
+        // computed once, outside the loop
         for (int b = cb0 + ((lane - cb0) & 31); b < cb1; b += 32) {
             const int o = b - cb0;  // block within the chunk: group o / 8, block o % 8
             XiMvqB<TYPE> wb[NR];
 #pragma unroll
-            for (int q = 0; q < NR; q++) wb[q].dec(src + q * CGB + (o >> 3) * GB, o & 7);
+            for (int q = 0; q < NR; q++) wb[q].dec(src + q * CGB + (o >> 3) * GB, jl, mis);
 #pragma unroll
             for (int t = 0; t < TT; t++) {
                 if (t < tn) {
@@ -430,8 +493,10 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
                     const uint4 u0 = xp[sw], u1 = xp[sw ^ 1], x0 = sw ? u1 : u0, x1 = sw ? u0 : u1;
                     const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                     const float2 dsv = ds[(size_t_)t * nb + b];
+                    int2 xs = {0, 0};
+                    if constexpr (TYPE == XI_Q6_K) xs = xi_mvq_xs(xw);  // once for the NR rows
 #pragma unroll
-                    for (int q = 0; q < NR; q++) acc[t][q] = __fadd_rn(acc[t][q], wb[q].term(xw, dsv.x, dsv.y));
+                    for (int q = 0; q < NR; q++) acc[t][q] = __fadd_rn(acc[t][q], wb[q].term(xw, dsv.x, dsv.y, xs));
                 }
             }
         }
