@@ -65,13 +65,13 @@ LOOP_HEAD = "        for (int b = cb0 + ((lane - cb0) & 31); b < cb1; b += 32) {
 BODY_START = LOOP_HEAD + """            const int o = b - cb0;  // block within the chunk: group o / 8, block o % 8
             XiMvqB<TYPE> wb[NR];
 #pragma unroll
-            for (int q = 0; q < NR; q++) wb[q].dec(src + q * CGB + (o >> 3) * GB, o & 7);
+            for (int q = 0; q < NR; q++) wb[q].dec(src + q * CGB + (o >> 3) * GB, jl, mis);
 #pragma unroll
             for (int t = 0; t < TT; t++) {
                 if (t < tn) {
 """
 TERM = """#pragma unroll
-                    for (int q = 0; q < NR; q++) acc[t][q] = __fadd_rn(acc[t][q], wb[q].term(xw, dsv.x, dsv.y));
+                    for (int q = 0; q < NR; q++) acc[t][q] = __fadd_rn(acc[t][q], wb[q].term(xw, dsv.x, dsv.y, xs));
                 }
             }
         }
@@ -83,6 +83,7 @@ NOCOMPUTE = LOOP_HEAD + """            const int o = b - cb0;
 QOUTER = LOOP_HEAD + """            const int o = b - cb0;  // block within the chunk: group o / 8, block o % 8
             uint32_t xa[TT][8];
             float2 dsa[TT];
+            int2 xsa[TT];
 #pragma unroll
             for (int t = 0; t < TT; t++) {
                 if (t < tn) {
@@ -92,15 +93,16 @@ QOUTER = LOOP_HEAD + """            const int o = b - cb0;  // block within the 
                     xa[t][0] = x0.x; xa[t][1] = x0.y; xa[t][2] = x0.z; xa[t][3] = x0.w;
                     xa[t][4] = x1.x; xa[t][5] = x1.y; xa[t][6] = x1.z; xa[t][7] = x1.w;
                     dsa[t] = ds[(size_t_)t * nb + b];
+                    xsa[t] = TYPE == XI_Q6_K ? xi_mvq_xs(xa[t]) : make_int2(0, 0);
                 }
             }
 #pragma unroll
             for (int q = 0; q < NR; q++) {
                 XiMvqB<TYPE> w;
-                w.dec(src + q * CGB + (o >> 3) * GB, o & 7);
+                w.dec(src + q * CGB + (o >> 3) * GB, jl, mis);
 #pragma unroll
                 for (int t = 0; t < TT; t++)
-                    if (t < tn) acc[t][q] = __fadd_rn(acc[t][q], w.term(xa[t], dsa[t].x, dsa[t].y));
+                    if (t < tn) acc[t][q] = __fadd_rn(acc[t][q], w.term(xa[t], dsa[t].x, dsa[t].y, xsa[t]));
             }
         }
 """
