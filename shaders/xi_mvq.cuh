@@ -752,7 +752,8 @@ __device__ __forceinline__ void xi_mvq_kernel(const XiMvcArgs &a, const XiMvqOut
 // q, k, v in two types, as llama.cpp's Q4_K_M mix gives them: Q4_K q and k, Q6_K v on some layers),
 // w (N, K) of type A into y's columns [0, N) and w2 (N2, K) of type B into [N, N + N2), y (T, N + N2):
 // the first CTAs run the first product as qmatmul_A (qmatmul_rms_A with RMS) would over that many CTAs,
-// the rest the second (with XI_MVQ_PAIR_R2 rows a warp), split in proportion to the weights' bytes (the launch, _launch.py pair_launch,
+// the rest the second (with XI_MVQ_PAIR_R2 rows a warp), each as many as a tile a warp needs where the grid
+// holds both, else split in proportion to the weights' bytes (the launch, _launch.py pair_launch,
 // gives the grid; any split gives the same bits: a row's sums do not depend on which CTAs run the
 // others, nor on how many there are). So each row is the single-type launch's, bit for bit, with
 // one launch's tail and wait instead of two.
@@ -765,7 +766,13 @@ __device__ __forceinline__ void xi_qmatmul_pair(const uint8_t *w, const uint8_t 
                                                 int N, int N2, int K, float eps, XiRope rope = {}) {
     const long long b1 = (long long)N * xi_row_bytes_of(TA, K), b2 = (long long)N2 * xi_row_bytes_of(TB, K);
     const int gx = (int)gridDim.x;
-    int g1 = (int)(((long long)gx * b1 + (b1 + b2) / 2) / (b1 + b2));
+    // CTAs that give each warp one tile (pair_launch's grid is their sum where both fit a wave): then
+    // each product its own, so that no warp of the second takes two tiles while the first has CTAs to
+    // spare (the Q4_K_M 8B's qkv: 160 + 64 CTAs, which the bytes' split made 173 + 51, 408 warps for
+    // the v rows' 512 tiles); else in proportion to the bytes
+    const int n1 = ((N + XI_MVQ_R(TA, 0, 0) - 1) / XI_MVQ_R(TA, 0, 0) + XI_MVQ_WARPS - 1) / XI_MVQ_WARPS;
+    const int n2 = ((N2 + XI_MVQ_PAIR_R2 - 1) / XI_MVQ_PAIR_R2 + XI_MVQ_WARPS - 1) / XI_MVQ_WARPS;
+    int g1 = gx >= n1 + n2 ? n1 : (int)(((long long)gx * b1 + (b1 + b2) / 2) / (b1 + b2));
     g1 = g1 < 1 ? 1 : g1 > gx - 1 ? gx - 1 : g1;
     const float *x = reinterpret_cast<const float *>(xq);
     if ((int)blockIdx.x < g1) {

@@ -838,8 +838,8 @@ def pair_launch(c: dict, dt: str, dt2: str, sms: int, cc: tuple[int, int] = (9, 
     products on the same tokens, shaders/xi_mvq.cuh xi_qmatmul_pair): the matmul kind's parameters,
     PAIR_R2 rows a warp for the second product, tokens a CTA the smaller of the two types'
     (``mvq_tokens``), the larger of their shared bytes for those tokens,
-    and the two launches' CTAs side by side (the kernel splits them in proportion to the weights'
-    bytes: the bits do not depend on the split).
+    and the two launches' CTAs side by side (the kernel gives each product its own, a tile a warp, and
+    splits a smaller grid in proportion to the weights' bytes: the bits do not depend on the split).
 
     Raises:
         ValueError: one token's shared bytes of either type exceed ``pq_max``."""
