@@ -127,17 +127,16 @@ __device__ __forceinline__ uint32_t xk_spread4(uint32_t v) {
     return (v & 1u) | ((v & 2u) << 7) | ((v & 4u) << 14) | ((v & 8u) << 21);
 }
 // q4_K / q5_K's 6-bit scale and min of group g (0..7) from the 12 scale bytes as 3 little-endian words
-// (xi_scale_min_k4 on registers)
+// (xi_scale_min_k4 on registers): g < 4 the low 6 bits of bytes g (scale) and g + 4 (min); else the
+// low / high nibble of byte g + 4 with the top 2 bits of bytes g - 4 / g as bits 4, 5. Selections and
+// masks by g, no branch: where g is the same for every call of a thread (xi_mvq.cuh's lane block) they
+// are computed once, and a branch on g diverged within a quarter warp there.
 __device__ __forceinline__ void xk_scale_min_w(int g, uint32_t w0, uint32_t w1, uint32_t w2, int &sc, int &m) {
+    const bool hi = g >= 4;
     const int sh = 8 * (g & 3);
-    const int b0 = (w0 >> sh) & 0xff, b1 = (w1 >> sh) & 0xff, b2 = (w2 >> sh) & 0xff;  // bytes g&3, +4, +8
-    if (g < 4) {
-        sc = b0 & 63;
-        m = b1 & 63;
-    } else {
-        sc = (b2 & 15) | ((b0 >> 2) & 0x30);
-        m = (b2 >> 4) | ((b1 >> 2) & 0x30);
-    }
+    const uint32_t m6 = hi ? 15u : 63u, m2 = hi ? 0x30u : 0u;
+    sc = (int)((((hi ? w2 : w0) >> sh) & m6) | ((w0 >> (sh + 2)) & m2));
+    m = (int)((((hi ? w2 : w1) >> (hi ? sh + 4 : sh)) & m6) | ((w1 >> (sh + 2)) & m2));
 }
 // iq4_nl's 16 values (xi_kvalues_iq4nl) as int8 bytes of 4 words: value of code c (0..15), from
 // registers (a per-lane index into __constant__ memory would serialize the warp)

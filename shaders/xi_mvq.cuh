@@ -134,13 +134,8 @@ template <int TYPE> struct XiMvqB {
             // 32 code bytes (and q5_k's qh) in 16-byte loads, 3 (5) instead of 12 (20) of 4 bytes
             const uint4 *p = reinterpret_cast<const uint4 *>(grp);
             const uint4 hd = p[0];
-            // xk_scale_min_w without its branch (j is the same for every block of a lane: the selections,
-            // shifts and masks by it are computed once): sub-block j's 6-bit scale and min
-            const bool hi = j >= 4;
-            const int s8 = 8 * (j & 3);
-            const uint32_t m6 = hi ? 15u : 63u, m2 = hi ? 0x30u : 0u;
-            const int sc = (int)((((hi ? hd.w : hd.y) >> s8) & m6) | ((hd.y >> (s8 + 2)) & m2));
-            const int m = (int)((((hi ? hd.w : hd.z) >> (hi ? s8 + 4 : s8)) & m6) | ((hd.z >> (s8 + 2)) & m2));
+            int sc, m;  // j is the same for every block of a lane: the selections by it are computed once
+            xk_scale_min_w(j, hd.y, hd.z, hd.w, sc, m);
             dw = __fmul_rn(xi_h2f(hd.x & 0xffff), (float)sc);
             mw = -__fmul_rn(xi_h2f(hd.x >> 16), (float)m);
             const int qs = (TYPE == XI_Q4_K ? 1 : 3) + 2 * (j >> 1);
