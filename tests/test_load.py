@@ -105,3 +105,24 @@ async def test_chunk_and_step_rows_reach_the_plans():
                               batching=True) as model:
         assert model.chunk == 100 and model.builder.prefill_sizes == [16, 64, 100]  # chunk bounded by ctx
         assert model.builder.batch_sizes == [1, 2, 4, 8, 16]  # 2 + 8 rows
+
+
+async def test_a_decode_step_streams_every_weight_but_an_untied_embedding_table(tmp_path):
+    """``streamed_weight_bytes`` (bench model's GB/s): ``weight_bytes`` less the token embedding
+    table where it is not the output projection (a step gathers its tokens' rows), the whole of it
+    where tied; the table's bytes from the file's type and shape (q8_0: 34 bytes a block of 32)."""
+    import dataclasses
+
+    from xinfer_async import llm
+    from xinfer_async.llm._synthetic import SHAPES, write_synthetic_gguf
+
+    tied = SHAPES["tiny"]
+    untied = dataclasses.replace(tied, tied_embeddings=False)
+    for cfg in (tied, untied):
+        path = write_synthetic_gguf(tmp_path / f"m{int(cfg.tied_embeddings)}.gguf", cfg, "q4_1")
+        async with llm.open_model(str(path), device="cpu", slots=1, ctx=64) as model:
+            b = model.builder
+            table = cfg.vocab_size * cfg.dim // 32 * 34  # token_embd q8_0 in a pure q4_1 file
+            assert b.embd.nbytes == table
+            assert b.streamed_weight_bytes() == b.weight_bytes() - (0 if cfg.tied_embeddings else table)
+            assert 0 < b.streamed_weight_bytes() <= b.weight_bytes()

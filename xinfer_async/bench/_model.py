@@ -11,7 +11,9 @@ model loaded with N slots. Reported per row:
   median and p10-p90;
 - ``ttft ms``: time to first token (submission to first piece, queue wait included), median;
 - ``GB/s``: weight bytes read per decode step / the median step time (every step reads every
-  weight once; at N > 1 each slot reads them separately), against the device's peak bandwidth when
+  weight once but the token embedding table, of which it gathers its tokens' rows: the table is
+  left out unless tied to the output projection, ``streamed_weight_bytes``; at N > 1 each slot reads
+  them separately), against the device's peak bandwidth when
   known (``--peak-gbs``; cuda default: the H200's measured 4300 GB/s; cpu: reported only);
 - ``dev ms``: device time of one decode step alone (the GPU's on cuda, the queue thread's on cpu), from a ``GpuTimer`` around 32 back-to-back
   replays of the step's captured plan (``decode``, or ``batch{B}`` for the bucket N falls in with
@@ -148,7 +150,7 @@ async def _decode_row(model, n: int, max_tokens: int) -> dict:
                 steady_tok_per_s=steady_tok_s, steady_step_ms=steady_ms,
                 step_ms_p50=med, step_ms_p10=float(np.percentile(steps, 10)), step_ms_p90=float(np.percentile(steps, 90)),
                 per_request_tok_per_s=1e3 / med, ttft_ms_p50=float(np.median([r["ttft"] * 1e3 for r in results])),
-                weight_gb_per_s=model.builder.weight_bytes() / (med * 1e-3) / 1e9)
+                weight_gb_per_s=model.builder.streamed_weight_bytes() / (med * 1e-3) / 1e9)
 
 
 def _step_plan(model, n: int) -> str:
@@ -293,9 +295,10 @@ async def _main(args) -> dict:
             if getattr(dev.backend, "timeline", None) is not None:
                 print("note: XINFER_TIMELINE=1: every kernel records its launch; all rows ran the instrumented build")
             peak = args.peak_gbs if args.peak_gbs is not None else (H200_GBS if dev.name.startswith("cuda") else None)
-            weight_bytes = model.builder.weight_bytes()
+            weight_bytes, streamed = model.builder.weight_bytes(), model.builder.streamed_weight_bytes()
             f16_bytes = model.builder.f16_weight_bytes
-            print(f"model {model!r}; weights {weight_bytes / 1e6:.1f} MB; resident f16 weights "
+            print(f"model {model!r}; weights {weight_bytes / 1e6:.1f} MB, {streamed / 1e6:.1f} MB read a decode "
+                  f"step (GB/s); resident f16 weights "
                   f"{f'{f16_bytes / 1e6:.1f} MB' if f16_bytes else 'off'} (XINFER_F16_WEIGHTS); prefill chunk "
                   f"{model.chunk}, {model.builder.step_prompt_rows} prompt rows a batched step; KV cache {model.ctx} tokens a slot; "
                   f"loaded in {load_s:.2f} s")
@@ -391,7 +394,8 @@ async def _main(args) -> dict:
         llamacpp = dict(llama_bench=str(peer.llama_bench), batched_bench=str(peer.batched_bench or ""),
                         model_path=str(peer.model), build_commit=build, threads=peer.threads, cuda=peer.cuda,
                         repetitions=reps, loadavg=loadavg_start, loadavg_end=os.getloadavg(), runs=peer_rows)
-    return dict(model=str(args.model), device=dev.name, weight_bytes=weight_bytes, f16_weight_bytes=f16_bytes,
+    return dict(model=str(args.model), device=dev.name, weight_bytes=weight_bytes,
+                streamed_weight_bytes=streamed, f16_weight_bytes=f16_bytes,
                 chunk=model.chunk, ctx=model.ctx, batching=args.batching,
                 max_tokens=args.max_tokens, peak_gb_per_s=peak, decode=rows, prefill=prefill, config=model.config,
                 kernel_profile=profile, timeline=timeline, llamacpp=llamacpp)

@@ -638,6 +638,13 @@ class LlamaBuilder:
         the resident f16 copies (``f16_weight_bytes``, read only by the GEMM regime's plans)."""
         return self.definition.weight_bytes() - self.f16_weight_bytes
 
+    def streamed_weight_bytes(self) -> int:
+        """Bytes of weights one decode step reads: ``weight_bytes`` less the token embedding table, of
+        which a step reads only its tokens' rows (a gather; the rows are not counted), unless the table
+        is also the output projection (tied embeddings), which reads all of it."""
+        table = 0 if self.cfg.tied_embeddings else self.embd.nbytes
+        return self.weight_bytes() - table
+
     # -- forward ---------------------------------------------------------------------------
     def forward(self, T: int, all_logits: bool, batched: bool = False):
         """A fragment running ``T`` tokens through the model.
