@@ -452,7 +452,7 @@ for _dt in QMATMUL_DTYPES:
 QMATMUL_PAIRS = ((DType.q4_k, DType.q6_k), (DType.q5_k, DType.q6_k))
 _PAIR_DOC = ("two products on the same tokens in one launch: w (N, K) A into y's columns [0, N), w2 (N2, K) B into "
              "[N, N + N2) (y rows N + N2 apart), each row bit for bit what {single}_A` / {single}_B` give it (shaders/"
-             "xi_mvq.cuh xi_qmatmul_pair: the CTAs split in proportion to the weights' bytes); K a multiple of 2048; "
+             "xi_mvq.cuh xi_qmatmul_pair: each product the CTAs for a tile a warp where the grid holds both, else split in proportion to the weights' bytes); K a multiple of 2048; "
              "cuda only")
 for _a, _b in QMATMUL_PAIRS:
     _pair = f"{_a.label}_{_b.label}"
