@@ -425,12 +425,13 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
 #pragma unroll
     for (int c = 0; c < S - 1; c++) issue();
     xi_grid_begin();
-    if (PRE) {  // the tokens' codes and (d, s) pairs (16-byte words, from L2: the previous kernel wrote them)
+    if (PRE) {  // the tokens' codes and (d, s) pairs (16-byte words, from L2: the previous kernel wrote them;
+        // the codes' halves of blocks b with b & 4 swapped, the order the loop below reads them in)
         const uint4 *g = reinterpret_cast<const uint4 *>(a.x);
         const uint4 *gc = g + (size_t_)tg0 * a.K / 16, *gd = g + ((size_t_)a.T * a.K + (size_t_)tg0 * nb * 8) / 16;
         const int nc = tn * a.K / 16, nd = tn * nb / 2;  // K % 256 == 0
 #pragma unroll 4
-        for (int i = tid; i < nc; i += W * 32) reinterpret_cast<uint4 *>(xq)[i] = __ldcg(gc + i);
+        for (int i = tid; i < nc; i += W * 32) reinterpret_cast<uint4 *>(xq)[i ^ ((i >> 3) & 1)] = __ldcg(gc + i);
 #pragma unroll 4
         for (int i = tid; i < nd; i += W * 32) reinterpret_cast<uint4 *>(ds)[i] = __ldcg(gd + i);
     }
@@ -483,9 +484,11 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
                 if (t < tn) {
                     // the block's two 16-byte halves, the second first where b & 4: the 8 lanes of a
                     // quarter warp (blocks 32 bytes apart) then read 8 distinct bank quads
+                    // (PRE: the tokens staged with those halves swapped, so that is the order of the
+                    // elements; else put back in order here)
                     const uint4 *xp = reinterpret_cast<const uint4 *>(xq + (size_t_)t * a.K + 32 * b);
                     const int sw = (b >> 2) & 1;
-                    const uint4 u0 = xp[sw], u1 = xp[sw ^ 1], x0 = sw ? u1 : u0, x1 = sw ? u0 : u1;
+                    const uint4 u0 = xp[sw], u1 = xp[sw ^ 1], x0 = PRE || !sw ? u0 : u1, x1 = PRE || !sw ? u1 : u0;
                     const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                     const float2 dsv = ds[(size_t_)t * nb + b];
                     int2 xs = {0, 0};

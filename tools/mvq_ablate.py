@@ -89,7 +89,7 @@ QOUTER = LOOP_HEAD + """            const int o = b - cb0;  // block within the 
                 if (t < tn) {
                     const uint4 *xp = reinterpret_cast<const uint4 *>(xq + (size_t_)t * a.K + 32 * b);
                     const int sw = (b >> 2) & 1;
-                    const uint4 u0 = xp[sw], u1 = xp[sw ^ 1], x0 = sw ? u1 : u0, x1 = sw ? u0 : u1;
+                    const uint4 u0 = xp[sw], u1 = xp[sw ^ 1], x0 = PRE || !sw ? u0 : u1, x1 = PRE || !sw ? u1 : u0;
                     xa[t][0] = x0.x; xa[t][1] = x0.y; xa[t][2] = x0.z; xa[t][3] = x0.w;
                     xa[t][4] = x1.x; xa[t][5] = x1.y; xa[t][6] = x1.z; xa[t][7] = x1.w;
                     dsa[t] = ds[(size_t_)t * nb + b];
