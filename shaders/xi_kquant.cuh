@@ -88,12 +88,22 @@ template <> struct XiK<XI_Q5_K> {  // d, dmin, scales[12], qh[32], qs[128]
         return __fsub_rn(__fmul_rn(dl, (float)q), ml);
     }
 };
-template <> struct XiK<XI_Q6_K> {  // ql[128], qh[64], scales[16] int8, d
+// q6_k in device memory (xinfer_async/hal/_layout.py, the cuda backend's device_layouts): the
+// super-block at address a holds GGUF's 210 bytes (ql[128], qh[64], scales[16] int8, d) rotated right
+// by p = (-a) mod 16, so ql and qh start on 16 bytes; GGUF byte k is at a + (k + p) mod 210. It
+// depends on the address mod 16 alone: every copy the kernels make (cp.async stages of 16-byte words
+// from 16-byte boundaries) keeps it.
+__device__ __forceinline__ int xk_q6k_rot(const uint8_t *b) { return (int)((0u - (uint32_t)(size_t_)b) & 15u); }
+// GGUF byte k >= 192 (the scales, d) of the super-block at b of rotation p
+__device__ __forceinline__ const uint8_t *xk_q6k_at(const uint8_t *b, int p, int k) {
+    return b + (k + p >= 210 ? k + p - 210 : k + p);
+}
+template <> struct XiK<XI_Q6_K> {  // ql[128], qh[64], scales[16] int8, d; rotated (xk_q6k_rot)
     static constexpr int QK = 256, BYTES = 210;
     static __device__ __forceinline__ float deq(const uint8_t *b, int j) {
-        const int h = j >> 7, i = j & 127;
-        const int lo = (b[64 * h + (i & 63)] >> (4 * (i >> 6))) & 15, hi = (b[128 + 32 * h + (i & 31)] >> (2 * (i >> 5))) & 3;
-        const float dl = __fmul_rn(xi_h2f(xi_u16(b + 208)), (float)(int8_t)b[192 + (j >> 4)]);
+        const int h = j >> 7, i = j & 127, p = xk_q6k_rot(b);
+        const int lo = (b[p + 64 * h + (i & 63)] >> (4 * (i >> 6))) & 15, hi = (b[p + 128 + 32 * h + (i & 31)] >> (2 * (i >> 5))) & 3;
+        const float dl = __fmul_rn(xi_h2f(xi_u16(xk_q6k_at(b, p, 208))), (float)*(const int8_t *)xk_q6k_at(b, p, 192 + (j >> 4)));
         return __fmul_rn(dl, (float)((lo | (hi << 4)) - 32));
     }
 };
@@ -316,17 +326,18 @@ template <> struct XiMv<XI_Q5_K> {  // d, dmin, scales[12], qh[32], qs[128]: 176
         d = 1.0f; m = 0.0f;
     }
 };
-template <> struct XiMv<XI_Q6_K> {  // ql[128], qh[64], scales[16] int8, d: 210 bytes, 2-aligned
+template <> struct XiMv<XI_Q6_K> {  // ql[128], qh[64], scales[16] int8, d: 210 bytes, rotated (xk_q6k_rot)
     static constexpr int NW = 6;
     template <int PF> static __device__ __forceinline__ void raw(const uint8_t *row, int b, int s, uint32_t r[NW]) {
         const int g = b & 7, h = g >> 2;
-        const uint8_t *blk = row + (size_t_)(b >> 3) * 210, *ql = blk + 64 * h + 32 * (g & 1) + 4 * s;
-        const uint8_t *qh = blk + 128 + 32 * h + 4 * s;
-        r[0] = xk_ld32a2<PF>(ql);
-        r[1] = xk_ld32a2<PF>(ql + 16);
-        r[2] = xk_ld32a2<PF>(qh);
-        r[3] = xk_ld32a2<PF>(qh + 16);
-        r[4] = xi_ldw16<PF>(blk + 192 + 2 * g) | (xi_ldw16<PF>(blk + 208) << 16);  // scales 2g, 2g + 1; d
+        const uint8_t *blk = row + (size_t_)(b >> 3) * 210;
+        const int p = xk_q6k_rot(blk);
+        const uint8_t *ql = blk + p + 64 * h + 32 * (g & 1) + 4 * s, *qh = blk + p + 128 + 32 * h + 4 * s;  // 4-aligned
+        r[0] = xi_ldw32<PF>(ql);
+        r[1] = xi_ldw32<PF>(ql + 16);
+        r[2] = xi_ldw32<PF>(qh);
+        r[3] = xi_ldw32<PF>(qh + 16);
+        r[4] = xi_ldw16<PF>(xk_q6k_at(blk, p, 192 + 2 * g)) | (xi_ldw16<PF>(xk_q6k_at(blk, p, 208)) << 16);  // scales 2g, 2g + 1; d
         r[5] = g;
     }
     static __device__ __forceinline__ void dec(const uint32_t r[NW], float q[8], float &d, float &m) {

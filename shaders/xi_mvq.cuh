@@ -94,8 +94,9 @@ template <int TYPE> struct XiMvqB {
     float dw, mw;
     int sl, sh;
     int sft;  // q4_k: c holds the codes times 2^sft (the high nibbles kept in place); isum >> sft
-    // j: the block of its group (0..7); mis: q6_k's grp & 3 (its groups are 210 bytes, 2-aligned)
-    __device__ __forceinline__ void dec(const uint8_t *grp, int j, int mis = 0) {
+    // j: the block of its group (0..7); rot: q6_k's rotation of the group, xk_q6k_rot(grp) (the caller's,
+    // once for the rows of a stage: regions are whole 16-byte words apart)
+    __device__ __forceinline__ void dec(const uint8_t *grp, int j, int rot = 0) {
         mw = 0.0f;
         sl = sh = 0;
         sft = 0;
@@ -159,29 +160,27 @@ template <int TYPE> struct XiMvqB {
                 }
                 sft = 0;
             }
-        } else if constexpr (TYPE == XI_Q6_K) {  // ql[128], qh[64], scales[16] int8, d: 210 bytes, 2-aligned
-            // mis: grp's offset from a 4-byte boundary (0 or 2; the same for every block of a lane, see the
-            // caller), so each code word is one funnel shift of two aligned words: the low 4 bits from
-            // ql >> 4 (k4 >> 1), the high 2 from qh's bits 2 k4, 2 k4 + 1 moved to bits 4, 5 (a shift of
-            // 8 mis + 2 k4 - 4 bits of the byte stream, from the word before where that is negative)
-            const int h = j >> 2, k4 = j & 3;
-            const int shl = 8 * mis + 4 * (k4 >> 1), shq = 8 * mis + 2 * k4 - 4;
-            const uint32_t *pl = reinterpret_cast<const uint32_t *>(grp + 64 * h + 32 * (k4 & 1) - mis);
-            const uint32_t *ph = reinterpret_cast<const uint32_t *>(grp + 128 + 32 * h - mis - (shq < 0 ? 4 : 0));
-            const int sq = shq < 0 ? shq + 32 : shq;
-            uint32_t a[9], b[9];
-#pragma unroll
-            for (int k = 0; k < 9; k++) { a[k] = pl[k]; b[k] = ph[k]; }
+        } else if constexpr (TYPE == XI_Q6_K) {  // ql[128], qh[64], scales[16] int8, d: 210 bytes, rotated
+            // so that ql and qh start on 16 bytes (xk_q6k_rot; a stage keeps addresses mod 16): the block's
+            // 32 ql bytes (its low 4 bits: ql >> 4 (k4 >> 1)) and 32 qh bytes (bits 2 k4, 2 k4 + 1 of each,
+            // to bits 4, 5 by a rotation: the bits it wraps around fall outside the mask) in 4 16-byte loads
+            const int h = j >> 2, k4 = j & 3, p = rot;
+            const int shl = 4 * (k4 >> 1), shq = (2 * k4 + 28) & 31;
+            const uint4 *pl = reinterpret_cast<const uint4 *>(grp + p + 64 * h + 32 * (k4 & 1));
+            const uint4 *ph = reinterpret_cast<const uint4 *>(grp + p + 128 + 32 * h);
+            const uint4 l0 = pl[0], l1 = pl[1], h0 = ph[0], h1 = ph[1];
+            const uint32_t a[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+            const uint32_t b[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
 #pragma unroll  // the unsigned codes 0..63: term() subtracts 32 times the activations' sums
             for (int k = 0; k < 8; k++)
-                c[k] = (__funnelshift_r(a[k], a[k + 1], shl) & 0x0F0F0F0Fu) | (__funnelshift_r(b[k], b[k + 1], sq) & 0x30303030u);
+                c[k] = ((a[k] >> shl) & 0x0F0F0F0Fu) | (__funnelshift_r(b[k], b[k], shq) & 0x30303030u);
             // the sub-block scales, int8, by casts: __byte_perm's sign-replicating selectors (0x8880) are
             // not honoured (NVRTC emits PRMT with selector 0: CUDA documents 3 selector bits; the H200's
             // q6_k tests failed that way)
-            const uint32_t sv = xi_mvq_u16(grp + 192 + 8 * h + 2 * k4);
+            const uint32_t sv = xi_mvq_u16(xk_q6k_at(grp, p, 192 + 8 * h + 2 * k4));
             sl = (int)(int8_t)(sv & 0xffu);
             sh = (int)(int8_t)(sv >> 8);
-            dw = xi_h2f(xi_mvq_u16(grp + 208));
+            dw = xi_h2f(xi_mvq_u16(xk_q6k_at(grp, p, 208)));
         }
     }
     // the block term f of one token (x: its 8 code words of the block; d, s: its q8_1 scale, d * sum;
@@ -454,10 +453,6 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
     __syncthreads();
 
     const int jl = lane & 7;  // the block of its group that each of this lane's blocks is (below)
-    // ... and q6_k's misalignment of that group: stages and regions start on 16 bytes (CGB % 16 == 0, so
-    // CG % 8 == 0 for q6_k and cb0 % 64 == 0), a lane's groups are o / 8 = lane / 8 + 4 i, 210 bytes
-    // apart: 2 bytes past a word where lane / 8 is odd
-    const int mis = TYPE == XI_Q6_K ? 2 * ((lane >> 3) & 1) : 0;
     int ct = gw, cc = c_lo, cs = 0;  // compute cursor: chunk cc of tile ct, from stage cs
     float acc[TT][NR];
 #pragma unroll
@@ -476,9 +471,10 @@ __device__ __forceinline__ void xi_mvq(const XiMvcArgs &a, uint8_t *smem, int tg
         // computed once, outside the loop
         for (int b = cb0 + ((lane - cb0) & 31); b < cb1; b += 32) {
             const int o = b - cb0;  // block within the chunk: group o / 8, block o % 8
+            const int rot = TYPE == XI_Q6_K ? xk_q6k_rot(src + (o >> 3) * GB) : 0;  // the same in every region (CGB % 16 == 0)
             XiMvqB<TYPE> wb[NR];
 #pragma unroll
-            for (int q = 0; q < NR; q++) wb[q].dec(src + q * CGB + (o >> 3) * GB, jl, mis);
+            for (int q = 0; q < NR; q++) wb[q].dec(src + q * CGB + (o >> 3) * GB, jl, rot);
 #pragma unroll
             for (int t = 0; t < TT; t++) {
                 if (t < tn) {

@@ -63,9 +63,10 @@ QUANT = """        if (NORM) xi_mvq_inv<TT>(a, tg0, tn, inv);
 """
 LOOP_HEAD = "        for (int b = cb0 + ((lane - cb0) & 31); b < cb1; b += 32) {\n"
 BODY_START = LOOP_HEAD + """            const int o = b - cb0;  // block within the chunk: group o / 8, block o % 8
+            const int rot = TYPE == XI_Q6_K ? xk_q6k_rot(src + (o >> 3) * GB) : 0;  // CGB % 16 == 0: every region's
             XiMvqB<TYPE> wb[NR];
 #pragma unroll
-            for (int q = 0; q < NR; q++) wb[q].dec(src + q * CGB + (o >> 3) * GB, jl, mis);
+            for (int q = 0; q < NR; q++) wb[q].dec(src + q * CGB + (o >> 3) * GB, jl, rot);
 #pragma unroll
             for (int t = 0; t < TT; t++) {
                 if (t < tn) {
@@ -81,6 +82,7 @@ NOCOMPUTE = LOOP_HEAD + """            const int o = b - cb0;
         }
 """
 QOUTER = LOOP_HEAD + """            const int o = b - cb0;  // block within the chunk: group o / 8, block o % 8
+            const int rot = TYPE == XI_Q6_K ? xk_q6k_rot(src + (o >> 3) * GB) : 0;
             uint32_t xa[TT][8];
             float2 dsa[TT];
             int2 xsa[TT];
@@ -99,7 +101,7 @@ QOUTER = LOOP_HEAD + """            const int o = b - cb0;  // block within the 
 #pragma unroll
             for (int q = 0; q < NR; q++) {
                 XiMvqB<TYPE> w;
-                w.dec(src + q * CGB + (o >> 3) * GB, jl, mis);
+                w.dec(src + q * CGB + (o >> 3) * GB, jl, rot);
 #pragma unroll
                 for (int t = 0; t < TT; t++)
                     if (t < tn) acc[t][q] = __fadd_rn(acc[t][q], w.term(xa[t], dsa[t].x, dsa[t].y, xsa[t]));
