@@ -1,5 +1,7 @@
 """hal/_layout.py: q6_k's rotated device layout (conversions, alignment, a dequantizer that reads the
-rotated bytes, errors); ``Backend.device_layouts``."""
+rotated bytes, errors), and the runtime's host/device boundaries with the layout switched on
+(``Backend.device_layouts``) on the cpu backend: Device.upload / write / download, Executor.upload /
+download / copy / fill."""
 
 import gguf
 import numpy as np
@@ -9,6 +11,7 @@ from xinfer_async import open_device
 from xinfer_async.hal import Backend
 from xinfer_async.hal import _layout
 from xinfer_async.hal._layout import from_device_layout, to_device_layout
+from xinfer_async.runtime import _device
 
 BS = 210  # bytes of a q6_k super-block (ggml-common.h block_q6_K)
 ADDRESSES = [*range(0, 32, 2), 256, 0x1000 + 6, 2**40 + 10, 0x7F12_3456_789A]
@@ -154,6 +157,7 @@ def test_conversion_throughput(rng):
     assert raw.nbytes / (time.perf_counter() - t0) > 50e6
 
 
+# -- the runtime, layout switched on (cpu backend) -------------------------------------------------
 def test_backends_declare_no_layout_by_default():
     assert Backend.device_layouts == frozenset()
     dev = open_device("cpu")
@@ -161,3 +165,134 @@ def test_backends_declare_no_layout_by_default():
         assert dev.backend.device_layouts == frozenset()
     finally:
         dev.close()
+
+
+@pytest.fixture
+def rotated(monkeypatch):
+    """A cpu device whose backend keeps q6_k in the rotated layout."""
+    dev = open_device("cpu")
+    monkeypatch.setattr(dev.backend, "device_layouts", frozenset({"q6_k"}))
+    yield dev
+    dev.close()
+
+
+def raw_of(dev, buf, lo=0, hi=None):
+    """The backend's own bytes [lo:hi) of ``buf`` (no conversion)."""
+    hi = buf.nbytes if hi is None else hi
+    out = np.empty(hi - lo, np.uint8)
+    dev.backend.read(buf.address + lo, memoryview(out))
+    return out
+
+
+def poison(dev, buf, rng):
+    dev.backend.write(buf.address, memoryview(rng.integers(0, 256, buf.nbytes, dtype=np.uint8)))
+
+
+def test_device_upload_download(rotated, rng, monkeypatch):
+    monkeypatch.setattr(_device, "_WRITE_CHUNK_BLOCKS", 3)  # chunks at addresses of every rotation
+    raw = q6k_blocks(rng, 24)
+    buf = rotated.upload(memoryview(raw.tobytes()), (3, 8 * 256), "q6_k")
+    assert rotated.download(buf) == raw.tobytes()
+    np.testing.assert_array_equal(rotated.download_numpy(buf), raw)
+    np.testing.assert_array_equal(raw_of(rotated, buf), rotate_reference(raw, buf.address))
+    assert not np.array_equal(raw_of(rotated, buf), raw)
+    # a view's bytes, whole blocks or not, are GGUF's
+    assert rotated.download(buf.view(5 * BS, 3 * BS)) == raw[5 * BS:8 * BS].tobytes()
+    assert rotated.download(buf.view(333, 700)) == raw[333:1033].tobytes()
+    # other dtypes are untouched
+    f = rng.standard_normal(105).astype(np.float32)
+    fb = rotated.upload(f)
+    assert raw_of(rotated, fb).tobytes() == f.tobytes() == rotated.download(fb)
+
+
+def test_device_write_whole_blocks(rotated, rng):
+    raw = q6k_blocks(rng, 16)
+    buf = rotated.alloc((16 * 256,), "q6_k")
+    poison(rotated, buf, rng)
+    rotated.write(buf, raw)
+    new = q6k_blocks(rng, 3)
+    view = buf.view(2 * BS)
+    rotated.write(view, new, offset=3 * BS)  # blocks 5..7 of the buffer
+    want = raw.copy()
+    want[5 * BS:8 * BS] = new
+    assert rotated.download(buf) == want.tobytes()
+    np.testing.assert_array_equal(raw_of(rotated, buf), rotate_reference(want, buf.address))
+    odd = buf.view(2)  # a view 2 bytes in: offset 208 is the buffer's block 1
+    rotated.write(odd, new[:BS], offset=BS - 2)
+    want[BS:2 * BS] = new[:BS]
+    assert rotated.download(buf) == want.tobytes()
+    rotated.write(buf, b"", offset=7)  # nothing to convert
+    assert rotated.download(buf) == want.tobytes()
+
+
+def test_device_write_of_part_of_a_block_raises(rotated, rng):
+    buf = rotated.upload(q6k_blocks(rng, 4), (4 * 256,), "q6_k")
+    before = rotated.download(buf)
+    msg = (r"^write of {n} bytes at byte {at} of a q6_k buffer: the device keeps q6_k blocks in a layout of "
+           r"their own \(rotated by their address\), so it must start at a block boundary \(a multiple of 210 "
+           r"bytes from the buffer's start\) and cover whole 210-byte blocks$")
+    with pytest.raises(ValueError, match=msg.format(n=210, at=100)):
+        rotated.write(buf, bytes(BS), offset=100)
+    with pytest.raises(ValueError, match=msg.format(n=300, at=210)):
+        rotated.write(buf, bytes(300), offset=BS)
+    with pytest.raises(ValueError, match=msg.format(n=210, at=2)):
+        rotated.write(buf.view(2), bytes(BS))  # the view's offset counts
+    assert rotated.download(buf) == before
+
+
+async def test_executor_upload_download(rotated, rng):
+    raw = q6k_blocks(rng, 12)
+    buf = rotated.alloc((12 * 256,), "q6_k")
+    poison(rotated, buf, rng)
+    ex = rotated.executor()
+    ex.upload(buf, raw[:6 * BS])
+    ex.upload(buf.view(6 * BS), raw[6 * BS:])
+    whole, part, tail = ex.download(buf), ex.download(buf.view(3 * BS + 50), nbytes=500), ex.download(buf.view(11 * BS))
+    await ex.submit_and_wait()
+    assert whole.bytes() == raw.tobytes()
+    np.testing.assert_array_equal(whole.numpy(dtype=np.uint8), raw)
+    assert part.bytes() == raw[3 * BS + 50:3 * BS + 550].tobytes()
+    assert tail.bytes() == raw[11 * BS:].tobytes()
+    np.testing.assert_array_equal(raw_of(rotated, buf), rotate_reference(raw, buf.address))
+    ex.reset()
+    with pytest.raises(ValueError, match=r"^upload of 210 bytes at byte 105 of a q6_k buffer: the device keeps"):
+        ex.upload(buf.view(105), raw[:BS])
+    with pytest.raises(ValueError, match=r"^upload of 100 bytes at byte 0 of a q6_k buffer"):
+        ex.upload(buf, raw[:100])
+
+
+async def test_executor_copy(rotated, rng):
+    raw = q6k_blocks(rng, 16)
+    src = rotated.upload(raw, (16 * 256,), "q6_k")
+    dst = rotated.alloc((16 * 256,), "q6_k")
+    poison(rotated, dst, rng)
+    assert (dst.address - src.address) % 16 == 0  # 256-byte aligned allocations
+    ex = rotated.executor()
+    ex.copy(dst.view(0, 8 * BS), src.view(0, 8 * BS))
+    ex.copy(dst.view(8 * BS), src.view(0, 8 * BS))  # 8 blocks on: 1680 bytes, 0 mod 16
+    await ex.submit_and_wait()
+    assert rotated.download(dst) == (raw[:8 * BS].tobytes() * 2)
+    ex.reset()
+    with pytest.raises(ValueError, match=r"^copy of q6_k from address 0x[0-9a-f]+ to 0x[0-9a-f]+: cpu keeps q6_k "
+                                         r"blocks rotated by their address mod 16 \(hal/_layout.py\), so src and dst "
+                                         r"must be equal mod 16; these differ by 2$"):
+        ex.copy(dst.view(BS, BS), src.view(0, BS))
+    u8 = rotated.alloc(16 * BS, "u8")
+    with pytest.raises(ValueError, match=r"^copy from a q6_k buffer to a u8 buffer: cpu keeps q6_k in a device layout"):
+        ex.copy(u8, src)
+    with pytest.raises(ValueError, match=r"^copy from a u8 buffer to a q6_k buffer"):
+        ex.copy(src, u8)
+
+
+async def test_executor_fill(rotated, rng):
+    buf = rotated.alloc((2 * 256,), "q6_k")
+    poison(rotated, buf, rng)
+    ex = rotated.executor()
+    ex.fill(buf, 0x5A5A5A5A)  # four equal bytes: the same bytes in either layout
+    await ex.submit_and_wait()
+    assert rotated.download(buf) == b"\x5a" * 2 * BS
+    ex.reset()
+    with pytest.raises(ValueError, match=r"^fill of a q6_k buffer with pattern 0x01020304: cpu keeps q6_k blocks rotated"):
+        ex.fill(buf, 0x01020304)
+    with pytest.raises(ValueError, match=r"^fill of 4 bytes at byte 0 of a q6_k buffer"):
+        ex.fill(buf.view(0, 4), 0)
