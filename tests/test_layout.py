@@ -159,7 +159,10 @@ def test_conversion_throughput(rng):
 
 # -- the runtime, layout switched on (cpu backend) -------------------------------------------------
 def test_backends_declare_no_layout_by_default():
+    from xinfer_async.backends.cuda._backend import CUDABackend  # the class imports without a GPU
+
     assert Backend.device_layouts == frozenset()
+    assert CUDABackend.device_layouts == frozenset({"q6_k"})  # its kernels read q6_k rotated
     dev = open_device("cpu")
     try:
         assert dev.backend.device_layouts == frozenset()
