@@ -200,6 +200,17 @@ def row_numerics(device_name, kind, dt, N, K, T):
     return "pq" if suffix == "_pq" else "f32"
 
 
+def upload_weight(dev, wq, dt, K):
+    """A (rows, K) weight of type ``dt`` on ``dev`` from ``wq``: its GGUF bytes (uint8), uploaded with
+    its dtype so a backend that keeps ``dt`` in a device layout of its own (``Backend.device_layouts``:
+    q6_k rotated on cuda, hal/_layout.py) gets them converted; an f32 / f16 array as it is."""
+    if wq.dtype != np.uint8:
+        return dev.upload(wq)
+    from xinfer_async.hal import DType
+
+    return dev.upload(wq, (wq.nbytes // DType.parse(dt).nbytes(K), K), dt)
+
+
 async def launch_matrix_kind(dev, kind, dt, wq, x, norm, N, y0=None, xoff=0, eps=1e-5):
     """y (T, N) f32 of the matrix kernel ``kind``_``dt`` (matmul, rmsnorm_matmul, rmsnorm_matmul_swiglu) on
     ``dev`` for weights ``wq`` (raw GGUF bytes), x (T, K) f32 and ``norm`` (K) f32 (the fused kinds);
@@ -208,7 +219,7 @@ async def launch_matrix_kind(dev, kind, dt, wq, x, norm, N, y0=None, xoff=0, eps
     T, K = x.shape
     y = y0.copy() if y0 is not None else np.full((T, N), np.nan, np.float32)
     xbuf = dev.upload(np.concatenate([np.zeros(xoff, np.float32), x.reshape(-1)]))
-    bufs = [dev.upload(wq), xbuf.view(4 * xoff, 4 * T * K) if xoff else xbuf]
+    bufs = [upload_weight(dev, wq, dt, K), xbuf.view(4 * xoff, 4 * T * K) if xoff else xbuf]
     if kind != "matmul":
         bufs.append(dev.upload(norm))
     bufs.append(dev.upload(y))

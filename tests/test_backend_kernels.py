@@ -258,7 +258,7 @@ async def test_kquant_kernels(devices, rng, dt):
     outs = [ex.download(b) for b in (yb, y1b, rows_b, hb, gb, yzb)]
     deq = None
     if dt != "bf16":
-        src, dst = devices.upload(raw.reshape(-1)), devices.upload(nan(2 * N * K))
+        src, dst = devices.upload(raw, (2 * N, K), dt), devices.upload(nan(2 * N * K))
         ex.dispatch(f"dequantize_{dt}", [src, dst], {"n": 2 * N * K})
         deq = ex.download(dst)
     await ex.submit_and_wait()

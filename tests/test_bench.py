@@ -245,7 +245,8 @@ def test_every_subcommand_names_a_module_function_of_the_package():
 
 def test_gemv_tools_outside_the_package_import_without_a_gpu(monkeypatch):
     """tools/gemv_variants.py and tools/gemv_probes.py import (cuda is touched only in ``main``), and
-    the variants' q8_0 weights dequantize to d * q (the reference every variant is checked against)."""
+    the variants' q8_0 weights dequantize to d * q (the reference every variant is checked against);
+    ``write_weight`` writes a type in the backend's device layout only where the backend keeps one."""
     tools = Path(__file__).resolve().parent.parent / "tools"
     monkeypatch.syspath_prepend(str(tools))
     import gemv_probes
@@ -258,6 +259,25 @@ def test_gemv_tools_outside_the_package_import_without_a_gpu(monkeypatch):
     q = blocks[:, 2:].view(np.int8).astype(np.float64)
     np.testing.assert_array_equal(vals.reshape(6, 32), d * q)
     assert vals.std() > 0
+    # write_weight: GGUF's bytes in the backend's device layout of the type, where it keeps one
+    from xinfer_async.hal._layout import to_device_layout
+
+    class Recorder:
+        def __init__(self, layouts):
+            self.device_layouts, self.writes = frozenset(layouts), []
+
+        def write(self, address, data):
+            self.writes.append((address, np.array(data, np.uint8)))
+
+    q6 = np.random.default_rng(4).integers(0, 256, 8 * 210, dtype=np.uint8)
+    for layouts, want in (({"q6_k"}, to_device_layout("q6_k", q6, 0x1006)), ((), q6)):
+        be = Recorder(layouts)
+        gemv_variants.write_weight(be, 0x1006, "q6_k", q6)
+        gemv_variants.write_weight(be, 0x2000, "q8_0", raw)
+        assert [a for a, _ in be.writes] == [0x1006, 0x2000]
+        np.testing.assert_array_equal(be.writes[0][1], want)
+        np.testing.assert_array_equal(be.writes[1][1], raw)
+    assert not np.array_equal(to_device_layout("q6_k", q6, 0x1006), q6)
     for m in ("gemv_probes", "gemv_variants"):
         sys.modules.pop(m, None)
 

@@ -19,7 +19,7 @@ import dataclasses
 import numpy as np
 import pytest
 import trio
-from _kernel_refs import launch_matrix_kind
+from _kernel_refs import launch_matrix_kind, upload_weight
 from _mmq_model import (check_against_model, error_bound, mvq_matmul, normq_inv, normq_tokens, quantize_q8_1,
                         rms_matmul, rms_swiglu, rmsnorm_h, rmsnorm_inv_cta)
 from test_8b_widths import BOUND
@@ -307,7 +307,7 @@ async def test_qmatmul_equals_pq_and_the_model(cuda_dev, monkeypatch, rng, dt, k
         wq, _ = weights(rng, dt, 2 * N if glu else N, K)
         norm = (rng.standard_normal(K) * 0.5 + 1).astype(F32)
         xs = tokens(rng, 8, K)
-        wbuf, nbuf = cuda_dev.upload(wq), cuda_dev.upload(norm)
+        wbuf, nbuf = upload_weight(cuda_dev, wq, dt, K), cuda_dev.upload(norm)
         for T in (1, 3, 8):
             x = xs[:T]
             for y0 in [None] + ([] if glu else [rng.standard_normal((T, N)).astype(F32)]):
@@ -350,10 +350,11 @@ async def _normq_chain(dev, dt, wq, w2q, w3q, x, y0, norm, N, N2, acc=1, y20=Non
     y3 = dev.upload(np.full((T, N2), np.nan, F32))
     ex = dev.executor()
     ex.dispatch("quantize_q8_1", [dev.upload(x), xq], dict(T=T, K=K))
-    ex.dispatch(f"qmatmul_normq_{dt}", [dev.upload(wq), xq, y, dev.upload(norm), xqn], dict(T=T, N=N, K=K, accumulate=acc))
-    ex.dispatch(f"qmatmul_rms_{dt}", [dev.upload(w2q), xqn, y2],
+    ex.dispatch(f"qmatmul_normq_{dt}", [upload_weight(dev, wq, dt, K), xq, y, dev.upload(norm), xqn],
+                dict(T=T, N=N, K=K, accumulate=acc))
+    ex.dispatch(f"qmatmul_rms_{dt}", [upload_weight(dev, w2q, dt, N), xqn, y2],
                 dict(T=T, N=N2, K=N, accumulate=int(y20 is not None), eps=EPS))
-    ex.dispatch(f"qmatmul_rms_swiglu_{dt}", [dev.upload(w3q), xqn, y3], dict(T=T, N=N2, K=N, eps=EPS))
+    ex.dispatch(f"qmatmul_rms_swiglu_{dt}", [upload_weight(dev, w3q, dt, N), xqn, y3], dict(T=T, N=N2, K=N, eps=EPS))
     rb = [ex.download(b) for b in (y, xqn, y2, y3)]
     await ex.submit_and_wait()
     return (rb[0].numpy((T, N), F32), rb[1].numpy((nbytes,), np.uint8), rb[2].numpy((T, N2), F32),
@@ -450,7 +451,7 @@ async def test_a_pair_launch_equals_its_two_launches_and_the_model(cuda_dev, mon
     _force(monkeypatch)
     for N, N2, K in [(5120, 1024, 4096), (512, 256, 2048)]:
         (wa, fa), (wb, fb) = weights(rng, a, N, K), weights(rng, b, N2, K)
-        bufs = cuda_dev.upload(wa), cuda_dev.upload(wb)
+        bufs = upload_weight(cuda_dev, wa, a, K), upload_weight(cuda_dev, wb, b, K)
         norm = (rng.standard_normal(K) * 0.5 + 1).astype(F32)
         pre, eps = ("qmatmul_rms_", dict(eps=EPS)) if rms else ("qmatmul_", {})
         for T in (1, 2, 3, 5, 8):
@@ -508,7 +509,7 @@ async def _rope_form_case(cuda_dev, rng, a, b, N, N2, rms, kv, nh, nkv, hd, K, c
     width = N + N2
     wa = weights(rng, a, N, K)[0]
     wb = weights(rng, b, N2, K)[0] if b else None
-    bufs = [cuda_dev.upload(wa)] + ([cuda_dev.upload(wb)] if b else [])
+    bufs = [upload_weight(cuda_dev, wa, a, K)] + ([upload_weight(cuda_dev, wb, b, K)] if b else [])
     norm = (rng.standard_normal(K) * 0.5 + 1).astype(F32)
     kvt = F32 if kv == "f32" else np.float16
     sfx = "" if kv == "f32" else "_f16"

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 from gemv_variants import (EPS, MVP_ENUM, consts, cu_function, graph_replay_ms, raw_weights, read_grid,  # noqa: E402
-                           read_source, run_entries, variant_modules, wbytes_of)
+                           read_source, run_entries, variant_modules, wbytes_of, write_weight)
 
 from xinfer_async.hal._commands import CopyCmd, DispatchCmd  # noqa: E402
 
@@ -193,7 +193,7 @@ def main(argv=None) -> int:
         wb = wbytes_of(dt, rows, K)
         raw = raw_weights(rng, dt, rows, K)
         pw = be.alloc(raw.nbytes + 256)
-        be.write(pw, raw)
+        write_weight(be, pw, dt, raw)
         norm = rng.uniform(0.5, 1.5, K).astype(np.float32)
         be.write(pn, norm.view(np.uint8))
         sample = np.unique(np.r_[0:64, N - 64:N, rng.integers(0, N, 64)])
@@ -235,7 +235,7 @@ def main(argv=None) -> int:
         stride = -(-wb // 256) * 256
         copies = int(min(64, max(8, math.ceil(256e6 / stride))))
         big = be.alloc(stride * copies)
-        be.write(big, raw)
+        write_weight(be, big, dt, raw)
         for i in range(1, copies):
             be._enqueue(q.stream, CopyCmd(big + i * stride, big, wb))
         q.synchronize()

@@ -43,6 +43,7 @@ import numpy as np
 
 from xinfer_async.backends.cuda._launch import row_bytes
 from xinfer_async.hal._commands import CopyCmd, DispatchCmd, ReplayCmd, TimestampCmd
+from xinfer_async.hal._layout import to_device_layout
 
 BLOCK = {"q4_1": 20, "q4_0": 18, "q8_0": 34, "f16": None}
 ENUM = {"f16": "XI_F16", "q8_0": "XI_Q8_0", "q4_0": "XI_Q4_0", "q4_1": "XI_Q4_1"}
@@ -102,6 +103,12 @@ def make_weights(rng, dt, N, K):
     return raw.reshape(-1), vals.reshape(N, K)
 
 
+def write_weight(be, address, dt, raw):
+    """``be.write`` of a weight's GGUF bytes ``raw`` of type ``dt`` to ``address``, in the backend's
+    device layout of ``dt`` where it keeps one (``Backend.device_layouts``: q6_k rotated on cuda)."""
+    be.write(address, to_device_layout(dt, raw, address) if dt in be.device_layouts else raw)
+
+
 def graph_replay_ms(be, q, stamps, cmds, reps=9) -> float:
     """Median ms of one replay of a CUDA graph of ``cmds`` on queue ``q`` between the two timestamps
     ``stamps`` (the first two replays left out)."""
@@ -125,7 +132,7 @@ def l2_cold_copies(be, q, rng, dt, N, K, most):
     copies = int(min(most, max(8, math.ceil(256e6 / stride))))
     big = be.alloc(stride * copies)
     raw, _ = make_weights(rng, dt, N, K)
-    be.write(big, raw)
+    write_weight(be, big, dt, raw)
     for i in range(1, copies):
         be._enqueue(q.stream, CopyCmd(big + i * stride, big, wb))
     q.synchronize()
@@ -398,7 +405,7 @@ def mvp_main(argv) -> int:
         else:
             raw, vals = raw_weights(rng, dt, rows, K), None
         pw = be.alloc(raw.nbytes + 256)
-        be.write(pw, raw)
+        write_weight(be, pw, dt, raw)
         norm = rng.uniform(0.5, 1.5, K).astype(np.float32)
         be.write(pn, norm.view(np.uint8))
         for T in ts:
@@ -447,7 +454,7 @@ def mvp_main(argv) -> int:
         stride = -(-wb // 256) * 256
         copies = int(min(64, max(8, math.ceil(256e6 / stride))))  # as l2_cold_copies, without a float64 copy
         big = be.alloc(stride * copies)
-        be.write(big, raw_weights(rng, dt, rows, K))
+        write_weight(be, big, dt, raw_weights(rng, dt, rows, K))
         for i in range(1, copies):
             be._enqueue(q.stream, CopyCmd(big + i * stride, big, wb))
         q.synchronize()

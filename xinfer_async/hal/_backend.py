@@ -50,6 +50,10 @@ class Backend(abc.ABC):
     name: str
     #: human-readable device description, e.g. "NVIDIA H200 (sm_90, 139 GiB)"
     description: str
+    #: the dtype labels whose device bytes this backend keeps in a layout of ``hal/_layout.py``
+    #: (``"q6_k"``: super-blocks rotated to 16-byte aligned ``ql``/``qh``) rather than GGUF's; the
+    #: runtime converts at every host/device boundary, so users see GGUF's bytes either way
+    device_layouts: frozenset[str] = frozenset()
 
     @abc.abstractmethod
     def alloc(self, nbytes: int) -> int:

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..hal import Backend, DeviceError, DType, FenceTimeoutError, TensorDesc
+from ..hal._layout import BLOCK_NBYTES, check_whole_blocks, enclosing_blocks, from_device_layout, to_device_layout
 from ._allocator import CachingAllocator, size_class
 from ._buffer import BufferView, DeviceBuffer, as_view, host_bytes
 from ._executor import Executor
@@ -19,6 +20,9 @@ from ._timer import GpuTimer
 
 #: ``(device, name) -> kernel``: what ``Device.kernel`` builds a kernel with (``ops.ComputeKernel``)
 KernelFactory = Callable[["Device", str], Any]
+#: blocks of a dtype with a device layout (``Backend.device_layouts``) converted and written at once:
+#: ~55 MB of q6_k, so an upload holds one chunk's converted copy, not the tensor's
+_WRITE_CHUNK_BLOCKS = 8 * 32768
 
 
 class Device:
@@ -208,7 +212,9 @@ class Device:
         return DeviceBuffer(self, address, desc)
 
     def upload(self, data: Any, shape=None, dtype=None) -> DeviceBuffer:
-        """Allocate a buffer and copy host data into it (synchronous).
+        """Allocate a buffer and copy host data into it (synchronous). Block types the backend keeps
+        in a layout of its own (``Backend.device_layouts``) are converted on the way: ``data`` is in
+        GGUF's layout, as ``download`` gives it back.
 
         Args:
             data: a numpy array or a bytes-like object.
@@ -243,15 +249,17 @@ class Device:
             raise ValueError(f"data has {host.nbytes} bytes but shape={desc.shape} dtype={desc.dtype.label} needs {desc.nbytes}")
         buf = self._alloc_desc(desc)
         if host.nbytes:
-            self.backend.write(buf.address, memoryview(host))
+            self._write_host(desc.dtype.label, buf.address, host)
         return buf
 
     def write(self, buffer: DeviceBuffer, data: Any, offset: int = 0) -> None:
-        """Synchronously copy host bytes into ``buffer`` at byte ``offset``, after any submitted
-        work that uses the buffer has completed.
+        """Synchronously copy host bytes into ``buffer`` (a buffer or view) at byte ``offset``, after
+        any submitted work that uses the buffer has completed. For a dtype the backend keeps in a
+        layout of its own (``Backend.device_layouts``) the bytes are GGUF's and converted here.
 
         Raises:
-            ValueError: the bytes run past the buffer.
+            ValueError: the bytes run past the buffer; or the buffer's dtype has a device layout and
+                the bytes are not whole blocks starting at a block boundary of the buffer.
             DeviceError: the device is closed (its memory went back with it).
         """
         self._check_open()
@@ -259,11 +267,27 @@ class Device:
         host = host_bytes(data)
         if offset < 0 or offset + host.nbytes > view.nbytes:
             raise ValueError(f"write of {host.nbytes} bytes at offset={offset} runs past {view.nbytes} bytes")
+        label = view.buffer.dtype.label
+        if host.nbytes and label in self.backend.device_layouts:
+            check_whole_blocks(label, view.offset + offset, host.nbytes, "write")
         self._wait_unused(view.buffer)
-        self.backend.write(view.address + offset, memoryview(host))
+        self._write_host(label, view.address + offset, host)
+
+    def _write_host(self, label: str, address: int, host: np.ndarray) -> None:
+        """``backend.write`` of ``host`` (uint8) to ``address``, converted from GGUF's layout a chunk
+        at a time where the backend keeps ``label`` in a layout of its own (then ``host`` is whole
+        blocks starting at a block boundary)."""
+        if label not in self.backend.device_layouts or not host.nbytes:
+            self.backend.write(address, memoryview(host))
+            return
+        step = _WRITE_CHUNK_BLOCKS * BLOCK_NBYTES[label]
+        for lo in range(0, host.nbytes, step):
+            self.backend.write(address + lo, memoryview(to_device_layout(label, host[lo:lo + step], address + lo)))
 
     def download(self, buffer: DeviceBuffer | BufferView) -> bytes:
-        """The buffer's bytes, after any submitted work that uses it has completed.
+        """The buffer's (or view's) bytes, after any submitted work that uses it has completed; for
+        a dtype the backend keeps in a layout of its own (``Backend.device_layouts``), GGUF's bytes
+        (a view of part of a block reads the whole blocks around it and converts them).
 
         Raises:
             ValidationError: the buffer was freed.
@@ -273,6 +297,13 @@ class Device:
         self._check_open()
         view = as_view(buffer, self, "buffer")
         self._wait_unused(view.buffer)
+        label = view.buffer.dtype.label
+        if view.nbytes and label in self.backend.device_layouts:
+            lo, hi = enclosing_blocks(label, view.offset, view.nbytes)
+            raw = np.empty(hi - lo, np.uint8)
+            self.backend.read(view.buffer.address + lo, memoryview(raw))
+            gguf = from_device_layout(label, raw, view.buffer.address + lo)
+            return gguf[view.offset - lo:view.offset - lo + view.nbytes].tobytes()
         out = bytearray(view.nbytes)
         if view.nbytes:
             self.backend.read(view.address, memoryview(out))

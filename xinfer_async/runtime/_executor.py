@@ -15,13 +15,14 @@ unordered hazard.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from ..hal import Access, ResourceState, ValidationError
 from ..hal._commands import (Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, ReplayCmd, TimestampCmd,
                             UploadCmd)
+from ..hal._layout import ALIGN, check_whole_blocks, enclosing_blocks, from_device_layout, to_device_layout
 from ._buffer import BufferView, DeviceBuffer, as_view, host_bytes
 from ._completion import Completion
 from ._queue import Queue
@@ -39,11 +40,18 @@ class _Phase(enum.Enum):
 
 class Readback(Completion):
     """Host bytes that a recorded ``download`` fills: a ``Completion`` (bound when the list is
-    submitted) whose bytes are readable once it is done."""
+    submitted) whose bytes are readable once it is done.
 
-    def __init__(self, host: np.ndarray):
+    Args:
+        host: the ``uint8`` array the download fills.
+        transform: ``host -> uint8 array`` applied when the bytes are read (the conversion from a
+            device layout to GGUF's, ``hal/_layout.py``); None: the bytes as they are.
+    """
+
+    def __init__(self, host: np.ndarray, transform: Callable[[np.ndarray], np.ndarray] | None = None):
         super().__init__()
         self._host = host
+        self._transform = transform
 
     def ready(self) -> bool:
         """Same as ``done()``: the bytes are readable."""
@@ -53,6 +61,8 @@ class Readback(Completion):
         """Raises: ValidationError: the list was not submitted or its fence has not completed."""
         if not self.done():
             raise ValidationError("readback is not ready: await the command list's fence first")
+        if self._transform is not None:
+            return self._transform(self._host).tobytes()
         return self._host.tobytes()
 
     def numpy(self, shape=None, dtype=np.float32) -> np.ndarray:
@@ -195,8 +205,13 @@ class Executor:
     def copy(self, dst: DeviceBuffer | BufferView, src: DeviceBuffer | BufferView, nbytes: int | None = None) -> None:
         """Copy ``nbytes`` (default: all of ``src``) from ``src`` to ``dst`` (buffers or views).
 
+        A dtype the backend keeps in a layout that depends on the address (``Backend.device_layouts``,
+        ``hal/_layout.py``) is copied as it is, which keeps the layout only between two buffers of that
+        dtype at addresses equal mod 16.
+
         Raises:
-            ValueError: ``nbytes`` is negative or larger than either side.
+            ValueError: ``nbytes`` is negative or larger than either side; or one side's dtype has a
+                device layout and the other side is not of that dtype, or its address differs mod 16.
         """
         d = as_view(dst, self.device, "dst")
         s = as_view(src, self.device, "src")
@@ -205,6 +220,19 @@ class Executor:
             raise ValueError(f"copy of nbytes={n}: src has {s.nbytes} bytes, dst has {d.nbytes}")
         if d.buffer is s.buffer and d.offset < s.offset + n and s.offset < d.offset + n:
             raise ValueError("copy: src and dst ranges overlap")
+        layouts = self.device.backend.device_layouts
+        dl, sl = d.buffer.dtype.label, s.buffer.dtype.label
+        if n and (dl in layouts or sl in layouts):
+            label = dl if dl in layouts else sl
+            if dl != sl:
+                raise ValueError(
+                    f"copy from a {sl} buffer to a {dl} buffer: {self.device.name} keeps {label} in a device "
+                    f"layout of its own (hal/_layout.py), so its bytes are copied only between {label} buffers")
+            if (d.address - s.address) % ALIGN:
+                raise ValueError(
+                    f"copy of {label} from address {s.address:#x} to {d.address:#x}: {self.device.name} keeps "
+                    f"{label} blocks rotated by their address mod {ALIGN} (hal/_layout.py), so src and dst must be "
+                    f"equal mod {ALIGN}; these differ by {(d.address - s.address) % ALIGN}")
         self._record(
             CopyCmd(d.address, s.address, n),
             [(s, Access.READ, _S.COPY_SOURCE, "src"), (d, Access.WRITE, _S.COPY_DEST, "dst")],
@@ -215,41 +243,77 @@ class Executor:
         32-bit ``value`` for other dtypes.
 
         Raises:
-            ValueError: the byte count is not a multiple of 4.
+            ValueError: the byte count is not a multiple of 4; or ``dst``'s dtype has a device layout
+                (``Backend.device_layouts``) and the fill is not whole blocks from a block boundary or
+                its four bytes differ (a rotated block would show them in another order).
         """
         d = as_view(dst, self.device, "dst")
         if d.nbytes % 4:
             raise ValueError(f"fill: dst has {d.nbytes} bytes, not a multiple of 4")
-        self._record(FillCmd(d.address, d.nbytes, _pattern(d.buffer.dtype.label, value)),
-                     [(d, Access.WRITE, _S.COPY_DEST, "dst")])
+        label = d.buffer.dtype.label
+        pattern = _pattern(label, value)
+        if d.nbytes and label in self.device.backend.device_layouts:
+            check_whole_blocks(label, d.offset, d.nbytes, "fill")
+            if pattern != (pattern & 0xFF) * 0x01010101:
+                raise ValueError(f"fill of a {label} buffer with pattern {pattern:#010x}: {self.device.name} keeps "
+                                 f"{label} blocks rotated by their address (hal/_layout.py), so only a pattern of "
+                                 f"four equal bytes fills them as it would GGUF's bytes")
+        self._record(FillCmd(d.address, d.nbytes, pattern), [(d, Access.WRITE, _S.COPY_DEST, "dst")])
 
     def upload(self, dst: DeviceBuffer | BufferView, data: Any) -> None:
-        """Copy host ``data`` (snapshotted now) into ``dst`` when the list executes.
+        """Copy host ``data`` (snapshotted now) into ``dst`` when the list executes. For a dtype the
+        backend keeps in a layout of its own (``Backend.device_layouts``) ``data`` is GGUF's bytes,
+        converted now.
 
         Raises:
-            ValueError: ``data`` is larger than ``dst``.
+            ValueError: ``data`` is larger than ``dst``; or ``dst``'s dtype has a device layout and
+                ``data`` is not whole blocks starting at a block boundary of the buffer.
         """
         d = as_view(dst, self.device, "dst")
         src = host_bytes(data)
         if src.nbytes > d.nbytes:
             raise ValueError(f"upload of {src.nbytes} bytes into dst of {d.nbytes} bytes")
+        label = d.buffer.dtype.label
+        laid_out = bool(src.nbytes) and label in self.device.backend.device_layouts
+        if laid_out:
+            check_whole_blocks(label, d.offset, src.nbytes, "upload")
         host = self.device.backend.host_array(src.nbytes)
-        host[:] = src
+        if laid_out:
+            to_device_layout(label, src, d.address, out=host)
+        else:
+            host[:] = src
         self._keepalive.append(host)
         self._host_io = True
         self._record(UploadCmd(d.address, host), [(BufferView(d.buffer, d.offset, host.nbytes), Access.WRITE, _S.COPY_DEST, "dst")])
 
     def download(self, src: DeviceBuffer | BufferView, nbytes: int | None = None) -> Readback:
-        """Copy ``src`` to host memory when the list executes; read the ``Readback`` after the fence."""
+        """Copy the first ``nbytes`` (default: all) of ``src`` to host memory when the list executes;
+        read the ``Readback`` after the fence. For a dtype the backend keeps in a layout of its own
+        (``Backend.device_layouts``) the readback gives GGUF's bytes (part of a block: the whole
+        blocks around it are copied and converted when read).
+
+        Raises:
+            ValueError: ``nbytes`` is negative or larger than ``src``.
+        """
         s = as_view(src, self.device, "src")
         n = s.nbytes if nbytes is None else nbytes
         if n < 0 or n > s.nbytes:
             raise ValueError(f"download of nbytes={n} from src of {s.nbytes} bytes")
-        host = self.device.backend.host_array(n)
+        label = s.buffer.dtype.label
+        lo, hi, transform = s.offset, s.offset + n, None
+        if n and label in self.device.backend.device_layouts:
+            lo, hi = enclosing_blocks(label, s.offset, n)
+            start, cut = s.buffer.address + lo, s.offset - lo
+
+            def transform(host: np.ndarray) -> np.ndarray:
+                return from_device_layout(label, host, start)[cut:cut + n]
+
+        host = self.device.backend.host_array(hi - lo)
         self._keepalive.append(host)
         self._host_io = True
-        self._record(DownloadCmd(s.address, host), [(BufferView(s.buffer, s.offset, n), Access.READ, _S.COPY_SOURCE, "src")])
-        rb = Readback(host)
+        self._record(DownloadCmd(s.buffer.address + lo, host),
+                     [(BufferView(s.buffer, lo, hi - lo), Access.READ, _S.COPY_SOURCE, "src")])
+        rb = Readback(host, transform)
         self._completions.append(rb)
         return rb
 

@@ -50,6 +50,8 @@ class CUDABackend(Backend):
     """
 
     name = "cuda"
+    #: q6_k super-blocks rotated so ql / qh start 16-byte aligned (hal/_layout.py), as shaders/ read them
+    device_layouts = frozenset({"q6_k"})
 
     def __init__(self, ordinal: int = 0):
         from ._cublaslt import buckets
