@@ -63,7 +63,7 @@ QUANT = """        if (NORM) xi_mvq_inv<TT>(a, tg0, tn, inv);
 """
 LOOP_HEAD = "        for (int b = cb0 + ((lane - cb0) & 31); b < cb1; b += 32) {\n"
 BODY_START = LOOP_HEAD + """            const int o = b - cb0;  // block within the chunk: group o / 8, block o % 8
-            const int rot = TYPE == XI_Q6_K ? xk_q6k_rot(src + (o >> 3) * GB) : 0;  // CGB % 16 == 0: every region's
+            const int rot = TYPE == XI_Q6_K ? xk_q6k_rot(src + (o >> 3) * GB) : 0;  // the same in every region (CGB % 16 == 0)
             XiMvqB<TYPE> wb[NR];
 #pragma unroll
             for (int q = 0; q < NR; q++) wb[q].dec(src + q * CGB + (o >> 3) * GB, jl, rot);
