@@ -91,8 +91,8 @@ template <> struct XiK<XI_Q5_K> {  // d, dmin, scales[12], qh[32], qs[128]
 // q6_k in device memory (xinfer_async/hal/_layout.py, the cuda backend's device_layouts): the
 // super-block at address a holds GGUF's 210 bytes (ql[128], qh[64], scales[16] int8, d) rotated right
 // by p = (-a) mod 16, so ql and qh start on 16 bytes; GGUF byte k is at a + (k + p) mod 210. It
-// depends on the address mod 16 alone: every copy the kernels make (cp.async stages of 16-byte words
-// from 16-byte boundaries) keeps it.
+// depends on the address mod 16 alone: every copy the kernels make (stages of 16-byte words from
+// 16-byte boundaries, by cp.async or plain loads) keeps it.
 __device__ __forceinline__ int xk_q6k_rot(const uint8_t *b) { return (int)((0u - (uint32_t)(size_t_)b) & 15u); }
 // GGUF byte k >= 192 (the scales, d) of the super-block at b of rotation p
 __device__ __forceinline__ const uint8_t *xk_q6k_at(const uint8_t *b, int p, int k) {

@@ -100,8 +100,9 @@ def test_ql_and_qh_are_16_byte_aligned(rng, address):
 
 @pytest.mark.parametrize("address", [0, 2, 6, 14, 0x2000 + 10, 2**41 + 4])
 def test_a_reader_of_the_rotated_layout_equals_gguf(rng, address):
-    """Pins the formula the CUDA kernels implement: dequantizing q6_k straight from the rotated bytes
-    equals gguf-py's dequantize of GGUF's bytes."""
+    """The field positions the CUDA kernels read (a numpy model of them, not the kernels: the GPU
+    suite's q6_k tests tie those to gguf's values): dequantizing q6_k straight from the rotated
+    bytes equals gguf-py's dequantize of GGUF's bytes."""
     n = 16
     raw = q6k_blocks(rng, n)
     want = gguf.quants.dequantize(raw.reshape(n, BS), gguf.GGMLQuantizationType.Q6_K).reshape(-1)
@@ -192,7 +193,7 @@ def poison(dev, buf, rng):
 
 
 def test_device_upload_download(rotated, rng, monkeypatch):
-    monkeypatch.setattr(_device, "_WRITE_CHUNK_BLOCKS", 3)  # chunks at addresses of every rotation
+    monkeypatch.setattr(_layout, "WRITE_CHUNK_BLOCKS", 3)  # chunks at addresses of every rotation
     raw = q6k_blocks(rng, 24)
     buf = rotated.upload(memoryview(raw.tobytes()), (3, 8 * 256), "q6_k")
     assert rotated.download(buf) == raw.tobytes()
@@ -280,6 +281,13 @@ async def test_executor_copy(rotated, rng):
                                          r"blocks rotated by their address mod 16 \(hal/_layout.py\), so src and dst "
                                          r"must be equal mod 16; these differ by 2$"):
         ex.copy(dst.view(BS, BS), src.view(0, BS))
+    # equal mod 16 but a part of a block, or not from a block boundary: the rotated bytes would land
+    # at other positions of their blocks
+    with pytest.raises(ValueError, match=r"^copy \(src\) of 100 bytes at byte 210 of a q6_k buffer: .* must start at a "
+                                         r"block boundary"):
+        ex.copy(dst.view(BS, 100), src.view(BS, 100))
+    with pytest.raises(ValueError, match=r"^copy \(dst\) of 210 bytes at byte 290 of a q6_k buffer"):
+        ex.copy(dst.view(290, BS), src.view(BS, BS))
     u8 = rotated.alloc(16 * BS, "u8")
     with pytest.raises(ValueError, match=r"^copy from a q6_k buffer to a u8 buffer: cpu keeps q6_k in a device layout"):
         ex.copy(u8, src)
@@ -299,3 +307,19 @@ async def test_executor_fill(rotated, rng):
         ex.fill(buf, 0x01020304)
     with pytest.raises(ValueError, match=r"^fill of 4 bytes at byte 0 of a q6_k buffer"):
         ex.fill(buf.view(0, 4), 0)
+
+
+def test_a_graph_input_or_output_of_a_device_layout_type_is_refused(rotated):
+    # a slot keeps its graph tensors in f32 buffers, whose host copies are not converted: a q6_k graph
+    # input would reach the kernels in GGUF's layout, so prepare refuses it (a weight is converted)
+    from xinfer_async.hal import TensorDesc
+    from xinfer_async.model import ModelContext, ModelSession
+
+    d = ModelSession(rotated).freeze(ModelContext(rotated))
+    g = d.graph()
+    q6 = g.input(TensorDesc((256,), "q6_k"))
+    with pytest.raises(ValueError, match=r"^plan 'default': input 0 is q6_k, which cpu keeps in a device layout of its own"):
+        g.prepare([q6], [q6], 1)
+    g = d.graph()
+    f = g.input(TensorDesc((64,), "f32"))
+    g.prepare([f], [f], 1).close()  # f32 I/O prepares (the check is not a blanket refusal)

@@ -43,7 +43,7 @@ import numpy as np
 
 from xinfer_async.backends.cuda._launch import row_bytes
 from xinfer_async.hal._commands import CopyCmd, DispatchCmd, ReplayCmd, TimestampCmd
-from xinfer_async.hal._layout import to_device_layout
+from xinfer_async.hal._layout import write_in_device_layout
 
 BLOCK = {"q4_1": 20, "q4_0": 18, "q8_0": 34, "f16": None}
 ENUM = {"f16": "XI_F16", "q8_0": "XI_Q8_0", "q4_0": "XI_Q4_0", "q4_1": "XI_Q4_1"}
@@ -106,7 +106,7 @@ def make_weights(rng, dt, N, K):
 def write_weight(be, address, dt, raw):
     """``be.write`` of a weight's GGUF bytes ``raw`` of type ``dt`` to ``address``, in the backend's
     device layout of ``dt`` where it keeps one (``Backend.device_layouts``: q6_k rotated on cuda)."""
-    be.write(address, to_device_layout(dt, raw, address) if dt in be.device_layouts else raw)
+    write_in_device_layout(be, dt, address, raw)
 
 
 def graph_replay_ms(be, q, stamps, cmds, reps=9) -> float:

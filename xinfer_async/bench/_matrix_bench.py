@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 from ..hal._commands import DispatchCmd, FillCmd, ReplayCmd, TimestampCmd
-from ..hal._layout import to_device_layout
+from ..hal._layout import write_in_device_layout
 
 #: type -> (elements, bytes, offsets of the f16 scale fields) of a block; None: f16 / bf16 / f32 values
 BLOCKS = {"q4_0": (32, 18, (0,)), "q4_1": (32, 20, (0, 2)), "q8_0": (32, 34, (0,)), "q5_0": (32, 22, (0,)),
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
             raw = random_weight(rng, dt, (2 if glu else 1) * n, k)
             ws = [be.alloc(wb) for _ in range(copies)]
             for w in ws:  # GGUF's bytes in the backend's device layout of dt, if it keeps one (q6_k on cuda)
-                be.write(w, to_device_layout(dt, raw, w) if dt in be.device_layouts else raw)
+                write_in_device_layout(be, dt, w, raw)
             for t in tokens:
                 consts = {"T": t, "N": n, "K": k}
                 if not glu:

@@ -12,9 +12,10 @@ rotated layout the super-block at device address ``a`` (even) holds GGUF's 210 b
 
 so ``ql`` starts at ``a + p`` and ``qh`` at ``a + p + 128``, both multiples of 16; scale ``j`` is at
 ``a + (192 + j + p) % 210`` and ``d`` at ``a + (208 + p) % 210`` (its two bytes never straddle the
-wrap: p is even). The rotation depends on the address mod 16 only: a copy that keeps addresses mod 16
-(every 256-byte aligned allocation, views at the same offsets) keeps the layout; one that does not,
-breaks it. Block ``i`` of a tensor at ``address`` is rotated by ``(-(address + 210 i)) mod 16``, which
+wrap: p is even). The rotation depends on the address mod 16 only: a copy of whole blocks, from a
+block boundary to a block boundary at an address equal mod 16 (every 256-byte aligned allocation, views
+at the same offsets), keeps the layout; any other copy breaks it. Only buffers allocated with such a
+dtype are converted: GGUF bytes uploaded into a ``u8`` or ``f32`` buffer stay GGUF's. Block ``i`` of a tensor at ``address`` is rotated by ``(-(address + 210 i)) mod 16``, which
 repeats every 8 blocks (8 x 210 = 1680 = 105 x 16).
 
 Policy (which buffers, which ranges) is the runtime's (``runtime/_device.py``, ``_executor.py``); a
@@ -167,3 +168,29 @@ def enclosing_blocks(label: str, offset: int, nbytes: int) -> tuple[int, int]:
     nbytes)`` of a buffer (what a partial read must fetch to convert)."""
     bs = BLOCK_NBYTES[label]
     return offset - offset % bs, -(-(offset + nbytes) // bs) * bs
+
+
+#: blocks of a dtype with a device layout converted and written at once (~55 MB of q6_k): a write
+#: holds one chunk's converted copy, not the tensor's
+WRITE_CHUNK_BLOCKS = 8 * 32768
+
+
+def write_in_device_layout(backend: Any, label: str, address: int, host: Any) -> None:
+    """``backend.write`` of the uint8 bytes ``host`` (GGUF's layout) to ``address``, converted to the
+    backend's layout of ``label`` a chunk at a time where it keeps one (``backend.device_layouts``),
+    as they are otherwise.
+
+    Raises:
+        ValueError: ``label`` has a device layout here and ``host`` is not whole blocks, or
+            ``address`` is odd (``to_device_layout``).
+    """
+    src = _flat(host, "write_in_device_layout")
+    if label not in backend.device_layouts or label not in BLOCK_NBYTES or not src.nbytes:
+        backend.write(address, memoryview(src))
+        return
+    step = WRITE_CHUNK_BLOCKS * BLOCK_NBYTES[label]
+    buf = np.empty(min(step, src.nbytes), np.uint8)  # one buffer for every chunk
+    for lo in range(0, src.nbytes, step):
+        part = src[lo:lo + step]
+        out = to_device_layout(label, part, address + lo, out=buf[:part.nbytes])
+        backend.write(address + lo, memoryview(out))

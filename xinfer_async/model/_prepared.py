@@ -351,9 +351,18 @@ class PreparedModel:
         self.device = definition.device
         self.queue = definition.context.queue
         self.plans = {name: _Plan(name, *spec) for name, spec in plans.items()}
+        layouts = self.device.backend.device_layouts
         for plan in self.plans.values():
             if plan.graph.definition is not definition:
                 raise ValidationError(f"plan {plan.name!r}: the graph belongs to another model definition")
+            for what, ts in (("input", plan.inputs), ("output", plan.outputs)):
+                for i, t in enumerate(ts):
+                    # a slot's buffers are f32 (Slot): their host copies would skip the conversion
+                    if t.desc.dtype.label in layouts:
+                        raise ValueError(
+                            f"plan {plan.name!r}: {what} {i} is {t.desc.dtype.label}, which {self.device.name} keeps "
+                            f"in a device layout of its own (hal/_layout.py); give it as a weight "
+                            f"(ModelSession.weight), not as a graph {what}")
         self.capacity = capacity
         self.slots = [Slot(self, i) for i in range(capacity)]
         self._free = list(reversed(self.slots))

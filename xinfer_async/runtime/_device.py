@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..hal import Backend, DeviceError, DType, FenceTimeoutError, TensorDesc
-from ..hal._layout import BLOCK_NBYTES, check_whole_blocks, enclosing_blocks, from_device_layout, to_device_layout
+from ..hal._layout import check_whole_blocks, enclosing_blocks, from_device_layout, write_in_device_layout
 from ._allocator import CachingAllocator, size_class
 from ._buffer import BufferView, DeviceBuffer, as_view, host_bytes
 from ._executor import Executor
@@ -20,9 +20,6 @@ from ._timer import GpuTimer
 
 #: ``(device, name) -> kernel``: what ``Device.kernel`` builds a kernel with (``ops.ComputeKernel``)
 KernelFactory = Callable[["Device", str], Any]
-#: blocks of a dtype with a device layout (``Backend.device_layouts``) converted and written at once:
-#: ~55 MB of q6_k, so an upload holds one chunk's converted copy, not the tensor's
-_WRITE_CHUNK_BLOCKS = 8 * 32768
 
 
 class Device:
@@ -249,7 +246,7 @@ class Device:
             raise ValueError(f"data has {host.nbytes} bytes but shape={desc.shape} dtype={desc.dtype.label} needs {desc.nbytes}")
         buf = self._alloc_desc(desc)
         if host.nbytes:
-            self._write_host(desc.dtype.label, buf.address, host)
+            write_in_device_layout(self.backend, desc.dtype.label, buf.address, host)
         return buf
 
     def write(self, buffer: DeviceBuffer, data: Any, offset: int = 0) -> None:
@@ -271,18 +268,7 @@ class Device:
         if host.nbytes and label in self.backend.device_layouts:
             check_whole_blocks(label, view.offset + offset, host.nbytes, "write")
         self._wait_unused(view.buffer)
-        self._write_host(label, view.address + offset, host)
-
-    def _write_host(self, label: str, address: int, host: np.ndarray) -> None:
-        """``backend.write`` of ``host`` (uint8) to ``address``, converted from GGUF's layout a chunk
-        at a time where the backend keeps ``label`` in a layout of its own (then ``host`` is whole
-        blocks starting at a block boundary)."""
-        if label not in self.backend.device_layouts or not host.nbytes:
-            self.backend.write(address, memoryview(host))
-            return
-        step = _WRITE_CHUNK_BLOCKS * BLOCK_NBYTES[label]
-        for lo in range(0, host.nbytes, step):
-            self.backend.write(address + lo, memoryview(to_device_layout(label, host[lo:lo + step], address + lo)))
+        write_in_device_layout(self.backend, label, view.address + offset, host)
 
     def download(self, buffer: DeviceBuffer | BufferView) -> bytes:
         """The buffer's (or view's) bytes, after any submitted work that uses it has completed; for

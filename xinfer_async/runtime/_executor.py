@@ -206,12 +206,14 @@ class Executor:
         """Copy ``nbytes`` (default: all of ``src``) from ``src`` to ``dst`` (buffers or views).
 
         A dtype the backend keeps in a layout that depends on the address (``Backend.device_layouts``,
-        ``hal/_layout.py``) is copied as it is, which keeps the layout only between two buffers of that
-        dtype at addresses equal mod 16.
+        ``hal/_layout.py``) is copied as it is, which keeps the layout only for whole blocks, from a
+        block boundary of one buffer of that dtype to a block boundary of another at an address equal
+        mod 16.
 
         Raises:
             ValueError: ``nbytes`` is negative or larger than either side; or one side's dtype has a
-                device layout and the other side is not of that dtype, or its address differs mod 16.
+                device layout and the other side is not of that dtype, either side is not whole blocks
+                from a block boundary of its buffer, or the addresses differ mod 16.
         """
         d = as_view(dst, self.device, "dst")
         s = as_view(src, self.device, "src")
@@ -228,6 +230,8 @@ class Executor:
                 raise ValueError(
                     f"copy from a {sl} buffer to a {dl} buffer: {self.device.name} keeps {label} in a device "
                     f"layout of its own (hal/_layout.py), so its bytes are copied only between {label} buffers")
+            check_whole_blocks(label, s.offset, n, "copy (src)")
+            check_whole_blocks(label, d.offset, n, "copy (dst)")
             if (d.address - s.address) % ALIGN:
                 raise ValueError(
                     f"copy of {label} from address {s.address:#x} to {d.address:#x}: {self.device.name} keeps "
