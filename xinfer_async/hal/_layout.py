@@ -93,6 +93,20 @@ def _rotate(blocks: np.ndarray, out: np.ndarray, address: int, sign: int) -> Non
                 dst[r::8, :s] = src[r::8, bs - s:]
 
 
+def _convert(label: str, host: Any, address: int, out: np.ndarray | None, sign: int, arg: str) -> Any:
+    """``to_device_layout`` (``sign`` 1) or ``from_device_layout`` (-1)."""
+    if label not in BLOCK_NBYTES:
+        if out is None:
+            return host
+        src = _flat(host, arg)
+        _out(src.nbytes, out, arg)[:] = src
+        return out
+    blocks = _blocks(label, host, address, arg)
+    res = _out(blocks.size, out, arg)
+    _rotate(blocks, res.reshape(blocks.shape), address, sign)
+    return res
+
+
 def to_device_layout(label: str, host: Any, address: int, out: np.ndarray | None = None) -> Any:
     """GGUF bytes of a tensor of dtype ``label`` as the device keeps them at ``address``.
 
@@ -112,16 +126,7 @@ def to_device_layout(label: str, host: Any, address: int, out: np.ndarray | None
         ValueError: ``address`` is odd, the byte count is not a whole number of blocks, or ``out``
             has the wrong size or type.
     """
-    if label not in BLOCK_NBYTES:
-        if out is None:
-            return host
-        src = _flat(host, "to_device_layout")
-        _out(src.nbytes, out, "to_device_layout")[:] = src
-        return out
-    blocks = _blocks(label, host, address, "to_device_layout")
-    res = _out(blocks.size, out, "to_device_layout")
-    _rotate(blocks, res.reshape(blocks.shape), address, 1)
-    return res
+    return _convert(label, host, address, out, 1, "to_device_layout")
 
 
 def from_device_layout(label: str, host: Any, address: int, out: np.ndarray | None = None) -> Any:
@@ -135,16 +140,7 @@ def from_device_layout(label: str, host: Any, address: int, out: np.ndarray | No
 
     Raises: as ``to_device_layout``.
     """
-    if label not in BLOCK_NBYTES:
-        if out is None:
-            return host
-        src = _flat(host, "from_device_layout")
-        _out(src.nbytes, out, "from_device_layout")[:] = src
-        return out
-    blocks = _blocks(label, host, address, "from_device_layout")
-    res = _out(blocks.size, out, "from_device_layout")
-    _rotate(blocks, res.reshape(blocks.shape), address, -1)
-    return res
+    return _convert(label, host, address, out, -1, "from_device_layout")
 
 
 def check_whole_blocks(label: str, offset: int, nbytes: int, what: str) -> None:
