@@ -11,7 +11,6 @@ from xinfer_async import open_device
 from xinfer_async.hal import Backend
 from xinfer_async.hal import _layout
 from xinfer_async.hal._layout import from_device_layout, to_device_layout
-from xinfer_async.runtime import _device
 
 BS = 210  # bytes of a q6_k super-block (ggml-common.h block_q6_K)
 ADDRESSES = [*range(0, 32, 2), 256, 0x1000 + 6, 2**40 + 10, 0x7F12_3456_789A]
