@@ -159,6 +159,12 @@ def check_whole_blocks(label: str, offset: int, nbytes: int, what: str) -> None:
             f"(a multiple of {bs} bytes from the buffer's start) and cover whole {bs}-byte blocks")
 
 
+def gguf_span(label: str, raw: Any, address: int, cut: int, nbytes: int) -> np.ndarray:
+    """Bytes ``[cut, cut + nbytes)`` in GGUF's layout of the whole blocks ``raw`` read from device
+    ``address`` (a partial read: ``enclosing_blocks`` gives the blocks to read)."""
+    return from_device_layout(label, raw, address)[cut:cut + nbytes]
+
+
 def enclosing_blocks(label: str, offset: int, nbytes: int) -> tuple[int, int]:
     """``(lo, hi)``: the byte range of the whole blocks of ``label`` that hold ``[offset, offset +
     nbytes)`` of a buffer (what a partial read must fetch to convert)."""

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..hal import Backend, DeviceError, DType, FenceTimeoutError, TensorDesc
-from ..hal._layout import check_whole_blocks, enclosing_blocks, from_device_layout, write_in_device_layout
+from ..hal._layout import check_whole_blocks, enclosing_blocks, gguf_span, write_in_device_layout
 from ._allocator import CachingAllocator, size_class
 from ._buffer import BufferView, DeviceBuffer, as_view, host_bytes
 from ._executor import Executor
@@ -288,8 +288,7 @@ class Device:
             lo, hi = enclosing_blocks(label, view.offset, view.nbytes)
             raw = np.empty(hi - lo, np.uint8)
             self.backend.read(view.buffer.address + lo, memoryview(raw))
-            gguf = from_device_layout(label, raw, view.buffer.address + lo)
-            return gguf[view.offset - lo:view.offset - lo + view.nbytes].tobytes()
+            return gguf_span(label, raw, view.buffer.address + lo, view.offset - lo, view.nbytes).tobytes()
         out = bytearray(view.nbytes)
         if view.nbytes:
             self.backend.read(view.address, memoryview(out))

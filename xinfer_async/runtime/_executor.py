@@ -22,7 +22,7 @@ import numpy as np
 from ..hal import Access, ResourceState, ValidationError
 from ..hal._commands import (Command, CopyCmd, DispatchCmd, DownloadCmd, FillCmd, ReplayCmd, TimestampCmd,
                             UploadCmd)
-from ..hal._layout import ALIGN, check_whole_blocks, enclosing_blocks, from_device_layout, to_device_layout
+from ..hal._layout import ALIGN, check_whole_blocks, enclosing_blocks, gguf_span, to_device_layout
 from ._buffer import BufferView, DeviceBuffer, as_view, host_bytes
 from ._completion import Completion
 from ._queue import Queue
@@ -310,7 +310,7 @@ class Executor:
             start, cut = s.buffer.address + lo, s.offset - lo
 
             def transform(host: np.ndarray) -> np.ndarray:
-                return from_device_layout(label, host, start)[cut:cut + n]
+                return gguf_span(label, host, start, cut, n)
 
         host = self.device.backend.host_array(hi - lo)
         self._keepalive.append(host)
